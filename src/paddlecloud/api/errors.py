@@ -1,0 +1,144 @@
+"""The one exception hierarchy of PaddleCloud, shared by the server and the SDK.
+
+    PaddleCloudError                 code                 HTTP
+    ├── InvalidInput                 invalid_spec, invalid_request, invalid_package,
+    │                                entry_not_found       422 / 400
+    ├── PackageTooLarge              package_too_large     413
+    ├── Unauthorized                 unauthorized          401
+    ├── NotFound                     job_not_found, package_not_found, worker_not_found   404
+    ├── Conflict                     job_exists, job_not_running                          409
+    ├── VersionMismatch              client_too_old, server_too_old                       426
+    ├── ServerUnreachable            server_unreachable    (client side only)
+    └── ServerError                  internal              500
+
+On the wire every error is ``{"error": {"code": ..., "message": ..., "field": ...}}``. Codes are
+stable: clients branch on ``code``, never on ``message``. The SDK turns an error response back into the
+same exception class with :func:`error_from_body`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "Conflict",
+    "ErrorCode",
+    "InvalidInput",
+    "NotFound",
+    "PackageTooLarge",
+    "PaddleCloudError",
+    "ServerError",
+    "ServerUnreachable",
+    "Unauthorized",
+    "VersionMismatch",
+    "error_from_body",
+]
+
+
+class ErrorCode(StrEnum):
+    INVALID_SPEC = "invalid_spec"
+    INVALID_REQUEST = "invalid_request"
+    INVALID_PACKAGE = "invalid_package"
+    ENTRY_NOT_FOUND = "entry_not_found"
+    PACKAGE_TOO_LARGE = "package_too_large"
+    UNAUTHORIZED = "unauthorized"
+    JOB_NOT_FOUND = "job_not_found"
+    PACKAGE_NOT_FOUND = "package_not_found"
+    WORKER_NOT_FOUND = "worker_not_found"
+    JOB_EXISTS = "job_exists"
+    JOB_NOT_RUNNING = "job_not_running"
+    CLIENT_TOO_OLD = "client_too_old"
+    SERVER_TOO_OLD = "server_too_old"
+    SERVER_UNREACHABLE = "server_unreachable"
+    INTERNAL = "internal"
+
+
+class PaddleCloudError(Exception):
+    """Base of every error the platform reports; ``str(err)`` is one human line."""
+
+    http_status = 500
+    default_code = ErrorCode.INTERNAL
+
+    def __init__(self, message: str, *, code: ErrorCode | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.field = field
+
+    def to_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": str(self.code), "message": self.message}
+        if self.field:
+            body["field"] = self.field
+        return {"error": body}
+
+
+class InvalidInput(PaddleCloudError):
+    http_status = 422
+    default_code = ErrorCode.INVALID_SPEC
+
+
+class PackageTooLarge(PaddleCloudError):
+    http_status = 413
+    default_code = ErrorCode.PACKAGE_TOO_LARGE
+
+
+class Unauthorized(PaddleCloudError):
+    http_status = 401
+    default_code = ErrorCode.UNAUTHORIZED
+
+
+class NotFound(PaddleCloudError):
+    http_status = 404
+    default_code = ErrorCode.JOB_NOT_FOUND
+
+
+class Conflict(PaddleCloudError):
+    http_status = 409
+    default_code = ErrorCode.JOB_EXISTS
+
+
+class VersionMismatch(PaddleCloudError):
+    http_status = 426
+    default_code = ErrorCode.CLIENT_TOO_OLD
+
+
+class ServerUnreachable(PaddleCloudError):
+    default_code = ErrorCode.SERVER_UNREACHABLE
+
+
+class ServerError(PaddleCloudError):
+    http_status = 500
+    default_code = ErrorCode.INTERNAL
+
+
+_BY_CODE: dict[str, type[PaddleCloudError]] = {
+    ErrorCode.INVALID_SPEC: InvalidInput,
+    ErrorCode.INVALID_REQUEST: InvalidInput,
+    ErrorCode.INVALID_PACKAGE: InvalidInput,
+    ErrorCode.ENTRY_NOT_FOUND: InvalidInput,
+    ErrorCode.PACKAGE_TOO_LARGE: PackageTooLarge,
+    ErrorCode.UNAUTHORIZED: Unauthorized,
+    ErrorCode.JOB_NOT_FOUND: NotFound,
+    ErrorCode.PACKAGE_NOT_FOUND: NotFound,
+    ErrorCode.WORKER_NOT_FOUND: NotFound,
+    ErrorCode.JOB_EXISTS: Conflict,
+    ErrorCode.JOB_NOT_RUNNING: Conflict,
+    ErrorCode.CLIENT_TOO_OLD: VersionMismatch,
+    ErrorCode.SERVER_TOO_OLD: VersionMismatch,
+    ErrorCode.INTERNAL: ServerError,
+}
+
+
+def error_from_body(status: int, body: Any) -> PaddleCloudError:
+    """Rebuild the exception a server sent; tolerant of bodies that are not ours (proxies)."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict) or "code" not in err:
+        return ServerError(f"server answered HTTP {status} without a PaddleCloud error body")
+    code_text = str(err["code"])
+    try:
+        code = ErrorCode(code_text)
+    except ValueError:
+        return ServerError(str(err.get("message", code_text)))
+    cls = _BY_CODE.get(code, ServerError)
+    return cls(str(err.get("message", code_text)), code=code, field=err.get("field"))

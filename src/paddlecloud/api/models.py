@@ -1,0 +1,219 @@
+"""Wire models of the ``/api/v1`` REST API (Pydantic v2). The JSON of ``-o json`` is these models.
+
+Requests: :class:`JobSpec` (submit). Responses: :class:`JobView` (one row of ``get jobs``; its field set
+is the documented stable schema), :class:`JobDetail` (``describe``), :class:`WorkerView`,
+:class:`EventView`, :class:`QuotaView`, :class:`VersionView`, :class:`PackageView`.
+
+Validation errors name the field and the rule; quantities use Kubernetes notation and are checked
+with :mod:`paddlecloud.core.quantity`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from paddlecloud.core.names import check_dns1123_label, check_env_name
+from paddlecloud.core.phases import JobPhase, WorkerState
+from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
+from paddlecloud.core.resources import Resources
+
+__all__ = [
+    "EventView",
+    "Framework",
+    "JobDetail",
+    "JobList",
+    "JobSpec",
+    "JobView",
+    "PackageView",
+    "PserverSpec",
+    "QuotaView",
+    "ResourceView",
+    "RoleStatus",
+    "TrainerSpec",
+    "VersionView",
+    "WorkerList",
+    "WorkerView",
+]
+
+
+class Framework(StrEnum):
+    PADDLE_PS = "paddle-ps"
+    PADDLE_COLLECTIVE = "paddle-collective"
+    TORCH = "torch"
+    NONE = "none"
+
+
+def _cpu(v: str) -> str:
+    try:
+        parse_cpu(v)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+    return v
+
+
+def _memory(v: str) -> str:
+    try:
+        parse_memory(v)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+    return v
+
+
+Cpu = Annotated[str, AfterValidator(_cpu)]
+Memory = Annotated[str, AfterValidator(_memory)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PserverSpec(_Strict):
+    count: int = Field(0, ge=0, le=64)
+    cpu: Cpu = "500m"
+    memory: Memory = "512Mi"
+
+    def resources(self) -> Resources:
+        return Resources(parse_cpu(self.cpu), parse_memory(self.memory), 0)
+
+
+class TrainerSpec(_Strict):
+    count: int = Field(1, ge=1, le=512)
+    min: int | None = Field(None, ge=1, le=512, description="elastic lower bound (default: count)")
+    max: int | None = Field(None, ge=1, le=512, description="elastic upper bound (default: count)")
+    cpu: Cpu = "500m"
+    memory: Memory = "512Mi"
+    gpu: int = Field(0, ge=0, le=16)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        lo = self.min if self.min is not None else self.count
+        hi = self.max if self.max is not None else self.count
+        if not lo <= self.count <= hi:
+            raise ValueError(f"trainers must satisfy min <= count <= max, got {lo} <= {self.count} <= {hi}")
+        return self
+
+    def resources(self) -> Resources:
+        return Resources(parse_cpu(self.cpu), parse_memory(self.memory), self.gpu)
+
+
+class JobSpec(_Strict):
+    """What a user submits. ``package`` is the id returned by ``POST /api/v1/packages``."""
+
+    name: Annotated[str, AfterValidator(check_dns1123_label)]
+    package: str = Field(pattern=r"^[0-9a-f]{64}$")
+    entry: str = Field(min_length=1, max_length=4096)
+    framework: Framework = Framework.NONE
+    pservers: PserverSpec = PserverSpec()
+    trainers: TrainerSpec = TrainerSpec()
+    env: dict[str, str] = Field(default_factory=dict)
+    priority: int = Field(0, ge=-1000, le=1000)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            check_env_name(key)
+        return v
+
+    @model_validator(mode="after")
+    def _framework_roles(self) -> Self:
+        if self.framework == Framework.PADDLE_PS and self.pservers.count < 1:
+            raise ValueError("framework paddle-ps needs at least 1 pserver (pservers.count >= 1)")
+        if self.framework in (Framework.PADDLE_COLLECTIVE, Framework.TORCH) and self.pservers.count:
+            raise ValueError(f"framework {self.framework} runs no pservers (pservers.count must be 0)")
+        return self
+
+
+class RoleStatus(BaseModel):
+    desired: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+class JobView(BaseModel):
+    """One job in a listing. Stable schema of ``paddlecloud get jobs -o json``."""
+
+    name: str
+    user: str
+    phase: JobPhase
+    framework: Framework
+    pservers: RoleStatus
+    trainers: RoleStatus
+    priority: int = 0
+    submitted_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    reason: str = ""
+    message: str = ""
+
+
+class JobList(BaseModel):
+    items: list[JobView]
+
+
+class EventView(BaseModel):
+    time: datetime
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+class WorkerView(BaseModel):
+    name: str
+    role: str
+    index: int
+    state: WorkerState
+    node: str = ""
+    endpoint: str = ""
+    pid: int | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    log: str = ""
+
+
+class WorkerList(BaseModel):
+    items: list[WorkerView]
+
+
+class JobDetail(JobView):
+    spec: JobSpec
+    output_dir: str = ""
+    events: list[EventView] = Field(default_factory=list)
+    workers: list[WorkerView] = Field(default_factory=list)
+
+
+class ResourceView(BaseModel):
+    cpu: str
+    memory: str
+    gpu: int
+
+
+class QuotaView(BaseModel):
+    user: str
+    limit: ResourceView | None = Field(None, description="None: no per-user limit (the cluster is the limit)")
+    used: ResourceView
+    cluster: ResourceView
+    jobs_running: int
+    jobs_queued: int
+
+
+class VersionView(BaseModel):
+    version: str
+    api_version: int
+    min_client_api_version: int
+    backend: str
+    capabilities: list[str]
+    max_package_bytes: int
+
+
+class PackageView(BaseModel):
+    id: str
+    size: int
+    files: int

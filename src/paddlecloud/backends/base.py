@@ -1,0 +1,156 @@
+"""The backend contract: how the controller turns an admitted job into running workers.
+
+    controller ──start(JobLaunch)──▶ backend      prepare package + environment, start pservers,
+               ──sync(key)────────▶ backend      then trainers once every pserver listens;
+               ◀──JobStatus──────── backend      report worker states and new events
+               ──stop(key, grace)─▶ backend      SIGTERM, grace, SIGKILL: nothing left running
+
+A backend owns endpoints (ports or pod addresses) and the start order; the controller owns phases,
+scheduling and the database. Every backend declares its :class:`Capability` set so callers can ask
+before they use an optional operation. Implementations: ``backends.local`` (OS processes on virtual
+nodes of this machine); Kubernetes comes later behind the same contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler import WorkerPlacement
+
+__all__ = [
+    "Backend",
+    "BackendEvent",
+    "Capability",
+    "JobLaunch",
+    "JobStatus",
+    "LogRequest",
+    "NodeInfo",
+    "WorkerStatus",
+]
+
+
+class Capability(StrEnum):
+    GPU = "gpu"  # assigns GPUs to trainers
+    RESIZE = "resize"  # add_trainer / remove_trainer on a running job
+    ADOPT = "adopt"  # running jobs survive a server restart
+    LOGS_PREVIOUS = "logs-previous"  # keeps the logs of earlier runs of a worker
+    LOGS_FOLLOW = "logs-follow"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    capacity: Resources
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobLaunch:
+    """Everything a backend needs to run one admitted job."""
+
+    key: str  # "user/name", unique among live jobs
+    user: str
+    name: str
+    framework: str
+    entry: str
+    package: Path  # the job package archive (tar.gz)
+    output_dir: Path
+    placement: tuple[WorkerPlacement, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def count(self, role: str) -> int:
+        return sum(1 for p in self.placement if p.role == role)
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    name: str
+    role: str
+    index: int
+    state: WorkerState
+    node: str = ""
+    endpoint: str = ""
+    pid: int | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    log_path: str = ""
+
+
+@dataclass(frozen=True)
+class BackendEvent:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    workers: tuple[WorkerStatus, ...] = ()
+    #: Set when the job cannot go on: a worker failed or vanished, or preparation failed.
+    failure: str | None = None
+    #: True once every process of the job has exited or been stopped.
+    finished: bool = False
+    #: Events that happened since the previous ``sync`` of this job.
+    events: tuple[BackendEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogRequest:
+    key: str
+    workers: tuple[str, ...]  # several: every line is prefixed with "[worker] "
+    tail: int | None = None  # last N lines; None: everything
+    follow: bool = False
+    previous: bool = False  # the run before the current one
+
+
+class Backend(Protocol):
+    name: str
+    capabilities: frozenset[Capability]
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        """Schedulable nodes and their capacity."""
+        ...
+
+    def start(self, launch: JobLaunch) -> None:
+        """Begin running a job; returns at once (preparation continues in the background)."""
+        ...
+
+    def adopt(self, launch: JobLaunch) -> None:
+        """After a server restart: take over a job started earlier, from the backend's own records."""
+        ...
+
+    def sync(self, key: str) -> JobStatus:
+        """Advance the job's start sequence and report its workers."""
+        ...
+
+    def stop(self, key: str, grace: float) -> None:
+        """Stop every process of the job (SIGTERM, ``grace`` seconds, SIGKILL). Idempotent."""
+        ...
+
+    def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
+        """Start one more trainer of a running job (capability ``resize``)."""
+        ...
+
+    def remove_trainer(self, key: str, grace: float) -> None:
+        """Gracefully stop the trainer with the highest id (capability ``resize``)."""
+        ...
+
+    def read_log(self, req: LogRequest) -> Iterator[bytes]:
+        """The worker's log; with ``follow``, keeps yielding until the worker has ended."""
+        ...
+
+    def forget(self, key: str) -> None:
+        """Drop a finished job's runtime files (logs included)."""
+        ...
+
+    def close(self) -> None:
+        """Release resources held by the backend; running jobs keep running."""
+        ...

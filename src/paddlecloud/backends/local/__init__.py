@@ -1,0 +1,8 @@
+"""The embedded single-machine cluster: virtual nodes whose workers are OS processes."""
+
+from __future__ import annotations
+
+from paddlecloud.backends.local.backend import LocalBackend, LocalConfig
+from paddlecloud.backends.local.nodes import NodeShape
+
+__all__ = ["LocalBackend", "LocalConfig", "NodeShape"]

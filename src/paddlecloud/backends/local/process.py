@@ -1,0 +1,174 @@
+"""One worker process of the local cluster: spawn it, observe it, stop it.
+
+Each worker is ``python -m paddlecloud.runtime.launcher`` in a new session (so it is its own process
+group and outlives the server), with stdout and stderr going to its log file. The launcher writes
+the exit status to ``run/<worker>.exit.json``; the backend records ``run/<worker>.pid.json`` (pid and
+process start time, to tell a re-used pid from ours) so a restarted server can re-adopt the worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.runtime.launcher import write_json_atomic
+
+__all__ = ["WorkerProc", "stop_group"]
+
+
+@dataclass
+class WorkerProc:
+    name: str
+    role: str
+    index: int
+    node: str
+    endpoint: str
+    gpus: tuple[int, ...]
+    cwd: Path
+    run_dir: Path
+    log_path: Path
+    restart: int = 0
+    pid: int | None = None
+    create_time: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    stopped: bool = False  # stopped by the platform, not by its own failure
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / f"{self.name}.pid.json"
+
+    @property
+    def status_file(self) -> Path:
+        return self.run_dir / f"{self.name}.exit.json"
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rpartition(":")[2])
+
+    def spawn(self, entry: str, env: dict[str, str], now: float) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.status_file.unlink(missing_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "paddlecloud.runtime.launcher",
+                 "--status", str(self.status_file), "--cwd", str(self.cwd), entry],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+                close_fds=True,
+            )  # fmt: skip
+        self.pid = self.popen.pid
+        try:
+            self.create_time = psutil.Process(self.pid).create_time()
+        except psutil.Error:
+            self.create_time = None
+        self.started_at = now
+        write_json_atomic(
+            str(self.pid_file),
+            {"pid": self.pid, "create_time": self.create_time, "started_at": now, "restart": self.restart},
+        )
+
+    def load_pid_file(self) -> bool:
+        """Re-adoption: read back pid and start time written by :meth:`spawn`."""
+        try:
+            data: dict[str, Any] = json.loads(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return False
+        self.pid = int(data["pid"])
+        self.create_time = data.get("create_time")
+        self.started_at = data.get("started_at")
+        self.restart = int(data.get("restart", 0))
+        return True
+
+    def alive(self) -> bool:
+        if self.pid is None:
+            return False
+        if self.popen is not None:
+            return self.popen.poll() is None
+        try:
+            proc = psutil.Process(self.pid)
+            if self.create_time is not None and abs(proc.create_time() - self.create_time) > 1.0:
+                return False  # the pid was re-used by another process
+            return bool(proc.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
+
+    def state(self, now: float) -> WorkerState:
+        """Observe the process; records exit code and finish time the first time it is seen ended."""
+        if self.pid is None:
+            return WorkerState.PENDING
+        if self.exit_code is None and self.finished_at is None and self.alive():
+            return WorkerState.RUNNING
+        if self.finished_at is None:
+            self._record_exit(now)
+        if self.exit_code == 0:
+            return WorkerState.SUCCEEDED
+        if self.stopped:
+            return WorkerState.STOPPED
+        if self.exit_code is None:
+            return WorkerState.LOST
+        return WorkerState.FAILED
+
+    def _record_exit(self, now: float) -> None:
+        try:
+            data = json.loads(self.status_file.read_text())
+            self.exit_code = int(data["exit_code"])
+            self.finished_at = float(data.get("finished_at", now))
+        except (OSError, ValueError, KeyError):
+            if self.popen is not None and self.popen.returncode is not None and not self.stopped:
+                self.exit_code = self.popen.returncode
+            self.finished_at = now
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def stop_group(workers: list[WorkerProc], grace: float) -> None:
+    """SIGTERM every worker's process group, wait up to ``grace`` s, then SIGKILL what is left."""
+    live = [w for w in workers if w.pid is not None and _group_alive(w.pid)]
+    for w in live:
+        w.stopped = True
+        assert w.pid is not None
+        _signal_group(w.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while live and time.monotonic() < deadline:
+        for w in live:
+            if w.popen is not None:
+                w.popen.poll()  # reap the launcher so its group can empty
+        live = [w for w in live if w.pid is not None and _group_alive(w.pid)]
+        if live:
+            time.sleep(0.05)
+    for w in live:
+        assert w.pid is not None
+        _signal_group(w.pid, signal.SIGKILL)
+    for w in workers:
+        if w.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                w.popen.wait(timeout=5)

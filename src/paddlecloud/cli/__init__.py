@@ -1,0 +1,1 @@
+"""The ``paddlecloud`` command line (Click + Rich); it talks to the platform only through the SDK."""

@@ -1,0 +1,245 @@
+"""Job commands: submit, get (jobs / workers / quota), describe, logs, kill.
+
+Each command parses options, calls one or two SDK methods and renders the result; no decisions.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from paddlecloud.api.models import JobDetail
+from paddlecloud.cli.output import FORMATS, age, console, emit, jobs_table, print_table, role_cell
+from paddlecloud.client import Client
+from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
+
+__all__ = ["describe", "get", "kill", "logs", "submit"]
+
+
+def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--env")
+        out[key] = value
+    return out
+
+
+@click.command()
+@click.argument("package_dir", type=click.Path(path_type=Path))
+@click.option("--name", help="job name (DNS-1123 label); default: the directory's name")
+@click.option("--entry", required=True, help='command each worker runs, e.g. "python train.py"')
+@click.option(
+    "--framework",
+    type=click.Choice(["paddle-ps", "paddle-collective", "torch", "none"]),
+    default="none",
+    show_default=True,
+)
+@click.option("--trainers", "--parallelism", "trainers", type=int, default=1, show_default=True)
+@click.option("--min-instance", "min_", type=int, help="elastic: fewest trainers")
+@click.option("--max-instance", "max_", type=int, help="elastic: most trainers")
+@click.option("--cpu", default="500m", show_default=True, help="per trainer (500m, 1, 2)")
+@click.option("--memory", default="512Mi", show_default=True, help="per trainer (512Mi, 1Gi)")
+@click.option("--gpu", type=int, default=0, show_default=True, help="per trainer")
+@click.option("--pservers", type=int, default=0, show_default=True)
+@click.option("--pscpu", default="500m", show_default=True, help="per pserver")
+@click.option("--psmemory", default="512Mi", show_default=True, help="per pserver")
+@click.option("--env", "env", multiple=True, help="KEY=VALUE, repeatable")
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
+@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
+def submit(package_dir: Path, name: str | None, wait: bool, fmt: str, **opts: Any) -> None:
+    """Upload PACKAGE_DIR and submit it as a training job."""
+    trainers: dict[str, Any] = {
+        "count": opts["trainers"], "cpu": opts["cpu"], "memory": opts["memory"], "gpu": opts["gpu"],
+    }  # fmt: skip
+    if opts["min_"] is not None:
+        trainers["min"] = opts["min_"]
+    if opts["max_"] is not None:
+        trainers["max"] = opts["max_"]
+    spec = {
+        "name": name or package_dir.resolve().name.replace("_", "-").lower(),
+        "entry": opts["entry"],
+        "framework": opts["framework"],
+        "trainers": trainers,
+        "pservers": {"count": opts["pservers"], "cpu": opts["pscpu"], "memory": opts["psmemory"]},
+        "env": _env_pairs(opts["env"]),
+        "priority": opts["priority"],
+    }
+    client = Client()
+    job = client.submit(spec, package_dir=package_dir)
+    if fmt in ("json", "yaml"):
+        emit(job, fmt)
+    else:
+        click.echo(f"job {job.name} submitted ({job.phase}: {job.message})")
+    if wait:
+        final = follow_job(client, job.name)
+        sys.exit(0 if final.phase == JobPhase.SUCCEEDED else 1)
+
+
+def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
+    """Print phase changes and stream every worker's log until the job ends."""
+    err = console(stderr=True)
+    last = ""
+    streamed = False
+    while True:
+        job = client.job(name)
+        line = f"{job.phase}: {job.reason} {job.message}".strip()
+        if line != last:
+            err.print(f"[bold]{name}[/bold] {line}", markup=True)
+            last = line
+        if job.phase in TERMINAL_PHASES:
+            return job
+        if not streamed and any(w.pid for w in job.workers):
+            for text in client.logs(name, follow=True):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            streamed = True  # the workers ended; poll on to report the final phase
+            continue
+        time.sleep(poll)
+
+
+@click.group()
+def get() -> None:
+    """List jobs, a job's workers, or your quota."""
+
+
+@get.command("jobs")
+@click.option("-a", "--all", "all_", is_flag=True, help="include finished jobs")
+@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
+def get_jobs(all_: bool, fmt: str) -> None:
+    jobs = Client().jobs(all=all_)
+    if fmt in ("json", "yaml"):
+        emit(jobs, fmt)
+    else:
+        jobs_table(jobs, wide=fmt == "wide")
+
+
+@get.command("workers")
+@click.argument("job")
+@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
+def get_workers(job: str, fmt: str) -> None:
+    workers = Client().workers(job)
+    if fmt in ("json", "yaml"):
+        emit(workers, fmt)
+        return
+    headers = ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "AGE"]
+    if fmt == "wide":
+        headers += ["RESTARTS", "LOG"]
+    rows = []
+    for w in workers:
+        row = [w.name, str(w.state), w.node, w.endpoint, str(w.pid or "-"),
+               "-" if w.exit_code is None else str(w.exit_code), age(w.started_at)]  # fmt: skip
+        if fmt == "wide":
+            row += [str(w.restarts), w.log]
+        rows.append(row)
+    print_table(headers, rows)
+
+
+@get.command("quota")
+@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
+def get_quota(fmt: str) -> None:
+    q = Client().quota()
+    if fmt in ("json", "yaml"):
+        emit(q, fmt)
+        return
+    limit = q.limit
+    rows = [
+        [
+            res,
+            str(getattr(q.used, res)),
+            str(getattr(limit, res)) if limit else "unlimited",
+            str(getattr(q.cluster, res)),
+        ]
+        for res in ("cpu", "memory", "gpu")
+    ]
+    print_table(["RESOURCE", "USED", "LIMIT", "CLUSTER"], rows)
+    click.echo(f"user {q.user}: {q.jobs_running} running, {q.jobs_queued} queued")
+
+
+@click.command()
+@click.argument("job")
+@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
+def describe(job: str, fmt: str) -> None:
+    """A job's spec, state, workers and event history."""
+    d = Client().job(job)
+    if fmt in ("json", "yaml"):
+        emit(d, fmt)
+        return
+    out = console()
+    out.print(f"[bold]Name:[/bold]       {d.name}   [bold]User:[/bold] {d.user}")
+    out.print(f"[bold]Phase:[/bold]      {d.phase}   {d.reason}: {d.message}", markup=True)
+    out.print(f"[bold]Framework:[/bold]  {d.framework}   entry: {d.spec.entry}")
+    out.print(f"[bold]Trainers:[/bold]   {role_cell(d.trainers)} (cpu {d.spec.trainers.cpu}, "
+              f"memory {d.spec.trainers.memory}, gpu {d.spec.trainers.gpu})")  # fmt: skip
+    if d.spec.pservers.count:
+        out.print(f"[bold]Pservers:[/bold]   {role_cell(d.pservers)} (cpu {d.spec.pservers.cpu}, "
+                  f"memory {d.spec.pservers.memory})")  # fmt: skip
+    out.print(f"[bold]Submitted:[/bold]  {d.submitted_at:%Y-%m-%d %H:%M:%S}Z   started: "
+              f"{age(d.started_at)} ago   finished: {age(d.finished_at)} ago")  # fmt: skip
+    out.print(f"[bold]Output:[/bold]     {d.output_dir}")
+    if d.workers:
+        out.print("\n[bold]Workers[/bold]")
+        print_table(
+            ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT"],
+            [
+                [
+                    w.name,
+                    str(w.state),
+                    w.node,
+                    w.endpoint,
+                    str(w.pid or "-"),
+                    "-" if w.exit_code is None else str(w.exit_code),
+                ]
+                for w in d.workers
+            ],
+        )
+    out.print("\n[bold]Events[/bold]")
+    print_table(
+        ["TIME", "TYPE", "REASON", "MESSAGE"],
+        [[f"{e.time:%H:%M:%S}", e.type, e.reason, e.message] for e in d.events],
+    )
+
+
+@click.command()
+@click.argument("job")
+@click.option("-n", "--tail", type=int, help="last N lines of each worker")
+@click.option("-f", "--follow", is_flag=True, help="keep printing until the workers end")
+@click.option("-w", "--worker", help="one worker, e.g. trainer-0 (default: all); 'prepare': env build")
+@click.option("--previous", is_flag=True, help="the worker's previous run")
+def logs(job: str, tail: int | None, follow: bool, worker: str | None, previous: bool) -> None:
+    """Print a job's logs (every worker's lines prefixed with its name)."""
+    client = Client()
+    if follow:  # a queued job has no workers yet: wait for them, bounded by the job's end
+        while (d := client.job(job)).phase == JobPhase.QUEUED or (
+            d.phase == JobPhase.STARTING and not any(w.pid for w in d.workers) and worker != "prepare"
+        ):
+            time.sleep(0.5)
+    for line in client.logs(job, worker=worker, tail=tail, follow=follow, previous=previous):
+        sys.stdout.write(line)
+    sys.stdout.flush()
+
+
+@click.command()
+@click.argument("job")
+@click.option("--rm", "remove", is_flag=True, help="also delete the job from the history")
+@click.option("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: server's)")
+def kill(job: str, remove: bool, grace: float | None) -> None:
+    """Stop every process of a job; with --rm also forget it."""
+    from paddlecloud.api.errors import Conflict
+
+    client = Client()
+    try:
+        view = client.kill(job, grace)
+        click.echo(f"job {job} {view.phase}")
+    except Conflict:
+        if not remove:
+            raise
+    if remove:
+        client.delete(job)
+        click.echo(f"job {job} deleted")

@@ -1,0 +1,54 @@
+"""The ``paddlecloud`` command: a Click group and one error boundary.
+
+Every failure ends as one line on stderr (``error: ...``) and a non-zero exit: 1 for an error the
+platform reported, 2 for bad command-line usage, 3 when the server cannot be reached, 130 on Ctrl-C.
+Never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from paddlecloud.api.errors import PaddleCloudError, ServerUnreachable
+from paddlecloud.cli.jobs import describe, get, kill, logs, submit
+from paddlecloud.cli.system import up, version
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """PaddleCloud: run distributed training jobs (parameter servers + trainers, collective, PyTorch)."""
+
+
+for command in (up, submit, get, describe, logs, kill, version):
+    cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="paddlecloud", standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        hint = ""
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            hint = f" (see: {exc.ctx.command_path} --help)"
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        sys.exit(exc.exit_code)
+    except ServerUnreachable as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(3)
+    except PaddleCloudError as exc:
+        field = f" [{exc.field}]" if exc.field and exc.field not in exc.message else ""
+        click.echo(f"error: {exc.message}{field}", err=True)
+        sys.exit(1)
+    except TimeoutError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,101 @@
+"""Render API views for people (Rich tables) and programs (``-o json`` / ``-o yaml``).
+
+JSON and YAML are the API models' own JSON form (``docs/cli.md`` documents the job schema); tables
+are for reading and may change.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from paddlecloud.api.models import JobView, RoleStatus
+
+__all__ = ["FORMATS", "age", "console", "emit", "jobs_table", "print_table", "role_cell"]
+
+FORMATS = click.Choice(["table", "wide", "json", "yaml"])
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], fmt: str) -> None:
+    """Machine output: a model, or ``{"items": [...]}`` for a list."""
+    if isinstance(data, BaseModel):
+        obj: Any = data.model_dump(mode="json")
+    elif isinstance(data, dict):
+        obj = data
+    else:
+        obj = {"items": [d.model_dump(mode="json") for d in data]}
+    if fmt == "json":
+        sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    else:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
+
+
+def age(t: datetime | None, now: datetime | None = None) -> str:
+    if t is None:
+        return "-"
+    secs = int(((now or datetime.now(UTC)) - t).total_seconds())
+    if secs < 120:
+        return f"{max(secs, 0)}s"
+    if secs < 7200:
+        return f"{secs // 60}m"
+    if secs < 172800:
+        return f"{secs // 3600}h"
+    return f"{secs // 86400}d"
+
+
+def role_cell(r: RoleStatus) -> str:
+    if r.desired == 0:
+        return "-"
+    done = f" ({r.succeeded} done)" if r.succeeded else ""
+    failed = f" ({r.failed} failed)" if r.failed else ""
+    return f"{r.running}/{r.desired}{done}{failed}"
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for h in headers:
+        table.add_column(h, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console().print(table)
+
+
+def jobs_table(jobs: list[JobView], wide: bool) -> None:
+    now = datetime.now(UTC)
+    headers = ["NAME", "PHASE", "TRAINERS", "PSERVERS", "AGE", "REASON"]
+    if wide:
+        headers[1:1] = ["USER"]
+        headers += ["FRAMEWORK", "STARTED", "FINISHED", "MESSAGE"]
+    rows = []
+    for j in jobs:
+        reason = j.reason if wide else (f"{j.reason}: {j.message}" if j.phase == "Queued" else j.reason)
+        row = [
+            j.name,
+            str(j.phase),
+            role_cell(j.trainers),
+            role_cell(j.pservers),
+            age(j.submitted_at, now),
+            reason,
+        ]
+        if wide:
+            row[1:1] = [j.user]
+            row += [str(j.framework), age(j.started_at, now), age(j.finished_at, now), j.message]
+        rows.append(row)
+    if not rows:
+        click.echo("No jobs. (finished ones: paddlecloud get jobs -a)")
+        return
+    print_table(headers, rows)

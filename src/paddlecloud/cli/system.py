@@ -1,0 +1,82 @@
+"""Platform commands: ``up`` (run the embedded platform in the foreground) and ``version``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from paddlecloud._version import API_VERSION, __version__
+from paddlecloud.cli.output import FORMATS, emit
+from paddlecloud.client import Client, Datacenter, save_datacenter
+from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
+
+__all__ = ["up", "version"]
+
+
+def _quantity(parse: object, value: str | None, flag: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse(value)  # type: ignore[operator,no-any-return]
+    except QuantityError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from None
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option(
+    "--data-dir", type=click.Path(path_type=Path), default=Path.home() / ".paddlecloud", show_default=True
+)
+@click.option(
+    "--database", help="SQLAlchemy URL (default: SQLite in the data dir), e.g. postgresql+psycopg://..."
+)
+@click.option("--nodes", type=click.IntRange(1, 64), default=1, show_default=True, help="virtual nodes")
+@click.option("--node-cpu", help="cpu per node (default: this machine's cores)")
+@click.option("--node-memory", help="memory per node (default: this machine's memory)")
+@click.option("--node-gpu", type=click.IntRange(0, 64), help="GPUs per node (default: from nvidia-smi)")
+@click.option("--policy", type=click.Choice(["fifo", "fifo-backfill"]), default="fifo", show_default=True)
+@click.option("--max-package-size", default="100Mi", show_default=True, help="largest job package accepted")
+def up(
+    host: str, port: int, data_dir: Path, database: str | None, nodes: int, node_cpu: str | None,
+    node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str,
+) -> None:  # fmt: skip
+    """Run the whole platform on this machine, in the foreground (Ctrl-C stops it; jobs keep running)."""
+    from paddlecloud.server.main import NodeShape, PlatformConfig, prepare, serve
+
+    config = PlatformConfig(
+        data_dir=data_dir.expanduser().resolve(),
+        database_url=database,
+        nodes=NodeShape(
+            count=nodes,
+            cpu_m=_quantity(parse_cpu, node_cpu, "--node-cpu"),
+            memory=_quantity(parse_memory, node_memory, "--node-memory"),
+            gpu=node_gpu,
+        ),
+        policy=policy,
+        max_package_bytes=_quantity(parse_memory, max_package_size, "--max-package-size") or 0,
+    )
+    app, token = prepare(config)
+    endpoint = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    path = save_datacenter(
+        Datacenter(name="local", endpoint=endpoint, username=config.default_user, token=token)
+    )
+    click.echo(f"PaddleCloud {__version__} at {endpoint}  (data: {config.data_dir}; client config: {path})")
+    serve(app, host, port)
+
+
+@click.command()
+@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
+def version(fmt: str) -> None:
+    """Client and server versions."""
+    client_info = {"version": __version__, "api_version": API_VERSION}
+    server = Client().version()
+    if fmt in ("json", "yaml"):
+        emit({"client": client_info, "server": server.model_dump(mode="json")}, fmt)
+        return
+    click.echo(f"client: paddlecloud {__version__} (API v{API_VERSION})")
+    click.echo(
+        f"server: paddlecloud {server.version} (API v{server.api_version}), backend {server.backend} "
+        f"[{', '.join(server.capabilities)}]"
+    )

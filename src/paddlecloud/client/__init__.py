@@ -1,0 +1,9 @@
+"""The Python SDK: :class:`Client` (REST over httpx) and :func:`train` (submit in one call)."""
+
+from __future__ import annotations
+
+from paddlecloud.client.client import Client
+from paddlecloud.client.config import ClientConfig, Datacenter, load_config, save_datacenter
+from paddlecloud.client.train import train
+
+__all__ = ["Client", "ClientConfig", "Datacenter", "load_config", "save_datacenter", "train"]

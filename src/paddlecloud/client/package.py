@@ -1,0 +1,45 @@
+"""Pack a job package directory into a temporary tar.gz for upload (see ``core.archive``)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import IO
+
+from paddlecloud.api.errors import ErrorCode, InvalidInput, PackageTooLarge
+from paddlecloud.core.archive import ArchiveError, IgnoreRules, build_archive, walk_files
+from paddlecloud.core.entry import entry_problem
+
+__all__ = ["pack_directory"]
+
+
+def pack_directory(root: Path, entry: str | None, max_bytes: int) -> tuple[IO[bytes], int]:
+    """Return an open temp file holding the archive (caller closes it) and the number of files."""
+    if not root.exists():
+        raise InvalidInput(f"package directory {str(root)!r} does not exist", field="package")
+    if not root.is_dir():
+        raise InvalidInput(f"package {str(root)!r} is not a directory", field="package")
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
+    try:
+        count = build_archive(root, out, max_bytes)
+        files = _names(root) if entry else []
+    except ArchiveError as exc:
+        out.close()
+        raise PackageTooLarge(
+            f"{exc}; leave large files out with a .paddlecloudignore in {root}",
+            code=ErrorCode.PACKAGE_TOO_LARGE,
+        ) from None
+    except BaseException:
+        out.close()
+        raise
+    if entry:
+        problem = entry_problem(entry, files)
+        if problem:
+            out.close()
+            raise InvalidInput(problem, code=ErrorCode.ENTRY_NOT_FOUND, field="entry")
+    out.seek(0)
+    return out, count
+
+
+def _names(root: Path) -> list[str]:
+    return [rel for _, rel in walk_files(root, IgnoreRules.for_dir(root))]

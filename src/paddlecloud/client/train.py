@@ -1,0 +1,49 @@
+"""``paddlecloud.train(...)``: submit a job from Python in one call, like the seed's ``paddle.dist.train``.
+
+import paddlecloud
+job = paddlecloud.train("examples/fit_a_line", entry="python train.py", framework="paddle-ps",
+                        pservers=2, trainers=2, wait=True)
+print(job.phase, job.output_dir)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paddlecloud.api.models import Framework, JobDetail, PserverSpec, TrainerSpec
+from paddlecloud.client.client import Client
+
+__all__ = ["train"]
+
+
+def train(
+    package: str | Path,
+    *,
+    entry: str,
+    name: str | None = None,
+    framework: str = "none",
+    trainers: int = 1,
+    pservers: int = 0,
+    cpu: str = "500m",
+    memory: str = "512Mi",
+    gpu: int = 0,
+    env: dict[str, str] | None = None,
+    wait: bool = False,
+    timeout: float | None = None,
+    client: Client | None = None,
+) -> JobDetail:
+    """Upload ``package``, submit it, and (with ``wait``) block until it ends. Returns the job."""
+    client = client or Client()
+    job_name = name or Path(package).resolve().name.replace("_", "-").lower()
+    spec = {
+        "name": job_name,
+        "entry": entry,
+        "framework": Framework(framework).value,
+        "pservers": PserverSpec(count=pservers, cpu=cpu, memory=memory).model_dump(),
+        "trainers": TrainerSpec(count=trainers, cpu=cpu, memory=memory, gpu=gpu).model_dump(
+            exclude_none=True
+        ),
+        "env": env or {},
+    }
+    job = client.submit(spec, package_dir=package)
+    return client.wait(job.name, timeout=timeout) if wait else job

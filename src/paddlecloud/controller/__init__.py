@@ -1,0 +1,14 @@
+"""The platform core: job operations, the reconcile loop and how they are assembled.
+
+Routes call :class:`JobService` methods; the :class:`Reconciler` thread moves jobs through their
+phases; :class:`Platform` wires both to a database and a backend.
+"""
+
+from __future__ import annotations
+
+from paddlecloud.controller.config import PlatformConfig
+from paddlecloud.controller.jobs import JobService
+from paddlecloud.controller.platform import Platform
+from paddlecloud.controller.users import Identity
+
+__all__ = ["Identity", "JobService", "Platform", "PlatformConfig"]

@@ -1,0 +1,41 @@
+"""Settings of the platform core, grouped (``paddlecloud up`` fills them from its options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paddlecloud.backends.local import NodeShape
+
+__all__ = ["PlatformConfig"]
+
+
+@dataclass(frozen=True)
+class PlatformConfig:
+    data_dir: Path
+    #: SQLAlchemy URL; default: SQLite in WAL mode at ``<data_dir>/paddlecloud.db``.
+    database_url: str | None = None
+    nodes: NodeShape = field(default_factory=NodeShape)
+    policy: str = "fifo"
+    max_package_bytes: int = 100 * 2**20
+    #: Seconds between reconcile cycles when nothing wakes the loop earlier.
+    tick_seconds: float = 1.0
+    #: Default SIGTERM → SIGKILL grace when a user kills a job.
+    kill_grace: float = 10.0
+    #: Name of the user created by ``paddlecloud up`` for the single-machine setup.
+    default_user: str = "default"
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'paddlecloud.db'}"
+
+    @property
+    def packages_dir(self) -> Path:
+        return self.data_dir / "packages"
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.data_dir / "cluster"
+
+    def output_dir(self, user: str, job: str) -> Path:
+        return self.data_dir / "outputs" / user / job

@@ -1,0 +1,209 @@
+"""Job operations behind the REST routes: submit, list, get, kill, delete, workers, logs, quota.
+
+Every method takes the caller's :class:`Identity`; users see only their own jobs, admins all
+(``user`` argument). Writes happen under the context mutex and are committed before the method
+returns, so an acknowledged submit is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from paddlecloud.api.errors import Conflict, ErrorCode, InvalidInput, NotFound
+from paddlecloud.api.models import JobDetail, JobSpec, JobView, QuotaView, ResourceView, WorkerView
+from paddlecloud.backends.base import LogRequest
+from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.packages import check_entry
+from paddlecloud.controller.records import job_request, record_workers
+from paddlecloud.controller.users import Identity
+from paddlecloud.controller.views import RoleTally, detail_view, job_view, worker_view
+from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
+from paddlecloud.core.quantity import format_cpu, format_memory
+from paddlecloud.core.resources import Resources
+from paddlecloud.store.tables import JobRow, WorkerRow
+
+__all__ = ["JobService"]
+
+ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING)
+
+
+def _resources_view(r: Resources) -> ResourceView:
+    return ResourceView(cpu=format_cpu(r.cpu_m), memory=format_memory(r.memory), gpu=r.gpu)
+
+
+class JobService:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def _row(self, s: Session, who: Identity, name: str, user: str | None = None) -> JobRow:
+        owner = user if (user and who.is_admin) else who.name
+        row = s.scalar(
+            select(JobRow)
+            .where(JobRow.user == owner, JobRow.name == name)
+            .options(selectinload(JobRow.workers), selectinload(JobRow.events))
+        )
+        if row is None:
+            raise NotFound(
+                f"job {name!r} not found (see: paddlecloud get jobs -a)", code=ErrorCode.JOB_NOT_FOUND
+            )
+        return row
+
+    def list_jobs(self, who: Identity, *, all_jobs: bool, all_users: bool = False) -> list[JobView]:
+        with self.ctx.session() as s:
+            q = select(JobRow).order_by(JobRow.submitted_at, JobRow.id)
+            if not (all_users and who.is_admin):
+                q = q.where(JobRow.user == who.name)
+            if not all_jobs:
+                q = q.where(JobRow.phase.not_in(list(TERMINAL_PHASES)))
+            rows = s.scalars(q).all()
+            counts: dict[int, RoleTally] = {}
+            if rows:
+                ids = [r.id for r in rows]
+                tq = (
+                    select(WorkerRow.job_id, WorkerRow.role, WorkerRow.state, func.count())
+                    .where(WorkerRow.job_id.in_(ids))
+                    .group_by(WorkerRow.job_id, WorkerRow.role, WorkerRow.state)
+                )
+                for job_id, role, state, n in s.execute(tq):
+                    counts.setdefault(job_id, {})[(role, state)] = n
+            return [job_view(r, counts.get(r.id, {})) for r in rows]
+
+    def get(self, who: Identity, name: str, user: str | None = None) -> JobDetail:
+        with self.ctx.session() as s:
+            return detail_view(self._row(s, who, name, user))
+
+    def workers(self, who: Identity, name: str) -> list[WorkerView]:
+        with self.ctx.session() as s:
+            return [worker_view(w) for w in self._row(s, who, name).workers]
+
+    def quota(self, who: Identity) -> QuotaView:
+        with self.ctx.session() as s:
+            rows = s.scalars(
+                select(JobRow).where(JobRow.user == who.name, JobRow.phase.not_in(list(TERMINAL_PHASES)))
+            ).all()
+            used = Resources()
+            running = queued = 0
+            for row in rows:
+                if row.phase == JobPhase.QUEUED:
+                    queued += 1
+                elif row.phase in ACTIVE:
+                    running += 1
+                    req = job_request(row)
+                    used = used + req.pserver.times(req.pservers) + req.trainer.times(req.trainers)
+        cluster = Resources()
+        for n in self.ctx.backend.nodes():
+            cluster = cluster + n.capacity
+        return QuotaView(
+            user=who.name,
+            limit=None,
+            used=_resources_view(used),
+            cluster=_resources_view(cluster),
+            jobs_running=running,
+            jobs_queued=queued,
+        )
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def submit(self, who: Identity, spec: JobSpec) -> JobDetail:
+        with self.ctx.session() as s:
+            package = self.ctx.packages.get(s, spec.package)
+            check_entry(spec.entry, list(package.files))
+            now = self.ctx.clock.now()
+            row = JobRow(
+                user=who.name,
+                name=spec.name,
+                package_id=spec.package,
+                framework=str(spec.framework),
+                spec=spec.model_dump(mode="json"),
+                priority=spec.priority,
+                phase=JobPhase.QUEUED,
+                reason="Queued",
+                message="waiting for the next scheduling cycle",
+                submitted_at=now,
+                output_dir=str(self.ctx.config.output_dir(who.name, spec.name)),
+            )
+            self.ctx.event(row, "Normal", "Submitted", f"submitted by {who.name}")
+            with self.ctx.mutex:
+                s.add(row)
+                try:
+                    s.commit()
+                except IntegrityError:
+                    s.rollback()
+                    raise Conflict(
+                        f"job {spec.name!r} already exists; pick another --name or remove the old one "
+                        f"with `paddlecloud kill {spec.name} --rm`",
+                        code=ErrorCode.JOB_EXISTS,
+                        field="name",
+                    ) from None
+            self.ctx.wake()
+            return detail_view(row)
+
+    def kill(self, who: Identity, name: str, grace: float | None = None) -> JobView:
+        grace = self.ctx.config.kill_grace if grace is None else grace
+        if grace < 0 or grace > 3600:
+            raise InvalidInput("grace must be between 0 and 3600 seconds", field="grace")
+        with self.ctx.mutex, self.ctx.session() as s:
+            row = self._row(s, who, name)
+            phase = JobPhase(row.phase)
+            if phase in TERMINAL_PHASES:
+                raise Conflict(f"job {name!r} already {phase}", code=ErrorCode.JOB_NOT_RUNNING)
+            row.stop_requested = True
+            s.commit()
+            started = phase in ACTIVE
+        if started:  # slow part outside the mutex: the reconciler skips jobs with stop_requested
+            key = job_key(row.user, row.name)
+            self.ctx.backend.stop(key, grace)
+            status = self.ctx.backend.sync(key)
+        with self.ctx.mutex, self.ctx.session() as s:
+            row = self._row(s, who, name)
+            if started:
+                record_workers(self.ctx, row, status)
+            row.phase, row.reason = JobPhase.KILLED, "Killed"
+            row.message = f"killed by {who.name}"
+            row.finished_at = self.ctx.clock.now()
+            self.ctx.event(row, "Normal", "Killed", row.message)
+            s.commit()
+            view = detail_view(row)
+        self.ctx.wake()  # freed capacity: schedule now
+        return view
+
+    def delete(self, who: Identity, name: str) -> None:
+        with self.ctx.session() as s:
+            phase = JobPhase(self._row(s, who, name).phase)
+        if phase not in TERMINAL_PHASES:
+            self.kill(who, name, 0.0 if phase == JobPhase.QUEUED else None)
+        with self.ctx.mutex, self.ctx.session() as s:
+            row = self._row(s, who, name)
+            package_id = row.package_id
+            s.delete(row)
+            s.commit()
+            self.ctx.backend.forget(job_key(row.user, row.name))
+            self.ctx.packages.collect(s, package_id)
+            s.commit()
+
+    def logs(
+        self, who: Identity, name: str, *, worker: str | None, tail: int | None, follow: bool, previous: bool
+    ) -> Iterator[bytes]:
+        with self.ctx.session() as s:
+            row = self._row(s, who, name)
+            names = [w.name for w in row.workers]
+            key = job_key(row.user, row.name)
+        if worker:
+            if worker not in names and worker != "prepare":
+                raise NotFound(
+                    f"job {name!r} has no worker {worker!r} (workers: {', '.join(names) or 'none yet'}; "
+                    "'prepare' shows the environment build)",
+                    code=ErrorCode.WORKER_NOT_FOUND,
+                )
+            names = [worker]
+        if tail is not None and tail < 0:
+            raise InvalidInput("tail must be >= 0", field="tail")
+        return self.ctx.backend.read_log(
+            LogRequest(key=key, workers=tuple(names), tail=tail, follow=follow, previous=previous)
+        )

@@ -1,0 +1,76 @@
+"""Assemble the platform core from a :class:`PlatformConfig`: database, backend, services, loop.
+
+    Platform.open(config) ─┬─ store.open_database(url)   (Alembic upgrade to head)
+                           ├─ LocalBackend(nodes, data dir)
+                           ├─ PackageStore, UserDirectory, JobService
+                           └─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
+
+The server holds one Platform; tests build one against a temp dir and a manual clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paddlecloud.backends.base import Backend
+from paddlecloud.backends.local import LocalBackend, LocalConfig
+from paddlecloud.controller.config import PlatformConfig
+from paddlecloud.controller.context import Context
+from paddlecloud.controller.jobs import JobService
+from paddlecloud.controller.packages import PackageStore
+from paddlecloud.controller.reconciler import Reconciler
+from paddlecloud.controller.users import Identity, UserDirectory
+from paddlecloud.core.clock import Clock, SystemClock
+from paddlecloud.scheduler import policy as make_policy
+from paddlecloud.store.db import open_database
+
+__all__ = ["Platform"]
+
+
+@dataclass
+class Platform:
+    ctx: Context
+    jobs: JobService
+    users: UserDirectory
+    reconciler: Reconciler
+
+    @classmethod
+    def open(
+        cls, config: PlatformConfig, clock: Clock | None = None, backend: Backend | None = None
+    ) -> Platform:
+        clock = clock or SystemClock()
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        db = open_database(config.db_url)
+        packages = PackageStore(config.packages_dir, config.max_package_bytes, clock)
+        holder: list[Context] = []
+
+        def wake() -> None:
+            if holder:
+                holder[0].wake()
+
+        if backend is None:
+            backend = LocalBackend(LocalConfig(root=config.cluster_dir, nodes=config.nodes), clock.now, wake)
+        ctx = Context(config=config, db=db, backend=backend, clock=clock, packages=packages)
+        holder.append(ctx)
+        return cls(
+            ctx=ctx,
+            jobs=JobService(ctx),
+            users=UserDirectory(clock),
+            reconciler=Reconciler(ctx, make_policy(config.policy)),
+        )
+
+    def start(self) -> None:
+        self.reconciler.start()
+
+    def close(self) -> None:
+        self.reconciler.stop()
+        self.ctx.backend.close()
+        self.ctx.db.dispose()
+
+    def ensure_user(self, name: str, *, admin: bool = False) -> str:
+        with self.ctx.session() as s:
+            return self.users.create_or_rotate(s, name, admin=admin)
+
+    def authenticate(self, token: str | None) -> Identity:
+        with self.ctx.session() as s:
+            return self.users.authenticate(s, token)

@@ -1,0 +1,98 @@
+"""Turn database rows into API views (``paddlecloud.api.models``); no decisions here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from paddlecloud.api.models import (
+    EventView,
+    Framework,
+    JobDetail,
+    JobSpec,
+    JobView,
+    RoleStatus,
+    WorkerView,
+)
+from paddlecloud.core.phases import JobPhase, WorkerState
+from paddlecloud.store.tables import JobRow, WorkerRow
+
+__all__ = ["RoleTally", "detail_view", "job_view", "tally", "ts", "worker_view"]
+
+#: (role, state) -> count, for one job
+RoleTally = dict[tuple[str, str], int]
+
+_FAILED = (WorkerState.FAILED, WorkerState.LOST)
+
+
+def ts(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, tz=UTC)
+
+
+def tally(workers: Iterable[WorkerRow]) -> RoleTally:
+    out: RoleTally = {}
+    for w in workers:
+        out[(w.role, w.state)] = out.get((w.role, w.state), 0) + 1
+    return out
+
+
+def _role(counts: RoleTally, role: str, desired: int) -> RoleStatus:
+    return RoleStatus(
+        desired=desired,
+        running=counts.get((role, WorkerState.RUNNING), 0),
+        succeeded=counts.get((role, WorkerState.SUCCEEDED), 0),
+        failed=sum(counts.get((role, s), 0) for s in _FAILED),
+    )
+
+
+def job_view(row: JobRow, counts: RoleTally) -> JobView:
+    spec = row.spec
+    submitted = ts(row.submitted_at)
+    assert submitted is not None
+    return JobView(
+        name=row.name,
+        user=row.user,
+        phase=JobPhase(row.phase),
+        framework=Framework(row.framework),
+        pservers=_role(counts, "pserver", int(spec.get("pservers", {}).get("count", 0))),
+        trainers=_role(counts, "trainer", int(spec.get("trainers", {}).get("count", 1))),
+        priority=row.priority,
+        submitted_at=submitted,
+        started_at=ts(row.started_at),
+        finished_at=ts(row.finished_at),
+        reason=row.reason,
+        message=row.message,
+    )
+
+
+def worker_view(w: WorkerRow) -> WorkerView:
+    return WorkerView(
+        name=w.name,
+        role=w.role,
+        index=w.index,
+        state=WorkerState(w.state),
+        node=w.node,
+        endpoint=w.endpoint,
+        pid=w.pid,
+        restarts=w.restarts,
+        exit_code=w.exit_code,
+        started_at=ts(w.started_at),
+        finished_at=ts(w.finished_at),
+        log=w.log_path,
+    )
+
+
+def detail_view(row: JobRow) -> JobDetail:
+    base = job_view(row, tally(row.workers))
+    return JobDetail(
+        **base.model_dump(),
+        spec=JobSpec.model_validate(row.spec),
+        output_dir=row.output_dir,
+        events=[
+            EventView(
+                time=datetime.fromtimestamp(e.time, tz=UTC), type=e.type, reason=e.reason, message=e.message
+            )
+            for e in row.events
+        ],
+        workers=[worker_view(w) for w in row.workers],
+    )

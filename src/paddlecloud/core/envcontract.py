@@ -1,0 +1,154 @@
+"""Build the environment of one worker process: the env contract of ``docs/env-contract.md``.
+
+Backends compute the endpoints (the local backend allocates loopback ports; Kubernetes uses pod
+addresses), fill a :class:`WorkerContext` and call :func:`worker_env`. The result is layered, later
+layers winning: platform variables, framework variables, then the user's ``--env``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from paddlecloud.runtime import contract as c
+
+__all__ = ["Topology", "WorkerContext", "worker_env"]
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where every worker of a job listens."""
+
+    pserver_endpoints: Sequence[str]
+    trainer_endpoints: Sequence[str]
+    #: PaddlePaddle PS barriers: gloo HTTP store hosted beside pserver 0 (``host:port``).
+    gloo_endpoint: str = ""
+    #: Collective jobs (torch, paddle-collective): the rendezvous store, on trainer 0's host.
+    master_endpoint: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    job_name: str
+    user: str
+    framework: str  # a paddlecloud.api.models.Framework value
+    role: str  # "pserver" | "trainer"
+    index: int
+    topology: Topology
+    output_dir: str
+    restart: int = 0
+    gpus: Sequence[int] | None = None  # None: the backend has no GPUs to assign
+    user_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> str:
+        eps = self.topology.pserver_endpoints if self.role == "pserver" else self.topology.trainer_endpoints
+        return eps[self.index]
+
+
+def _host_port(endpoint: str) -> tuple[str, str]:
+    host, _, port = endpoint.rpartition(":")
+    return host, port
+
+
+def _platform(ctx: WorkerContext) -> dict[str, str]:
+    host, port = _host_port(ctx.endpoint)
+    t = ctx.topology
+    return {
+        c.JOB_NAME: ctx.job_name,
+        c.JOB_USER: ctx.user,
+        c.ROLE: ctx.role,
+        c.WORKER: f"{ctx.role}-{ctx.index}",
+        c.TRAINER_ID: str(ctx.index),
+        c.TRAINERS: str(len(t.trainer_endpoints)),
+        c.PSERVERS: str(len(t.pserver_endpoints)),
+        c.PSERVER_ENDPOINTS: ",".join(t.pserver_endpoints),
+        c.TRAINER_ENDPOINTS: ",".join(t.trainer_endpoints),
+        c.CURRENT_ENDPOINT: ctx.endpoint,
+        c.PORT: port,
+        c.POD_IP: host,
+        c.OUTPUT_DIR: ctx.output_dir,
+        c.RESTART: str(ctx.restart),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _paddle_common(ctx: WorkerContext) -> dict[str, str]:
+    host, port = _host_port(ctx.endpoint)
+    t = ctx.topology
+    return {
+        "PADDLE_TRAINER_ENDPOINTS": ",".join(t.trainer_endpoints),
+        "PADDLE_TRAINERS_NUM": str(len(t.trainer_endpoints)),
+        "PADDLE_TRAINER_ID": str(ctx.index),
+        "PADDLE_CURRENT_ENDPOINT": ctx.endpoint,
+        "PADDLE_PORT": port,
+        "POD_IP": host,
+        # The seed's (PaddlePaddle v1) names, kept for old programs.
+        "PADDLE_INIT_PORT": port,
+        "PADDLE_INIT_TRAINER_ID": str(ctx.index),
+        "PADDLE_INIT_TRAINER_COUNT": str(len(t.trainer_endpoints)),
+        "PADDLE_INIT_NUM_GRADIENT_SERVERS": str(len(t.trainer_endpoints)),
+        "PADDLE_INIT_PSERVERS": ",".join(_host_port(e)[0] for e in t.pserver_endpoints),
+        "PADDLE_INIT_PORTS_NUM": "1",
+        "PADDLE_INIT_USE_GPU": "1" if ctx.gpus else "0",
+    }
+
+
+def _paddle_ps(ctx: WorkerContext) -> dict[str, str]:
+    env = _paddle_common(ctx)
+    env.update(
+        {
+            "TRAINING_ROLE": "PSERVER" if ctx.role == "pserver" else "TRAINER",
+            "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(ctx.topology.pserver_endpoints),
+            "PADDLE_PSERVER_NUMS": str(len(ctx.topology.pserver_endpoints)),
+            "PADDLE_WITH_GLOO": "1",
+            "PADDLE_GLOO_RENDEZVOUS": "3",
+            "PADDLE_GLOO_HTTP_ENDPOINT": ctx.topology.gloo_endpoint,
+        }
+    )
+    return env
+
+
+def _paddle_collective(ctx: WorkerContext) -> dict[str, str]:
+    env = _paddle_common(ctx)
+    env.update(
+        {
+            "TRAINING_ROLE": "TRAINER",
+            "PADDLE_MASTER": ctx.topology.master_endpoint,
+            "PADDLE_DISTRI_BACKEND": "nccl" if ctx.gpus else "gloo",
+        }
+    )
+    return env
+
+
+def _torch(ctx: WorkerContext) -> dict[str, str]:
+    host, port = _host_port(ctx.topology.master_endpoint)
+    return {
+        "MASTER_ADDR": host,
+        "MASTER_PORT": port,
+        "WORLD_SIZE": str(len(ctx.topology.trainer_endpoints)),
+        "RANK": str(ctx.index),
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": str(ctx.index),
+    }
+
+
+_FRAMEWORK = {
+    "paddle-ps": _paddle_ps,
+    "paddle-collective": _paddle_collective,
+    "torch": _torch,
+}
+
+
+def worker_env(ctx: WorkerContext) -> dict[str, str]:
+    """The variables a worker gets (not including the inherited ``PATH`` and friends)."""
+    env = _platform(ctx)
+    framework = _FRAMEWORK.get(ctx.framework)
+    if framework is not None:
+        env.update(framework(ctx))
+    if ctx.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in ctx.gpus)
+        env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"] or "none"
+    env.update(ctx.user_env)
+    return env

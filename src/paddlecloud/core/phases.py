@@ -1,0 +1,104 @@
+"""Job and worker phases and the job state machine.
+
+    Queued ──admit──▶ Starting ──all trainers running──▶ Running ──all trainers succeeded──▶ Succeeded
+       │                 │                                  │
+       └──kill──▶ Killed ◀┴──────────────kill───────────────┤
+                         └──────────────failure──────────────┴──▶ Failed
+
+``next_phase`` is the one place that decides a job's phase from what the backend observed; the
+controller applies its result. Terminal phases never change again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = [
+    "TERMINAL_PHASES",
+    "JobPhase",
+    "PhaseChange",
+    "RoleCounts",
+    "WorkerState",
+    "can_transition",
+    "next_phase",
+]
+
+
+class JobPhase(StrEnum):
+    QUEUED = "Queued"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    KILLED = "Killed"
+
+
+TERMINAL_PHASES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLED})
+
+_ALLOWED: dict[JobPhase, frozenset[JobPhase]] = {
+    JobPhase.QUEUED: frozenset({JobPhase.STARTING, JobPhase.KILLED, JobPhase.FAILED}),
+    JobPhase.STARTING: frozenset({JobPhase.RUNNING, JobPhase.FAILED, JobPhase.KILLED, JobPhase.SUCCEEDED}),
+    JobPhase.RUNNING: frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLED}),
+    JobPhase.SUCCEEDED: frozenset(),
+    JobPhase.FAILED: frozenset(),
+    JobPhase.KILLED: frozenset(),
+}
+
+
+class WorkerState(StrEnum):
+    PENDING = "Pending"  # planned, not started yet
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"  # stopped by the platform (job finished, killed or shrunk)
+    LOST = "Lost"  # the process vanished without an exit status
+
+
+def can_transition(src: JobPhase, dst: JobPhase) -> bool:
+    return src == dst or dst in _ALLOWED[src]
+
+
+@dataclass(frozen=True)
+class RoleCounts:
+    desired: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class PhaseChange:
+    phase: JobPhase
+    reason: str
+    message: str
+
+
+def next_phase(
+    current: JobPhase,
+    pservers: RoleCounts,
+    trainers: RoleCounts,
+    failure: str | None,
+) -> PhaseChange | None:
+    """Decide the next phase of a started job from per-role counts; ``None`` means no change.
+
+    ``failure`` is the backend's message when a worker failed, was lost, or the job could not be
+    prepared (for example its requirements did not install).
+    """
+    if current in TERMINAL_PHASES or current == JobPhase.QUEUED:
+        return None
+    if failure:
+        return PhaseChange(JobPhase.FAILED, "WorkerFailed", failure)
+    if trainers.desired and trainers.succeeded >= trainers.desired:
+        return PhaseChange(JobPhase.SUCCEEDED, "Completed", f"all {trainers.desired} trainers succeeded")
+    if (
+        current == JobPhase.STARTING
+        and trainers.running + trainers.succeeded >= trainers.desired
+        and pservers.running >= pservers.desired
+    ):
+        return PhaseChange(
+            JobPhase.RUNNING,
+            "Running",
+            f"{pservers.running} pservers and {trainers.running} trainers running",
+        )
+    return None

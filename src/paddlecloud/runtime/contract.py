@@ -1,0 +1,43 @@
+"""The names of the environment variables every worker process receives (the env contract).
+
+This module is the single source of those names: ``paddlecloud.core.envcontract`` builds the values on
+the platform side, ``paddlecloud.runtime.env`` reads them inside the worker. ``docs/env-contract.md``
+documents each one. Standard library only: it is imported inside job virtual environments.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CHECKPOINT_DIR",
+    "CURRENT_ENDPOINT",
+    "JOB_NAME",
+    "JOB_USER",
+    "OUTPUT_DIR",
+    "POD_IP",
+    "PORT",
+    "PSERVERS",
+    "PSERVER_ENDPOINTS",
+    "RESTART",
+    "ROLE",
+    "TRAINERS",
+    "TRAINER_ENDPOINTS",
+    "TRAINER_ID",
+    "WORKER",
+]
+
+PREFIX = "PADDLECLOUD_"
+JOB_NAME = PREFIX + "JOB_NAME"
+JOB_USER = PREFIX + "JOB_USER"
+ROLE = PREFIX + "ROLE"
+WORKER = PREFIX + "WORKER"
+TRAINER_ID = PREFIX + "TRAINER_ID"
+TRAINERS = PREFIX + "TRAINERS"
+PSERVERS = PREFIX + "PSERVERS"
+PSERVER_ENDPOINTS = PREFIX + "PSERVER_ENDPOINTS"
+TRAINER_ENDPOINTS = PREFIX + "TRAINER_ENDPOINTS"
+CURRENT_ENDPOINT = PREFIX + "CURRENT_ENDPOINT"
+PORT = PREFIX + "PORT"
+POD_IP = PREFIX + "POD_IP"
+OUTPUT_DIR = PREFIX + "OUTPUT_DIR"
+CHECKPOINT_DIR = PREFIX + "CHECKPOINT_DIR"
+RESTART = PREFIX + "RESTART"

@@ -1,0 +1,62 @@
+"""The per-worker launcher: the process the platform starts for every worker.
+
+    platform ──spawn (own session)──▶ launcher ──/bin/sh -c ENTRY──▶ training program
+
+The launcher runs the worker's entry command in the worker's directory, waits for it and writes its
+exit status atomically to ``--status`` (``{"exit_code": int, "signal": int|null, "finished_at": float}``).
+It runs in its own session and process group, so it outlives a restart of the platform server; the
+server re-adopts it from its pid file and later reads the status file. SIGTERM and SIGINT are passed
+to the program, and the launcher keeps waiting so that the exit status is still recorded.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+__all__ = ["main", "write_json_atomic"]
+
+
+def write_json_atomic(path: str, data: object) -> None:
+    """Write JSON to ``path`` so that readers see the old file or the whole new one, never a part."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="paddlecloud-launcher")
+    parser.add_argument("--status", required=True, help="file to write the exit status to")
+    parser.add_argument("--cwd", required=True)
+    parser.add_argument("entry", help="shell command to run")
+    args = parser.parse_args(argv)
+
+    child = subprocess.Popen(["/bin/sh", "-c", args.entry], cwd=args.cwd)
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    rc = child.wait()
+    code = rc if rc >= 0 else 128 - rc  # the shell convention: 128 + signal number
+    status = {"exit_code": code, "signal": -rc if rc < 0 else None, "finished_at": time.time()}
+    write_json_atomic(args.status, status)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Decisions are values: what one scheduling cycle wants done, and why every waiting job waits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = ["Admit", "Plan", "Wait", "WaitReason", "WorkerPlacement"]
+
+
+class WaitReason(StrEnum):
+    #: The cluster has not enough free capacity now.
+    INSUFFICIENT_RESOURCES = "InsufficientResources"
+    #: No node could ever host one of the job's workers, even empty.
+    EXCEEDS_NODE_CAPACITY = "ExceedsNodeCapacity"
+    #: An earlier (or higher-priority) job is waiting and this policy does not overtake it.
+    BEHIND_EARLIER_JOB = "BehindEarlierJob"
+
+
+@dataclass(frozen=True)
+class WorkerPlacement:
+    role: str
+    index: int
+    node: str
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Admit:
+    job: str
+    placement: tuple[WorkerPlacement, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    job: str
+    reason: WaitReason
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    cycle: int
+    admit: list[Admit] = field(default_factory=list)
+    wait: list[Wait] = field(default_factory=list)

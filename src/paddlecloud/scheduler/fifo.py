@@ -1,0 +1,67 @@
+"""The ``fifo`` policy: static gang scheduling, first come first served.
+
+Each cycle:
+  1. order the queue by priority (higher first), then submit time, then key;
+  2. for each job: if some worker can never fit any node, it waits (``ExceedsNodeCapacity``) without
+     blocking the queue; else try to place all its workers on the free capacity left by the jobs
+     admitted before it in this cycle;
+  3. a job that fits is admitted; the first job that does not fit waits (``InsufficientResources``)
+     and, unless ``backfill`` is on, every later job waits behind it (``BehindEarlierJob``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler.decisions import Admit, Plan, Wait, WaitReason
+from paddlecloud.scheduler.placement import never_fits, place_job
+from paddlecloud.scheduler.snapshot import FreeCapacity, JobRequest, Snapshot
+
+__all__ = ["FifoPolicy", "queue_order"]
+
+
+def queue_order(job: JobRequest) -> tuple[int, float, str]:
+    return (-job.priority, job.submitted_at, job.key)
+
+
+def _demand(job: JobRequest) -> Resources:
+    return job.pserver.times(job.pservers) + job.trainer.times(job.trainers)
+
+
+@dataclass(frozen=True)
+class FifoPolicy:
+    backfill: bool = False
+    name: str = "fifo"
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        plan = Plan(cycle=snap.cycle)
+        cap = FreeCapacity.of(snap.nodes)
+        head: JobRequest | None = None
+        for job in sorted(snap.queue, key=queue_order):
+            impossible = never_fits(snap.nodes, job)
+            if impossible:
+                plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
+                continue
+            if head is not None and not self.backfill:
+                plan.wait.append(
+                    Wait(job.key, WaitReason.BEHIND_EARLIER_JOB, f"waiting behind job {head.key} (fifo)")
+                )
+                continue
+            placement = place_job(cap, job)
+            if placement is not None:
+                nodes = sorted({p.node for p in placement})
+                plan.admit.append(Admit(job.key, placement, f"admitted on {', '.join(nodes)}"))
+                continue
+            free = cap.total()
+            short = _demand(job).shortfall(free) or ["no single node can hold the workers"]
+            plan.wait.append(
+                Wait(
+                    job.key,
+                    WaitReason.INSUFFICIENT_RESOURCES,
+                    f"needs {_demand(job).describe()} for {job.pservers + job.trainers} workers; "
+                    + "; ".join(short),
+                )
+            )
+            head = head or job
+        return plan

@@ -1,0 +1,8 @@
+"""Persistence: SQLAlchemy tables, the database opener and the Alembic migrations."""
+
+from __future__ import annotations
+
+from paddlecloud.store.db import Database, open_database
+from paddlecloud.store.tables import Base, EventRow, JobRow, PackageRow, UserRow, WorkerRow
+
+__all__ = ["Base", "Database", "EventRow", "JobRow", "PackageRow", "UserRow", "WorkerRow", "open_database"]

@@ -1,0 +1,101 @@
+"""SQLAlchemy 2 ORM tables: users, packages, jobs, workers, events.
+
+Times are float seconds since the epoch from the controller's injected clock. The schema is created
+and upgraded only by Alembic (``store/migrations``); keep both in step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+__all__ = ["Base", "EventRow", "JobRow", "PackageRow", "UserRow", "WorkerRow"]
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class PackageRow(Base):
+    __tablename__ = "packages"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the archive
+    user: Mapped[str] = mapped_column(String(63))
+    size: Mapped[int] = mapped_column(Integer)
+    files: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("user", "name", name="uq_jobs_user_name"),
+        Index("ix_jobs_phase", "phase"),
+        Index("ix_jobs_user_submitted", "user", "submitted_at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user: Mapped[str] = mapped_column(String(63))
+    name: Mapped[str] = mapped_column(String(63))
+    package_id: Mapped[str] = mapped_column(String(64))
+    framework: Mapped[str] = mapped_column(String(32))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    phase: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    placement: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    output_dir: Mapped[str] = mapped_column(Text, default="")
+
+    workers: Mapped[list[WorkerRow]] = relationship(
+        back_populates="job", cascade="all, delete-orphan", order_by="WorkerRow.id"
+    )
+    events: Mapped[list[EventRow]] = relationship(
+        back_populates="job", cascade="all, delete-orphan", order_by="EventRow.id"
+    )
+
+
+class WorkerRow(Base):
+    __tablename__ = "workers"
+    __table_args__ = (UniqueConstraint("job_id", "name", name="uq_workers_job_name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(63))
+    role: Mapped[str] = mapped_column(String(16))
+    index: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str] = mapped_column(String(63), default="")
+    endpoint: Mapped[str] = mapped_column(String(255), default="")
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    log_path: Mapped[str] = mapped_column(Text, default="")
+
+    job: Mapped[JobRow] = relationship(back_populates="workers")
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    type: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+
+    job: Mapped[JobRow] = relationship(back_populates="events")
