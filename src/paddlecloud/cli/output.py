@@ -25,7 +25,10 @@ FORMATS = click.Choice(["table", "wide", "json", "yaml"])
 
 
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output is not folded at 80 columns: scripts and logs get whole lines.
+    width = None if stream.isatty() else 250
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
 def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], fmt: str) -> None:

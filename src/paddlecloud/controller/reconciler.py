@@ -121,8 +121,8 @@ class Reconciler:
         else:
             change_phase, reason, message = change.phase, change.reason, change.message
         if change_phase in TERMINAL_PHASES and not status.finished:
-            if row.message != message:  # failure known, processes still being stopped
-                row.reason, row.message = "Stopping", message
+            if row.reason != "Stopping":  # outcome known, remaining processes still being stopped
+                row.reason, row.message = "Stopping", f"{message}; stopping the remaining workers"
             return
         row.phase, row.reason, row.message = change_phase, reason, message
         if change_phase in TERMINAL_PHASES:

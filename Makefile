@@ -1,0 +1,39 @@
+# PaddleCloud developer entry points. `make demo` and `make test` do all set-up themselves.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install demo test lint unit e2e bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade "pip>=23.1"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install           ## start the platform, run examples/fit_a_line (2 pservers + 2 trainers), stop
+	bash scripts/demo.sh
+
+lint: install           ## ruff, mypy --strict, import-linter layer contracts
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+unit: install
+	$(VENV)/bin/pytest tests/unit -q
+
+e2e: install
+	$(VENV)/bin/pytest tests/e2e -q
+
+test: lint              ## everything CI runs
+	$(VENV)/bin/pytest tests -q
+
+bench: install
+	$(PY) bench/submit_latency.py
+	$(PY) bench/list_jobs.py
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
