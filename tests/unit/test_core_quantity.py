@@ -1,0 +1,95 @@
+"""core.quantity: Kubernetes quantity notation for cpu (millicores) and memory (bytes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from paddlecloud.core.quantity import QuantityError, format_cpu, format_memory, parse_cpu, parse_memory
+
+GI = 2**30
+
+
+@pytest.mark.parametrize(
+    ("text", "millicores"),
+    [
+        ("500m", 500),
+        ("1", 1000),
+        ("2.5", 2500),
+        ("0.5", 500),
+        (".5", 500),
+        ("1m", 1),
+        ("0", 0),
+        (" 2 ", 2000),
+        (3, 3000),
+        (1.5, 1500),
+    ],
+)
+def test_parse_cpu_valid(text: str | int | float, millicores: int) -> None:
+    assert parse_cpu(text) == millicores
+
+
+@pytest.mark.parametrize(
+    ("text", "nbytes"),
+    [
+        ("1Gi", GI),
+        ("10Gi", 10 * GI),
+        ("512Mi", 512 * 2**20),
+        ("1G", 10**9),
+        ("1k", 1000),
+        ("1Ki", 1024),
+        ("128974848", 128974848),
+        ("1.5Gi", 3 * GI // 2),
+        (4096, 4096),
+    ],
+)
+def test_parse_memory_valid(text: str | int, nbytes: int) -> None:
+    assert parse_memory(text) == nbytes
+
+
+@pytest.mark.parametrize("text", ["1x", "", "-1", "1.0001m", "abc", "1Gb", "1Gi", "1k", "1..5", "1e3", "m"])
+def test_parse_cpu_invalid(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_cpu(text)
+
+
+@pytest.mark.parametrize("text", ["1x", "", "-1", "abc", "1Gb", "0.5", "1m", "1.0001", "Gi", "1 Gi"])
+def test_parse_memory_invalid(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_memory(text)
+
+
+def test_quantity_error_is_a_value_error_and_names_the_input() -> None:
+    with pytest.raises(ValueError, match="'1x'"):
+        parse_cpu("1x")
+
+
+def test_finer_than_a_millicore_says_so() -> None:
+    with pytest.raises(QuantityError, match="millicore"):
+        parse_cpu("1.0001m")
+
+
+@pytest.mark.parametrize(
+    ("millicores", "text"), [(500, "500m"), (2000, "2"), (1500, "1500m"), (0, "0"), (1, "1m")]
+)
+def test_format_cpu(millicores: int, text: str) -> None:
+    assert format_cpu(millicores) == text
+    assert parse_cpu(text) == millicores
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "text"),
+    [
+        (GI, "1Gi"),
+        (10 * GI, "10Gi"),
+        (512 * 2**20, "512Mi"),
+        (1536 * 2**20, "1536Mi"),
+        (10**9, "1000000000"),
+        (128974848, "123Mi"),
+        (1000, "1000"),
+        (0, "0"),
+        (2**40, "1Ti"),
+    ],
+)
+def test_format_memory_round_trips(nbytes: int, text: str) -> None:
+    assert format_memory(nbytes) == text
+    assert parse_memory(text) == nbytes
