@@ -67,8 +67,13 @@ Cpu = Annotated[str, AfterValidator(_cpu)]
 Memory = Annotated[str, AfterValidator(_memory)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Model(BaseModel):
+    # Schemas are built on first use, not at import: the CLI starts ~80 ms faster.
+    model_config = ConfigDict(defer_build=True)
+
+
+class _Strict(_Model):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class PserverSpec(_Strict):
@@ -128,14 +133,14 @@ class JobSpec(_Strict):
         return self
 
 
-class RoleStatus(BaseModel):
+class RoleStatus(_Model):
     desired: int = 0
     running: int = 0
     succeeded: int = 0
     failed: int = 0
 
 
-class JobView(BaseModel):
+class JobView(_Model):
     """One job in a listing. Stable schema of ``paddlecloud get jobs -o json``."""
 
     name: str
@@ -152,18 +157,18 @@ class JobView(BaseModel):
     message: str = ""
 
 
-class JobList(BaseModel):
+class JobList(_Model):
     items: list[JobView]
 
 
-class EventView(BaseModel):
+class EventView(_Model):
     time: datetime
     type: str  # Normal | Warning
     reason: str
     message: str
 
 
-class WorkerView(BaseModel):
+class WorkerView(_Model):
     name: str
     role: str
     index: int
@@ -178,7 +183,7 @@ class WorkerView(BaseModel):
     log: str = ""
 
 
-class WorkerList(BaseModel):
+class WorkerList(_Model):
     items: list[WorkerView]
 
 
@@ -189,13 +194,13 @@ class JobDetail(JobView):
     workers: list[WorkerView] = Field(default_factory=list)
 
 
-class ResourceView(BaseModel):
+class ResourceView(_Model):
     cpu: str
     memory: str
     gpu: int
 
 
-class QuotaView(BaseModel):
+class QuotaView(_Model):
     user: str
     limit: ResourceView | None = Field(None, description="None: no per-user limit (the cluster is the limit)")
     used: ResourceView
@@ -204,7 +209,7 @@ class QuotaView(BaseModel):
     jobs_queued: int
 
 
-class VersionView(BaseModel):
+class VersionView(_Model):
     version: str
     api_version: int
     min_client_api_version: int
@@ -213,7 +218,7 @@ class VersionView(BaseModel):
     max_package_bytes: int
 
 
-class PackageView(BaseModel):
+class PackageView(_Model):
     id: str
     size: int
     files: int

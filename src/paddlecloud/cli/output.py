@@ -15,7 +15,6 @@ from typing import Any
 import click
 from pydantic import BaseModel
 from rich.console import Console
-from rich.table import Table
 
 from paddlecloud.api.models import JobView, RoleStatus
 
@@ -69,12 +68,14 @@ def role_cell(r: RoleStatus) -> str:
 
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for h in headers:
-        table.add_column(h, overflow="fold")
+    """kubectl-style aligned columns. Plain string formatting on purpose: a Rich ``Table`` takes
+    0.34 s to lay out 1,000 rows here, more than the whole ``get jobs`` budget (bench/list_jobs.py)."""
+    widths = [len(h) for h in headers]
     for row in rows:
-        table.add_row(*row)
-    console().print(table)
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    last = len(headers) - 1
+    lines = ["   ".join(c if i == last else c.ljust(widths[i]) for i, c in enumerate(r)) for r in [headers, *rows]]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def jobs_table(jobs: list[JobView], wide: bool) -> None:

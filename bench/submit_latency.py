@@ -1,0 +1,77 @@
+"""Benchmark: time from submit to all trainers running, for a job of 8 trainers (`sleep 30`).
+
+Starts a real server on loopback (fresh data dir), submits through the SDK, polls the job every 5 ms
+until its 8 trainer processes run, then kills it. Prints cold (first job: builds the empty runtime
+environment) and warm figures. Goal: <= 1 s.
+
+    .venv/bin/python bench/submit_latency.py [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from paddlecloud.client import Client, load_config  # noqa: E402
+from tests.e2e.conftest import Server, write_package  # noqa: E402
+
+
+def one_run(client: Client, pkg: Path, name: str) -> tuple[float, float]:
+    spec = {"name": name, "entry": "sleep 30", "framework": "none",
+            "trainers": {"count": 8, "cpu": "100m", "memory": "64Mi"}}  # fmt: skip
+    t0 = time.perf_counter()
+    client.submit(spec, package_dir=pkg)
+    t_ack = time.perf_counter() - t0
+    deadline = t0 + 30
+    while True:
+        workers = client.workers(name)
+        if len(workers) == 8 and all(w.state == "Running" for w in workers):
+            break
+        if time.perf_counter() > deadline:
+            raise SystemExit(f"{name}: trainers not running after 30 s")
+        time.sleep(0.005)
+    t_run = time.perf_counter() - t0
+    client.kill(name, grace=1)
+    client.delete(name)
+    return t_ack, t_run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=10)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        (base / "home").mkdir()
+        srv = Server(data_dir=base / "data", home=base / "home")
+        srv.start()
+        try:
+            import os
+
+            os.environ["PADDLECLOUD_CONFIG"] = srv.env["PADDLECLOUD_CONFIG"]
+            cfg = load_config()
+            assert cfg.current is not None
+            client = Client(cfg.current.endpoint, cfg.current.token)
+            pkg = write_package(base / "pkg", {"README": "sleep job\n"})
+            cold = one_run(client, pkg, "cold")
+            warm = [one_run(client, pkg, f"warm-{i}") for i in range(args.runs)]
+        finally:
+            srv.stop()
+    runs = [w[1] for w in warm]
+    acks = [w[0] for w in warm]
+    print("submit -> 8 trainers running (framework none, entry `sleep 30`), real server on loopback")
+    print(f"  cold (first job, builds the empty runtime env): {cold[1]:.3f} s")
+    print(f"  warm, {len(runs)} runs: median {statistics.median(runs):.3f} s, "
+          f"min {min(runs):.3f} s, max {max(runs):.3f} s   (goal <= 1 s)")  # fmt: skip
+    print(f"  submit acknowledged (upload + commit): median {statistics.median(acks):.3f} s")
+
+
+if __name__ == "__main__":
+    main()

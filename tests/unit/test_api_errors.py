@@ -1,0 +1,117 @@
+"""api.errors: wire bodies and error_from_body rebuilding the same exception."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from paddlecloud.api.errors import (
+    Conflict,
+    ErrorCode,
+    InvalidInput,
+    NotFound,
+    PackageTooLarge,
+    PaddleCloudError,
+    ServerError,
+    ServerUnreachable,
+    Unauthorized,
+    VersionMismatch,
+    error_from_body,
+)
+
+# The hierarchy of the module docstring, written out independently of the implementation's table.
+EXPECTED: dict[ErrorCode, tuple[type[PaddleCloudError], int]] = {
+    ErrorCode.INVALID_SPEC: (InvalidInput, 422),
+    ErrorCode.INVALID_REQUEST: (InvalidInput, 422),
+    ErrorCode.INVALID_PACKAGE: (InvalidInput, 422),
+    ErrorCode.ENTRY_NOT_FOUND: (InvalidInput, 422),
+    ErrorCode.PACKAGE_TOO_LARGE: (PackageTooLarge, 413),
+    ErrorCode.UNAUTHORIZED: (Unauthorized, 401),
+    ErrorCode.JOB_NOT_FOUND: (NotFound, 404),
+    ErrorCode.PACKAGE_NOT_FOUND: (NotFound, 404),
+    ErrorCode.WORKER_NOT_FOUND: (NotFound, 404),
+    ErrorCode.JOB_EXISTS: (Conflict, 409),
+    ErrorCode.JOB_NOT_RUNNING: (Conflict, 409),
+    ErrorCode.CLIENT_TOO_OLD: (VersionMismatch, 426),
+    ErrorCode.SERVER_TOO_OLD: (VersionMismatch, 426),
+    ErrorCode.INTERNAL: (ServerError, 500),
+}
+
+
+def test_table_covers_every_code_but_the_client_side_one() -> None:
+    assert set(EXPECTED) | {ErrorCode.SERVER_UNREACHABLE} == set(ErrorCode)
+
+
+@pytest.mark.parametrize("code", list(EXPECTED))
+@pytest.mark.parametrize("field", [None, "trainers.cpu"])
+def test_round_trip(code: ErrorCode, field: str | None) -> None:
+    cls, status = EXPECTED[code]
+    sent = cls(f"something about {code}", code=code, field=field)
+    assert sent.http_status == status
+    body = sent.to_body()
+    assert body["error"]["code"] == str(code)
+    assert ("field" in body["error"]) is (field is not None)
+    got = error_from_body(status, body)
+    assert type(got) is cls
+    assert (got.code, got.message, got.field) == (code, sent.message, field)
+    assert str(got) == sent.message
+
+
+@pytest.mark.parametrize(
+    ("cls", "code"),
+    [
+        (InvalidInput, ErrorCode.INVALID_SPEC),
+        (PackageTooLarge, ErrorCode.PACKAGE_TOO_LARGE),
+        (Unauthorized, ErrorCode.UNAUTHORIZED),
+        (NotFound, ErrorCode.JOB_NOT_FOUND),
+        (Conflict, ErrorCode.JOB_EXISTS),
+        (VersionMismatch, ErrorCode.CLIENT_TOO_OLD),
+        (ServerUnreachable, ErrorCode.SERVER_UNREACHABLE),
+        (ServerError, ErrorCode.INTERNAL),
+    ],
+)
+def test_default_codes(cls: type[PaddleCloudError], code: ErrorCode) -> None:
+    assert cls("x").code == code
+    assert issubclass(cls, PaddleCloudError)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        None,
+        "Bad Gateway",
+        ["error"],
+        {},
+        {"detail": "Not Found"},
+        {"error": "boom"},
+        {"error": {"message": "no code"}},
+    ],
+)
+def test_bodies_that_are_not_ours(body: Any) -> None:
+    err = error_from_body(502, body)
+    assert type(err) is ServerError
+    assert err.code == ErrorCode.INTERNAL
+    assert "HTTP 502" in err.message
+
+
+def test_unknown_code_keeps_the_message() -> None:
+    err = error_from_body(418, {"error": {"code": "teapot", "message": "short and stout"}})
+    assert type(err) is ServerError
+    assert err.message == "short and stout"
+
+
+def test_missing_message_falls_back_to_the_code() -> None:
+    err = error_from_body(404, {"error": {"code": "job_not_found"}})
+    assert type(err) is NotFound
+    assert err.message == "job_not_found"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG (minor): errors.py _BY_CODE has no entry for server_unreachable, "
+    "so that code does not round-trip to ServerUnreachable",
+)
+def test_server_unreachable_round_trip() -> None:
+    sent = ServerUnreachable("cannot reach")
+    assert type(error_from_body(sent.http_status, sent.to_body())) is ServerUnreachable
