@@ -29,6 +29,7 @@ e2e: install
 	$(VENV)/bin/pytest tests/e2e -q
 
 test: lint              ## everything CI runs
+	bash scripts/ensure-postgres.sh
 	$(VENV)/bin/pytest tests -q
 
 bench: install

@@ -38,6 +38,8 @@ class Server:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    #: more ``paddlecloud up`` options; default node shape: 16 cpu, 32Gi (virtual capacity)
+    up_args: list[str] = field(default_factory=lambda: ["--node-cpu", "16", "--node-memory", "32Gi"])
 
     @property
     def env(self) -> dict[str, str]:
@@ -50,8 +52,7 @@ class Server:
         self.log_path = self.data_dir.parent / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the server's lifetime
         self.proc = subprocess.Popen(
-            [PADDLECLOUD, "up", "--port", str(self.port), "--data-dir", str(self.data_dir),
-             "--node-cpu", "16", "--node-memory", "32Gi"],
+            [PADDLECLOUD, "up", "--port", str(self.port), "--data-dir", str(self.data_dir), *self.up_args],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )  # fmt: skip
         deadline = time.monotonic() + 60

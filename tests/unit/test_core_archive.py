@@ -162,8 +162,12 @@ def test_good_archive_round_trip(tmp_path: Path) -> None:
         pytest.param(info("../evil.py"), "unsafe path", id="dotdot"),
         pytest.param(info("a/../../evil.py"), "unsafe path", id="nested-dotdot"),
         pytest.param(info("/etc/evil"), "unsafe path", id="absolute"),
-        pytest.param(info("link", tarfile.SYMTYPE, "/etc/passwd"), "only files and directories", id="symlink"),
-        pytest.param(info("rel", tarfile.SYMTYPE, "train.py"), "only files and directories", id="rel-symlink"),
+        pytest.param(
+            info("link", tarfile.SYMTYPE, "/etc/passwd"), "only files and directories", id="symlink"
+        ),
+        pytest.param(
+            info("rel", tarfile.SYMTYPE, "train.py"), "only files and directories", id="rel-symlink"
+        ),
         pytest.param(info("hard", tarfile.LNKTYPE, "train.py"), "only files and directories", id="hardlink"),
         pytest.param(info("fifo", tarfile.FIFOTYPE), "only files and directories", id="fifo"),
         pytest.param(info("dev", tarfile.CHRTYPE), "only files and directories", id="device"),

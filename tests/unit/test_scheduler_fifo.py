@@ -23,7 +23,9 @@ from paddlecloud.scheduler import (
 GI = 2**30
 
 
-def node(name: str, cpu: float = 4, mem_gi: int = 8, gpus: tuple[int, ...] = (), used_cpu: float = 0) -> NodeState:
+def node(
+    name: str, cpu: float = 4, mem_gi: int = 8, gpus: tuple[int, ...] = (), used_cpu: float = 0
+) -> NodeState:
     return NodeState(
         name=name,
         capacity=Resources(int(cpu * 1000), mem_gi * GI, len(gpus)),

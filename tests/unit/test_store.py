@@ -86,7 +86,9 @@ def test_deleting_a_job_cascades_in_sql(db: Database) -> None:
             )
         )
         conn.execute(
-            text("INSERT INTO events (job_id, time, type, reason, message) VALUES (1, 1.0, 'Normal', 'r', 'm')")
+            text(
+                "INSERT INTO events (job_id, time, type, reason, message) VALUES (1, 1.0, 'Normal', 'r', 'm')"
+            )
         )
         conn.execute(text("DELETE FROM jobs WHERE id = 1"))
         assert conn.execute(text("SELECT count(*) FROM events")).scalar() == 0

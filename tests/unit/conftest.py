@@ -1,0 +1,166 @@
+"""Shared fixtures of the unit suite.
+
+The in-process platform fixtures drive the real controller, local backend and ASGI app through the SDK
+(``Client(http=TestClient(app))``: the transport seam) with the reconcile loop ticked by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from paddlecloud.api.models import JobDetail
+from paddlecloud.backends.local import NodeShape
+from paddlecloud.client import Client
+from paddlecloud.controller import Identity, Platform, PlatformConfig
+from paddlecloud.core.phases import JobPhase
+from paddlecloud.server import create_app
+
+# pyproject turns warnings into errors; Starlette warns at import time that its TestClient prefers
+# ``httpx2`` over ``httpx``. That is about our test tooling, not the code under test.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+NODE = NodeShape(count=1, cpu_m=4000, memory=8 * 2**30)
+#: Longest a job may take to reach an expected phase (real processes, real venv build).
+DEADLINE_S = 20.0
+POLL_S = 0.1
+
+Drive = Callable[..., JobDetail]
+MakePackage = Callable[[dict[str, str]], Path]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_client_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Never read or write the developer's ~/.paddle/config or PADDLECLOUD_* settings."""
+    monkeypatch.setenv("PADDLECLOUD_CONFIG", str(tmp_path / "client-config.yaml"))
+    for var in ("PADDLECLOUD_ENDPOINT", "PADDLECLOUD_TOKEN", "PADDLECLOUD_DATACENTER"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _kill_everything(platform: Platform) -> None:
+    """Kill every live job of every user, then SIGKILL any worker process group still there."""
+    admin = Identity("teardown", is_admin=True)
+    for view in platform.jobs.list_jobs(admin, all_jobs=False, all_users=True):
+        with contextlib.suppress(Exception):
+            platform.jobs.kill(Identity(view.user, False), view.name, 0.0)
+    for view in platform.jobs.list_jobs(admin, all_jobs=True, all_users=True):
+        for w in platform.jobs.workers(Identity(view.user, False), view.name):
+            if w.pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(w.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def platform_factory(tmp_path: Path) -> Iterator[Callable[..., Platform]]:
+    opened: list[Platform] = []
+
+    def make(**config: Any) -> Platform:
+        config.setdefault("nodes", NODE)
+        p = Platform.open(PlatformConfig(data_dir=tmp_path / f"data{len(opened)}", **config))
+        opened.append(p)
+        return p
+
+    yield make
+    for p in opened:
+        try:
+            _kill_everything(p)
+        finally:
+            p.close()
+
+
+@pytest.fixture
+def platform(platform_factory: Callable[..., Platform]) -> Platform:
+    return platform_factory()
+
+
+@pytest.fixture
+def client_for(platform: Platform) -> Iterator[Callable[..., Client]]:
+    """``client_for("alice")``: an SDK client for that user, each with its own ASGI transport.
+
+    Each client gets its own TestClient because ``Client`` sets its headers on the injected one.
+    """
+    stack = contextlib.ExitStack()
+    app = create_app(platform, run_loop=False)
+
+    def make(user: str | None, *, token: str | None = None) -> Client:
+        http = stack.enter_context(TestClient(app))
+        if user is not None:
+            token = platform.ensure_user(user)
+        return Client(endpoint="http://testserver", token=token, http=http)
+
+    with stack:
+        yield make
+
+
+@pytest.fixture
+def raw_http(platform: Platform) -> Iterator[TestClient]:
+    """A bare HTTP client on the app, without the SDK's headers."""
+    with TestClient(create_app(platform, run_loop=False)) as http:
+        yield http
+
+
+@pytest.fixture
+def alice(client_for: Callable[..., Client]) -> Client:
+    return client_for("alice")
+
+
+@pytest.fixture
+def make_package(tmp_path: Path) -> MakePackage:
+    counter = iter(range(1000))
+
+    def make(files: dict[str, str]) -> Path:
+        root = tmp_path / f"pkg{next(counter)}"
+        for rel, text in files.items():
+            p = root / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+        return root
+
+    return make
+
+
+@pytest.fixture
+def drive(platform: Platform) -> Drive:
+    """Tick the reconcile loop until job ``name`` reaches one of ``phases``; bounded by a deadline."""
+
+    def run(client: Client, name: str, phases: set[JobPhase], timeout: float = DEADLINE_S) -> JobDetail:
+        deadline = time.monotonic() + timeout
+        while True:
+            platform.reconciler.tick()
+            job = client.job(name)
+            if job.phase in phases:
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"job {name} is {job.phase} ({job.reason}: {job.message}) after {timeout} s, "
+                    f"expected one of {sorted(phases)}"
+                )
+            time.sleep(POLL_S)
+
+    return run
+
+
+def _wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
+    """The pids that still exist after waiting up to ``timeout`` seconds for them all to go."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if psutil.pid_exists(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(POLL_S)
+
+
+@pytest.fixture
+def wait_gone() -> Callable[..., list[int]]:
+    return _wait_gone
