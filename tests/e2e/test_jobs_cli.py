@@ -137,3 +137,18 @@ def test_waiting_job_shows_its_reason(server: Server, tmp_path: Path) -> None:
     assert "cpu 64" in job["message"] and "largest node" in job["message"]
     assert "ExceedsNodeCapacity" in server.cli("get", "jobs").stdout
     server.cli("kill", "huge", "--rm")
+
+
+def test_requirements_that_do_not_install_fail_the_job_with_pips_words(
+    server: Server, tmp_path: Path
+) -> None:
+    pkg = write_package(
+        tmp_path / "badreq",
+        {"main.py": "print(1)\n", "requirements.txt": "paddlecloud-no-such-package-exists==0.0.1\n"},
+    )
+    server.cli("submit", str(pkg), "--name", "badreq", "--entry", "python main.py", "--cpu", "100m")
+    job = server.wait_phase("badreq", {"Failed", "Succeeded"}, timeout=180)
+    assert job["phase"] == "Failed"
+    assert "installing requirements.txt failed" in job["message"]
+    assert "paddlecloud-no-such-package-exists" in server.cli("logs", "badreq", "-w", "prepare").stdout
+    server.cli("kill", "badreq", "--rm")

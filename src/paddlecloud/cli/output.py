@@ -74,7 +74,9 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
     last = len(headers) - 1
-    lines = ["   ".join(c if i == last else c.ljust(widths[i]) for i, c in enumerate(r)) for r in [headers, *rows]]
+    lines = [
+        "   ".join(c if i == last else c.ljust(widths[i]) for i, c in enumerate(r)) for r in [headers, *rows]
+    ]
     sys.stdout.write("\n".join(lines) + "\n")
 
 

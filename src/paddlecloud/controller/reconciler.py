@@ -107,6 +107,8 @@ class Reconciler:
 
     def apply_status(self, row: JobRow, status: JobStatus) -> None:
         record_workers(self.ctx, row, status)
+        if row.phase == JobPhase.STARTING and status.events:  # say what the start is waiting on
+            row.reason, row.message = status.events[-1].reason, status.events[-1].message
         spec = row.spec
         change = next_phase(
             JobPhase(row.phase),

@@ -124,6 +124,11 @@ class LocalBackend:
         launch.output_dir.mkdir(parents=True, exist_ok=True)
         ports = [self._ports.allocate() for _ in range(len(launch.placement) + 2)]
         job = self._build(launch, jdir, ports)
+        job.events.append(
+            BackendEvent(
+                "Normal", "Preparing", "unpacking the package and building its environment (logs -w prepare)"
+            )
+        )
         write_json_atomic(
             str(jdir / "launch.json"),
             {"ports": ports, "placement": [p.__dict__ for p in launch.placement]},
@@ -276,6 +281,11 @@ class LocalBackend:
             job.events.append(BackendEvent("Normal", "Prepared", "package unpacked and environment ready"))
             self._spawn(job, job.role("pserver") or job.role("trainer"))
             job.stage = Stage.PSERVERS if job.role("pserver") else Stage.TRAINERS
+            if job.stage == Stage.PSERVERS:
+                n = len(job.role("pserver"))
+                job.events.append(
+                    BackendEvent("Normal", "StartingPservers", f"waiting for {n} pservers to listen")
+                )
         if job.stage == Stage.PSERVERS:
             self._check_pservers(job)
         if job.stage == Stage.TRAINERS:
