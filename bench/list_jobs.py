@@ -21,8 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from paddlecloud.store import EventRow, JobRow, WorkerRow, open_database  # noqa: E402
 from tests.e2e.conftest import PADDLECLOUD, Server  # noqa: E402
+
+from paddlecloud.store import EventRow, JobRow, WorkerRow, open_database  # noqa: E402
 
 
 def fill(data_dir: Path, n: int) -> None:
@@ -72,8 +73,16 @@ def main() -> None:
         fill(srv.data_dir, args.jobs)
         srv.start()
         try:
-            print(f"`paddlecloud ...` wall time, {args.jobs} jobs in history, {args.runs} runs each (goal <= 0.3 s)")
-            for cmd in (["version"], ["get", "jobs"], ["get", "jobs", "-a"], ["get", "jobs", "-a", "-o", "json"]):
+            print(
+                f"`paddlecloud ...` wall time, {args.jobs} jobs in history, "
+                f"{args.runs} runs each (goal <= 0.3 s)"
+            )
+            for cmd in (
+                ["version"],
+                ["get", "jobs"],
+                ["get", "jobs", "-a"],
+                ["get", "jobs", "-a", "-o", "json"],
+            ):
                 ts = timed(srv.env, cmd, args.runs)
                 print(f"  {' '.join(cmd):<24} median {statistics.median(ts):.3f} s  "
                       f"min {min(ts):.3f} s  max {max(ts):.3f} s")  # fmt: skip

@@ -19,8 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from paddlecloud.client import Client, load_config  # noqa: E402
 from tests.e2e.conftest import Server, write_package  # noqa: E402
+
+from paddlecloud.client import Client, load_config  # noqa: E402
 
 
 def one_run(client: Client, pkg: Path, name: str) -> tuple[float, float]:

@@ -107,11 +107,6 @@ def test_missing_message_falls_back_to_the_code() -> None:
     assert err.message == "job_not_found"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor): errors.py _BY_CODE has no entry for server_unreachable, "
-    "so that code does not round-trip to ServerUnreachable",
-)
 def test_server_unreachable_round_trip() -> None:
     sent = ServerUnreachable("cannot reach")
     assert type(error_from_body(sent.http_status, sent.to_body())) is ServerUnreachable

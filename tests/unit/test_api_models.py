@@ -104,7 +104,6 @@ def test_spec_json_round_trip() -> None:
     assert again == s
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: core/names.py regexes accept a trailing newline ('$' vs \\Z)")
 @pytest.mark.parametrize("over", [{"name": "fit\n"}, {"env": {"FOO\n": "1"}}])
 def test_trailing_newline_in_names_is_rejected(over: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):

@@ -83,10 +83,6 @@ def test_empty_entry(entry: str) -> None:
     assert entry_problem(entry, FILES) == "entry is empty"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: entry.py _script_of takes the argument of an option (-W ignore, -X dev) for the script",
-)
 @pytest.mark.parametrize("entry", ["python -W ignore train.py", "python3 -X dev train.py"])
 def test_interpreter_options_with_an_argument_are_skipped(entry: str) -> None:
     assert entry_problem(entry, FILES) is None

@@ -36,10 +36,6 @@ def test_name_max_is_the_dns_label_limit() -> None:
     assert NAME_MAX == 63
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: names.py uses re.match with '$', which also matches before a trailing newline",
-)
 @pytest.mark.parametrize("name", ["job\n", "a\n"])
 def test_trailing_newline_is_not_a_valid_label(name: str) -> None:
     with pytest.raises(ValueError):
@@ -57,10 +53,6 @@ def test_invalid_env_names(name: str) -> None:
         check_env_name(name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: names.py uses re.match with '$', which also matches before a trailing newline",
-)
 def test_env_name_with_trailing_newline_is_invalid() -> None:
     with pytest.raises(ValueError):
         check_env_name("FOO\n")

@@ -252,11 +252,6 @@ def test_overflow_goes_to_the_next_largest_node() -> None:
     assert Counter(p.node for p in the_admit(plan, "p").placement) == {"large": 4, "mid": 2}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: placement.py sorts nodes by free GPUs first, so a cpu-only job is spread onto a GPU "
-    "node (2 nodes) although one cpu node holds it whole",
-)
 def test_cpu_only_job_is_not_spread_onto_a_gpu_node() -> None:
     nodes = [node("gpu-node", cpu=2, gpus=(0,)), node("cpu-node", cpu=8)]
     plan = run(nodes, [job("p", trainers=4, cpu=1)])

@@ -7,18 +7,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
 from paddlecloud._version import API_VERSION, MIN_CLIENT_API_VERSION
 from paddlecloud.api import HEADER_API_VERSION, HEADER_MIN_API_VERSION
 from paddlecloud.api.errors import Conflict, ErrorCode, NotFound
+from paddlecloud.api.models import JobDetail
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform
 from paddlecloud.core.phases import WorkerState
 
 pytestmark = pytest.mark.timeout(60)
+
+# fixture types (see conftest.py)
+MakePackage = Callable[[dict[str, str]], Path]
+Drive = Callable[..., JobDetail]
+WaitGone = Callable[..., list[int]]
 
 OK, FAILED, KILLED = "Succeeded", "Failed", "Killed"
 RUNNING, QUEUED = "Running", "Queued"
@@ -27,8 +35,8 @@ HELLO = {"main.py": "import os\nprint('hello from', os.environ['PADDLECLOUD_WORK
 SLEEPER = {"main.py": "print('unused')\n"}
 
 
-def submit(client: Client, package: object, name: str, entry: str = "python main.py", **spec: object) -> None:
-    client.submit({"name": name, "entry": entry, **spec}, package_dir=package)  # type: ignore[arg-type]
+def submit(client: Client, package: Path, name: str, entry: str = "python main.py", **spec: object) -> None:
+    client.submit({"name": name, "entry": entry, **spec}, package_dir=package)
 
 
 def test_version_and_health(alice: Client, platform: Platform) -> None:
@@ -41,7 +49,7 @@ def test_version_and_health(alice: Client, platform: Platform) -> None:
     assert alice.health() is True
 
 
-def test_every_response_carries_the_version_headers(raw_http) -> None:  # type: ignore[no-untyped-def]
+def test_every_response_carries_the_version_headers(raw_http: httpx.Client) -> None:
     for path in ("/api/v1/health", "/api/v1/jobs", "/api/v1/nope"):
         r = raw_http.get(path)
         assert r.headers[HEADER_API_VERSION] == str(API_VERSION)
@@ -56,8 +64,8 @@ def test_every_response_carries_the_version_headers(raw_http) -> None:  # type: 
     ],
 )
 def test_job_runs_to_success_with_logs(
-    alice: Client, make_package, drive, trainers: int, expected_lines: list[str]
-) -> None:  # type: ignore[no-untyped-def]
+    alice: Client, make_package: MakePackage, drive: Drive, trainers: int, expected_lines: list[str]
+) -> None:
     submitted = alice.submit(
         {"name": "hello", "entry": "python main.py", "trainers": {"count": trainers}},
         package_dir=make_package(HELLO),
@@ -77,7 +85,7 @@ def test_job_runs_to_success_with_logs(
     assert sorted(alice.logs("hello")) == expected_lines
 
 
-def test_logs_of_one_worker_and_tail(alice: Client, make_package, drive) -> None:  # type: ignore[no-untyped-def]
+def test_logs_of_one_worker_and_tail(alice: Client, make_package: MakePackage, drive: Drive) -> None:
     script = "import os\nw = os.environ['PADDLECLOUD_WORKER']\nfor i in range(5):\n    print(w, i)\n"
     submit(alice, make_package({"main.py": script}), "lines", trainers={"count": 2})
     drive(alice, "lines", {OK, FAILED})
@@ -86,7 +94,7 @@ def test_logs_of_one_worker_and_tail(alice: Client, make_package, drive) -> None
     assert list(alice.logs("lines", tail=1)) == ["[trainer-0] trainer-0 4\n", "[trainer-1] trainer-1 4\n"]
 
 
-def test_workers_of_a_finished_job(alice: Client, make_package, drive) -> None:  # type: ignore[no-untyped-def]
+def test_workers_of_a_finished_job(alice: Client, make_package: MakePackage, drive: Drive) -> None:
     submit(alice, make_package(HELLO), "two", trainers={"count": 2})
     drive(alice, "two", {OK, FAILED})
     workers = alice.workers("two")
@@ -103,7 +111,7 @@ def test_workers_of_a_finished_job(alice: Client, make_package, drive) -> None: 
     assert len({w.endpoint for w in workers}) == 2
 
 
-def test_list_hides_finished_jobs_unless_all(alice: Client, make_package, drive) -> None:  # type: ignore[no-untyped-def]
+def test_list_hides_finished_jobs_unless_all(alice: Client, make_package: MakePackage, drive: Drive) -> None:
     pkg = make_package(HELLO)
     submit(alice, pkg, "done")
     drive(alice, "done", {OK, FAILED})
@@ -112,7 +120,7 @@ def test_list_hides_finished_jobs_unless_all(alice: Client, make_package, drive)
     assert [j.name for j in alice.jobs(all=True)] == ["done", "waiting"]
 
 
-def test_quota_counts_running_and_queued(alice: Client, make_package, drive) -> None:  # type: ignore[no-untyped-def]
+def test_quota_counts_running_and_queued(alice: Client, make_package: MakePackage, drive: Drive) -> None:
     pkg = make_package(SLEEPER)
     empty = alice.quota()
     assert (empty.user, empty.jobs_running, empty.jobs_queued) == ("alice", 0, 0)
@@ -128,21 +136,23 @@ def test_quota_counts_running_and_queued(alice: Client, make_package, drive) -> 
     assert (q.used.cpu, q.used.memory) == ("1500m", "2Gi")
 
 
-def test_kill_running_job_leaves_no_process(alice: Client, make_package, drive, wait_gone) -> None:  # type: ignore[no-untyped-def]
+def test_kill_running_job_leaves_no_process(
+    alice: Client, make_package: MakePackage, drive: Drive, wait_gone: WaitGone
+) -> None:
     submit(alice, make_package(SLEEPER), "sleeper", entry="sleep 30", trainers={"count": 2})
     drive(alice, "sleeper", {RUNNING})
-    launchers = [w.pid for w in alice.workers("sleeper")]
-    assert all(pid is not None and psutil.pid_exists(pid) for pid in launchers)
-    # wait (bounded) for each launcher to have started the entry, so its children are checked too
-    pids: list[int] = [p for p in launchers if p is not None]
+    launchers = [w.pid for w in alice.workers("sleeper") if w.pid is not None]
+    assert len(launchers) == 2
+    assert all(psutil.pid_exists(pid) for pid in launchers)
+    # wait (bounded) until every launcher has started its entry, so the entry's processes are checked too
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        kids = [c.pid for p in pids[: len(launchers)] for c in psutil.Process(p).children(recursive=True)]
-        if len(kids) >= len(launchers):
-            pids += kids
+    while True:
+        kids = {p: [c.pid for c in psutil.Process(p).children(recursive=True)] for p in launchers}
+        if all(kids.values()) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    assert len(pids) > len(launchers), "the launchers never started their entry"
+    assert all(kids.values()), "a launcher never started its entry"
+    pids = launchers + [k for ks in kids.values() for k in ks]
 
     view = alice.kill("sleeper")
     assert (view.phase, view.reason) == (KILLED, "Killed")
@@ -157,13 +167,13 @@ def test_kill_running_job_leaves_no_process(alice: Client, make_package, drive, 
     assert info.value.code == ErrorCode.JOB_NOT_RUNNING
 
 
-def test_kill_queued_job(alice: Client, make_package) -> None:  # type: ignore[no-untyped-def]
+def test_kill_queued_job(alice: Client, make_package: MakePackage) -> None:
     submit(alice, make_package(SLEEPER), "queued", entry="sleep 30")
     assert alice.kill("queued").phase == KILLED
     assert alice.job("queued").workers == []
 
 
-def test_delete_removes_job_from_history(alice: Client, make_package, drive) -> None:  # type: ignore[no-untyped-def]
+def test_delete_removes_job_from_history(alice: Client, make_package: MakePackage, drive: Drive) -> None:
     submit(alice, make_package(HELLO), "gone")
     drive(alice, "gone", {OK, FAILED})
     alice.delete("gone")
@@ -174,8 +184,8 @@ def test_delete_removes_job_from_history(alice: Client, make_package, drive) -> 
 
 
 def test_delete_running_job_kills_it_and_frees_the_name(
-    alice: Client, make_package, drive, wait_gone
-) -> None:  # type: ignore[no-untyped-def]
+    alice: Client, make_package: MakePackage, drive: Drive, wait_gone: WaitGone
+) -> None:
     pkg = make_package(SLEEPER)
     submit(alice, pkg, "busy", entry="sleep 30")
     drive(alice, "busy", {RUNNING})
@@ -187,7 +197,9 @@ def test_delete_running_job_kills_it_and_frees_the_name(
     assert alice.job("busy").phase == QUEUED
 
 
-def test_failing_entry_fails_the_job_with_the_exit_code(alice: Client, make_package, drive) -> None:  # type: ignore[no-untyped-def]
+def test_failing_entry_fails_the_job_with_the_exit_code(
+    alice: Client, make_package: MakePackage, drive: Drive
+) -> None:
     submit(alice, make_package({"main.py": "import sys\nprint('bad')\nsys.exit(3)\n"}), "broken")
     job = drive(alice, "broken", {OK, FAILED})
     assert job.phase == FAILED
@@ -208,11 +220,11 @@ def test_failing_entry_fails_the_job_with_the_exit_code(alice: Client, make_pack
 def test_job_that_does_not_fit_stays_queued_with_a_reason(
     alice: Client,
     platform: Platform,
-    make_package,
+    make_package: MakePackage,
     trainers: dict[str, object],
     reason: str,
     words: list[str],
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     submit(alice, make_package(SLEEPER), "big", entry="sleep 30", trainers=trainers)
     for _ in range(3):
         platform.reconciler.tick()
@@ -224,8 +236,8 @@ def test_job_that_does_not_fit_stays_queued_with_a_reason(
 
 
 def test_another_user_cannot_see_alices_job(
-    alice: Client, client_for: Callable[..., Client], make_package
-) -> None:  # type: ignore[no-untyped-def]
+    alice: Client, client_for: Callable[..., Client], make_package: MakePackage
+) -> None:
     submit(alice, make_package(SLEEPER), "private", entry="sleep 30")
     bob = client_for("bob")
     assert bob.jobs(all=True) == []

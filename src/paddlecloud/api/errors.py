@@ -126,6 +126,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.JOB_NOT_RUNNING: Conflict,
     ErrorCode.CLIENT_TOO_OLD: VersionMismatch,
     ErrorCode.SERVER_TOO_OLD: VersionMismatch,
+    ErrorCode.SERVER_UNREACHABLE: ServerUnreachable,
     ErrorCode.INTERNAL: ServerError,
 }
 

@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="paddlecloud", standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `paddlecloud`, `paddlecloud get`: show help
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else "see: paddlecloud --help")
+        sys.exit(0)
     except click.ClickException as exc:
         hint = ""
         if isinstance(exc, click.UsageError) and exc.ctx is not None:

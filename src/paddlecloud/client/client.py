@@ -38,7 +38,7 @@ from paddlecloud.api.models import (
     WorkerView,
 )
 from paddlecloud.client.config import load_config
-from paddlecloud.client.package import pack_directory
+from paddlecloud.client.package import check_package_dir, pack_directory
 from paddlecloud.core.phases import TERMINAL_PHASES
 
 __all__ = ["Client"]
@@ -133,6 +133,7 @@ class Client:
     # -- jobs -----------------------------------------------------------------------------------
 
     def upload_package(self, directory: str | Path, entry: str | None = None) -> PackageView:
+        check_package_dir(Path(directory))  # local mistakes first, before talking to the server
         limit = self.version().max_package_bytes
         archive, _count = pack_directory(Path(directory), entry, limit)
         with archive:

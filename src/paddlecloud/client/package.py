@@ -10,15 +10,19 @@ from paddlecloud.api.errors import ErrorCode, InvalidInput, PackageTooLarge
 from paddlecloud.core.archive import ArchiveError, IgnoreRules, build_archive, walk_files
 from paddlecloud.core.entry import entry_problem
 
-__all__ = ["pack_directory"]
+__all__ = ["check_package_dir", "pack_directory"]
 
 
-def pack_directory(root: Path, entry: str | None, max_bytes: int) -> tuple[IO[bytes], int]:
-    """Return an open temp file holding the archive (caller closes it) and the number of files."""
+def check_package_dir(root: Path) -> None:
     if not root.exists():
         raise InvalidInput(f"package directory {str(root)!r} does not exist", field="package")
     if not root.is_dir():
         raise InvalidInput(f"package {str(root)!r} is not a directory", field="package")
+
+
+def pack_directory(root: Path, entry: str | None, max_bytes: int) -> tuple[IO[bytes], int]:
+    """Return an open temp file holding the archive (caller closes it) and the number of files."""
+    check_package_dir(root)
     out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
     try:
         count = build_archive(root, out, max_bytes)

@@ -1,19 +1,19 @@
 """Job package archives: build one from a directory (client) and unpack one safely (server).
 
 A package is a gzip'd tar of the package directory, leaving out ``.git``, ``__pycache__``, ``*.pyc``
-and whatever ``.paddlecloudignore`` lists (gitignore-style globs, one per line, ``#`` comments; a
-trailing ``/`` matches directories only). Unpacking refuses absolute paths, ``..``, links, devices
-and anything else that could land outside the target directory.
+and whatever ``.paddlecloudignore`` lists (the same syntax as ``.gitignore``). Unpacking refuses
+absolute paths, ``..``, links, devices and anything else that could land outside the target directory.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+import pathspec
 
 __all__ = ["ArchiveError", "IgnoreRules", "build_archive", "list_members", "safe_extract", "walk_files"]
 
@@ -26,8 +26,12 @@ class ArchiveError(ValueError):
 
 
 class IgnoreRules:
+    """gitignore semantics (via ``pathspec``): ``/x`` is anchored at the package root, ``*`` does not
+    cross ``/``, ``**`` does, a trailing ``/`` matches directories only, ``!`` re-includes. Lines are
+    stripped of surrounding whitespace."""
+
     def __init__(self, patterns: list[str]) -> None:
-        self.patterns = [p.strip() for p in patterns if p.strip() and not p.strip().startswith("#")]
+        self.spec = pathspec.GitIgnoreSpec.from_lines(p.strip() for p in patterns)
 
     @classmethod
     def for_dir(cls, root: Path) -> IgnoreRules:
@@ -38,16 +42,7 @@ class IgnoreRules:
         return cls([*ALWAYS_IGNORED, *extra])
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
-        name = rel.rsplit("/", 1)[-1]
-        for pat in self.patterns:
-            dir_only = pat.endswith("/")
-            p = pat.rstrip("/").lstrip("/")
-            if dir_only and not is_dir:
-                continue
-            target = rel if "/" in p else name
-            if fnmatch.fnmatchcase(target, p):
-                return True
-        return False
+        return bool(self.spec.match_file(rel + "/" if is_dir else rel))
 
 
 def walk_files(root: Path, rules: IgnoreRules) -> Iterator[tuple[Path, str]]:
@@ -103,8 +98,11 @@ def list_members(path: Path) -> list[str]:
 
 def safe_extract(path: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, mode="r:gz") as tar:
-        members = list(tar)
-        for m in members:
-            _check(m)
-        tar.extractall(dest, members=members, filter="data")
+    try:
+        with tarfile.open(path, mode="r:gz") as tar:
+            members = list(tar)
+            for m in members:
+                _check(m)
+            tar.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise ArchiveError(f"package is not a readable tar.gz archive: {exc}") from None

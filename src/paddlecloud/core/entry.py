@@ -13,16 +13,21 @@ import shlex
 __all__ = ["entry_problem"]
 
 _INTERPRETERS = {"python", "python3", "bash", "sh"}
+#: Interpreter options followed by a separate value (``python -W ignore x.py``, ``bash -o pipefail x.sh``).
+_TAKES_VALUE = {"-W", "-X", "-Q", "-o", "-O", "--rcfile", "--init-file"}
 
 
 def _script_of(argv: list[str]) -> str | None:
     prog = argv[0]
     base = os.path.basename(prog)
     if base in _INTERPRETERS or base.startswith("python3."):
-        for arg in argv[1:]:
+        args = iter(argv[1:])
+        for arg in args:
             if arg in ("-m", "-c"):
                 return None
-            if not arg.startswith("-"):
+            if arg in _TAKES_VALUE:
+                next(args, None)
+            elif not arg.startswith("-"):
                 return arg
         return None
     if "/" in prog and not prog.startswith("/"):

@@ -17,7 +17,7 @@ def check_dns1123_label(name: str) -> str:
         raise ValueError("must not be empty")
     if len(name) > NAME_MAX:
         raise ValueError(f"must be at most {NAME_MAX} characters (DNS-1123 label), got {len(name)}")
-    if not _LABEL.match(name):
+    if not _LABEL.fullmatch(name):
         raise ValueError(
             "must be a DNS-1123 label: lower-case letters, digits and '-', "
             "starting and ending with a letter or digit"
@@ -27,6 +27,6 @@ def check_dns1123_label(name: str) -> str:
 
 def check_env_name(name: str) -> str:
     """Environment variable names: a letter or ``_`` then letters, digits, ``_``."""
-    if not _ENV.match(name):
+    if not _ENV.fullmatch(name):
         raise ValueError(f"{name!r} is not a valid environment variable name")
     return name

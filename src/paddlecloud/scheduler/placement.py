@@ -15,8 +15,20 @@ __all__ = ["never_fits", "place_job"]
 
 def _place_role(cap: FreeCapacity, role: str, count: int, need: Resources) -> list[WorkerPlacement] | None:
     out: list[WorkerPlacement] = []
-    # Largest free node first (gpu, cpu, memory): fill it before opening another one.
-    nodes = sorted(cap.order, key=lambda n: (-cap.free[n].gpu, -cap.free[n].cpu_m, -cap.free[n].memory))
+
+    # Fill one node before opening another: the one that fits the most of these workers first.
+    # Workers without GPUs go to nodes without GPUs first, so they do not fragment the GPU nodes.
+    def key(n: str) -> tuple[int, int, int, int]:
+        free = cap.free[n]
+        fits = min(
+            free.cpu_m // need.cpu_m if need.cpu_m else count,
+            free.memory // need.memory if need.memory else count,
+            free.gpu // need.gpu if need.gpu else count,
+        )
+        on_gpu_node = 1 if (need.gpu == 0 and cap.gpus[n]) else 0
+        return (on_gpu_node, -min(fits, count), -free.cpu_m, -free.memory)
+
+    nodes = sorted(cap.order, key=key)
     index = 0
     for node in nodes:
         while index < count and need.fits_in(cap.free[node]):

@@ -17,6 +17,7 @@ Start sequence (driven by ``sync``, effects applied under the job's lock)::
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -46,6 +47,8 @@ from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
 
 __all__ = ["LocalBackend", "LocalConfig"]
+
+log = logging.getLogger("paddlecloud.backends.local")
 
 _DROP_ENV = ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "PADDLECLOUD_")
 _ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
@@ -270,8 +273,12 @@ class LocalBackend:
                     shutil.copytree(pkg, w.cwd, symlinks=True)
         except (ArchiveError, EnvBuildError, OSError) as exc:
             job.failure = f"preparing the job failed: {exc}"
-        job.prepared.set()
-        self._wake()
+        except Exception as exc:  # never leave a job Starting forever: fail it with the cause
+            log.exception("preparing %s failed", job.launch.key)
+            job.failure = f"preparing the job failed: {type(exc).__name__}: {exc}"
+        finally:
+            job.prepared.set()
+            self._wake()
 
     def _advance(self, job: _Job) -> None:
         if job.stage == Stage.PREPARING and job.prepared.is_set():
