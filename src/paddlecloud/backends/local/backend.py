@@ -91,14 +91,9 @@ class _Job:
 
 class LocalBackend:
     name = "local"
+    # RESIZE is not declared yet: add_trainer / remove_trainer arrive with the elastic scheduler.
     capabilities = frozenset(
-        {
-            Capability.GPU,
-            Capability.RESIZE,
-            Capability.ADOPT,
-            Capability.LOGS_PREVIOUS,
-            Capability.LOGS_FOLLOW,
-        }
+        {Capability.GPU, Capability.ADOPT, Capability.LOGS_PREVIOUS, Capability.LOGS_FOLLOW}
     )
 
     def __init__(self, config: LocalConfig, clock: Callable[[], float], wake: Callable[[], None]) -> None:
