@@ -10,13 +10,15 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from pydantic import BaseModel
-from rich.console import Console
 
 from paddlecloud.api.models import JobView, RoleStatus
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["FORMATS", "age", "console", "emit", "jobs_table", "print_table", "role_cell"]
 
@@ -24,6 +26,8 @@ FORMATS = click.Choice(["table", "wide", "json", "yaml"])
 
 
 def console(stderr: bool = False) -> Console:
+    from rich.console import Console  # imported on use: most commands never need it
+
     stream = sys.stderr if stderr else sys.stdout
     # Piped output is not folded at 80 columns: scripts and logs get whole lines.
     width = None if stream.isatty() else 250

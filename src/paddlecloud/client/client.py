@@ -125,7 +125,7 @@ class Client:
     # -- system ---------------------------------------------------------------------------------
 
     def version(self) -> VersionView:
-        return VersionView.model_validate(self._request("GET", "/version").json())
+        return VersionView.model_validate_json(self._request("GET", "/version").content)
 
     def health(self) -> bool:
         return bool(self._request("GET", "/health").json().get("status") == "ok")
@@ -143,34 +143,34 @@ class Client:
                 content=_file_chunks(archive),
                 headers={"Content-Type": "application/gzip"},
             )
-        return PackageView.model_validate(r.json())
+        return PackageView.model_validate_json(r.content)
 
     def submit(self, spec: JobSpec | Mapping[str, Any], package_dir: str | Path | None = None) -> JobDetail:
         """Submit a job. With ``package_dir`` the directory is uploaded first and ``package`` filled in."""
         body = dict(spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec)
         if package_dir is not None:
             body["package"] = self.upload_package(package_dir, str(body.get("entry", "")) or None).id
-        return JobDetail.model_validate(self._request("POST", "/jobs", json=body).json())
+        return JobDetail.model_validate_json(self._request("POST", "/jobs", json=body).content)
 
     def jobs(self, *, all: bool = False) -> list[JobView]:
         r = self._request("GET", "/jobs", params={"all": str(all).lower()})
-        return JobList.model_validate(r.json()).items
+        return JobList.model_validate_json(r.content).items
 
     def job(self, name: str) -> JobDetail:
-        return JobDetail.model_validate(self._request("GET", f"/jobs/{name}").json())
+        return JobDetail.model_validate_json(self._request("GET", f"/jobs/{name}").content)
 
     def workers(self, name: str) -> list[WorkerView]:
-        return WorkerList.model_validate(self._request("GET", f"/jobs/{name}/workers").json()).items
+        return WorkerList.model_validate_json(self._request("GET", f"/jobs/{name}/workers").content).items
 
     def kill(self, name: str, grace: float | None = None) -> JobView:
         params = {} if grace is None else {"grace": grace}
-        return JobView.model_validate(self._request("POST", f"/jobs/{name}/kill", params=params).json())
+        return JobView.model_validate_json(self._request("POST", f"/jobs/{name}/kill", params=params).content)
 
     def delete(self, name: str) -> None:
         self._request("DELETE", f"/jobs/{name}")
 
     def quota(self) -> QuotaView:
-        return QuotaView.model_validate(self._request("GET", "/quota").json())
+        return QuotaView.model_validate_json(self._request("GET", "/quota").content)
 
     def logs(
         self,

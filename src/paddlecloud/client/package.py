@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import IO
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput, PackageTooLarge
-from paddlecloud.core.archive import ArchiveError, IgnoreRules, build_archive, walk_files
 from paddlecloud.core.entry import entry_problem
 
 __all__ = ["check_package_dir", "pack_directory"]
@@ -22,6 +21,9 @@ def check_package_dir(root: Path) -> None:
 
 def pack_directory(root: Path, entry: str | None, max_bytes: int) -> tuple[IO[bytes], int]:
     """Return an open temp file holding the archive (caller closes it) and the number of files."""
+    # imported here: tarfile + pathspec cost ~10 ms that only `submit` needs
+    from paddlecloud.core.archive import ArchiveError, build_archive
+
     check_package_dir(root)
     out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
     try:
@@ -46,4 +48,6 @@ def pack_directory(root: Path, entry: str | None, max_bytes: int) -> tuple[IO[by
 
 
 def _names(root: Path) -> list[str]:
+    from paddlecloud.core.archive import IgnoreRules, walk_files
+
     return [rel for _, rel in walk_files(root, IgnoreRules.for_dir(root))]
