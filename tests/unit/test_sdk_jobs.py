@@ -249,3 +249,35 @@ def test_another_user_cannot_see_alices_job(
     # and bob may use the same job name for his own job
     submit(bob, make_package(SLEEPER), "private", entry="sleep 30")
     assert [j.user for j in bob.jobs()] == ["bob"]
+
+
+def test_a_kill_interrupted_by_a_server_stop_is_finished_on_restart(
+    alice: Client, platform: Platform, make_package: MakePackage, drive: Drive
+) -> None:
+    from sqlalchemy import update
+
+    from paddlecloud.store import JobRow
+
+    pkg = make_package({"main.py": "import time\ntime.sleep(60)\n"})
+    alice.submit({"name": "half-killed", "entry": "python main.py", "trainers": {"count": 1, "cpu": "100m"}},
+                 package_dir=pkg)  # fmt: skip
+    drive(alice, "half-killed", {RUNNING})
+    (pid,) = [w.pid for w in alice.workers("half-killed")]
+    with platform.ctx.session() as s:  # the state a crash between the kill's two steps leaves behind
+        s.execute(update(JobRow).where(JobRow.name == "half-killed").values(stop_requested=True))
+        s.commit()
+    platform.reconciler.adopt_all()  # what a restarted server does first
+    job = alice.job("half-killed")
+    assert job.phase == KILLED
+    assert job.message == "kill completed after a server restart"
+    # Adopted in-process, the launcher is still this test's child: once dead it stays a zombie until the
+    # (discarded) original handle would reap it. A restarted server is not its parent; no zombie there.
+    for _ in range(50):
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"worker {pid} still runs after the kill was finished")

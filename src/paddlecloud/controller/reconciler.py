@@ -78,13 +78,30 @@ class Reconciler:
             self.ctx.wake_event.wait(self.ctx.config.tick_seconds)
 
     def adopt_all(self) -> None:
-        """After a restart: hand every started job back to the backend."""
+        """After a restart: hand every started job back to the backend; finish interrupted kills."""
         with self.ctx.mutex, self.ctx.session() as s:
-            rows = s.scalars(select(JobRow).where(JobRow.phase.in_(ACTIVE))).all()
+            rows = s.scalars(
+                select(JobRow)
+                .where(JobRow.phase.in_((*ACTIVE, JobPhase.QUEUED)))
+                .options(selectinload(JobRow.workers), selectinload(JobRow.events))
+            ).all()
             for row in rows:
-                self.ctx.backend.adopt(self.ctx.launch(row))
-                self.ctx.event(row, "Normal", "Adopted", "server restarted; job re-adopted")
-            s.commit()
+                if row.phase != JobPhase.QUEUED:
+                    self.ctx.backend.adopt(self.ctx.launch(row))
+                    self.ctx.event(row, "Normal", "Adopted", "server restarted; job re-adopted")
+                if row.stop_requested:  # the server stopped in the middle of a kill: finish it
+                    self._finish_kill(row)
+                s.commit()
+
+    def _finish_kill(self, row: JobRow) -> None:
+        key = job_key(row.user, row.name)
+        if row.phase != JobPhase.QUEUED:
+            self.ctx.backend.stop(key, self.ctx.config.kill_grace)
+            record_workers(self.ctx, row, self.ctx.backend.sync(key))
+        row.phase, row.reason = JobPhase.KILLED, "Killed"
+        row.message = "kill completed after a server restart"
+        row.finished_at = self.ctx.clock.now()
+        self.ctx.event(row, "Normal", "Killed", row.message)
 
     # -- one cycle ------------------------------------------------------------------------------
 
