@@ -5,6 +5,7 @@ from __future__ import annotations
 from paddlecloud.api.errors import (
     Conflict,
     ErrorCode,
+    Forbidden,
     InvalidInput,
     NotFound,
     PackageTooLarge,
@@ -22,6 +23,7 @@ __all__ = [
     "HEADER_MIN_API_VERSION",
     "Conflict",
     "ErrorCode",
+    "Forbidden",
     "InvalidInput",
     "NotFound",
     "PackageTooLarge",

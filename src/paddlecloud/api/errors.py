@@ -2,11 +2,14 @@
 
     PaddleCloudError                 code                 HTTP
     ├── InvalidInput                 invalid_spec, invalid_request, invalid_package,
-    │                                entry_not_found       422 / 400
+    │                                entry_not_found, invalid_path, checksum_mismatch  422 / 400
     ├── PackageTooLarge              package_too_large     413
     ├── Unauthorized                 unauthorized          401
-    ├── NotFound                     job_not_found, package_not_found, worker_not_found   404
-    ├── Conflict                     job_exists, job_not_running                          409
+    ├── Forbidden                    forbidden, quota_exceeded                            403
+    ├── NotFound                     job_not_found, package_not_found, worker_not_found,
+    │                                user_not_found, path_not_found, upload_not_found     404
+    ├── Conflict                     job_exists, job_not_running, user_exists, path_exists,
+    │                                not_a_directory, is_a_directory, directory_not_empty 409
     ├── VersionMismatch              client_too_old, server_too_old                       426
     ├── ServerUnreachable            server_unreachable    (client side only)
     └── ServerError                  internal              500
@@ -24,6 +27,7 @@ from typing import Any
 __all__ = [
     "Conflict",
     "ErrorCode",
+    "Forbidden",
     "InvalidInput",
     "NotFound",
     "PackageTooLarge",
@@ -41,13 +45,25 @@ class ErrorCode(StrEnum):
     INVALID_REQUEST = "invalid_request"
     INVALID_PACKAGE = "invalid_package"
     ENTRY_NOT_FOUND = "entry_not_found"
+    INVALID_PATH = "invalid_path"
+    CHECKSUM_MISMATCH = "checksum_mismatch"
     PACKAGE_TOO_LARGE = "package_too_large"
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    QUOTA_EXCEEDED = "quota_exceeded"
     JOB_NOT_FOUND = "job_not_found"
     PACKAGE_NOT_FOUND = "package_not_found"
     WORKER_NOT_FOUND = "worker_not_found"
+    USER_NOT_FOUND = "user_not_found"
+    PATH_NOT_FOUND = "path_not_found"
+    UPLOAD_NOT_FOUND = "upload_not_found"
     JOB_EXISTS = "job_exists"
     JOB_NOT_RUNNING = "job_not_running"
+    USER_EXISTS = "user_exists"
+    PATH_EXISTS = "path_exists"
+    NOT_A_DIRECTORY = "not_a_directory"
+    IS_A_DIRECTORY = "is_a_directory"
+    DIRECTORY_NOT_EMPTY = "directory_not_empty"
     CLIENT_TOO_OLD = "client_too_old"
     SERVER_TOO_OLD = "server_too_old"
     SERVER_UNREACHABLE = "server_unreachable"
@@ -88,6 +104,11 @@ class Unauthorized(PaddleCloudError):
     default_code = ErrorCode.UNAUTHORIZED
 
 
+class Forbidden(PaddleCloudError):
+    http_status = 403
+    default_code = ErrorCode.FORBIDDEN
+
+
 class NotFound(PaddleCloudError):
     http_status = 404
     default_code = ErrorCode.JOB_NOT_FOUND
@@ -117,6 +138,18 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.INVALID_REQUEST: InvalidInput,
     ErrorCode.INVALID_PACKAGE: InvalidInput,
     ErrorCode.ENTRY_NOT_FOUND: InvalidInput,
+    ErrorCode.INVALID_PATH: InvalidInput,
+    ErrorCode.CHECKSUM_MISMATCH: InvalidInput,
+    ErrorCode.FORBIDDEN: Forbidden,
+    ErrorCode.QUOTA_EXCEEDED: Forbidden,
+    ErrorCode.USER_NOT_FOUND: NotFound,
+    ErrorCode.PATH_NOT_FOUND: NotFound,
+    ErrorCode.UPLOAD_NOT_FOUND: NotFound,
+    ErrorCode.USER_EXISTS: Conflict,
+    ErrorCode.PATH_EXISTS: Conflict,
+    ErrorCode.NOT_A_DIRECTORY: Conflict,
+    ErrorCode.IS_A_DIRECTORY: Conflict,
+    ErrorCode.DIRECTORY_NOT_EMPTY: Conflict,
     ErrorCode.PACKAGE_TOO_LARGE: PackageTooLarge,
     ErrorCode.UNAUTHORIZED: Unauthorized,
     ErrorCode.JOB_NOT_FOUND: NotFound,

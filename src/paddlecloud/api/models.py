@@ -33,7 +33,11 @@ __all__ = [
     "QuotaView",
     "ResourceView",
     "RoleStatus",
+    "TokenView",
     "TrainerSpec",
+    "UserCreate",
+    "UserList",
+    "UserView",
     "VersionView",
     "WorkerList",
     "WorkerView",
@@ -216,6 +220,27 @@ class VersionView(_Model):
     backend: str
     capabilities: list[str]
     max_package_bytes: int
+
+
+class UserView(_Model):
+    name: str
+    is_admin: bool = False
+
+
+class UserList(_Model):
+    items: list[UserView]
+
+
+class UserCreate(_Strict):
+    name: Annotated[str, AfterValidator(check_dns1123_label)]
+    admin: bool = False
+
+
+class TokenView(_Model):
+    """A freshly issued API token: shown once, stored by the server only as a hash."""
+
+    name: str
+    token: str
 
 
 class PackageView(_Model):
