@@ -220,6 +220,8 @@ class VersionView(_Model):
     backend: str
     capabilities: list[str]
     max_package_bytes: int
+    #: PFS paths on this server are /pfs/<datacenter>/...
+    datacenter: str = ""
 
 
 class UserView(_Model):

@@ -1,6 +1,7 @@
 """Job commands: submit, get (jobs / workers / quota), describe, logs, kill.
 
 Each command parses options, calls one or two SDK methods and renders the result; no decisions.
+Admins pass ``-u/--user NAME`` to work on another user's jobs (the server decides who may).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from paddlecloud.client import Client
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 
 __all__ = ["describe", "get", "kill", "logs", "submit"]
+
+
+#: ``-u/--user NAME``: an admin works on another user's job.
+user_option = click.option("-u", "--user", metavar="NAME", help="admins: another user's job")
 
 
 def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
@@ -111,20 +116,25 @@ def get() -> None:
 
 @get.command("jobs")
 @click.option("-a", "--all", "all_", is_flag=True, help="include finished jobs")
+@click.option("--all-users", is_flag=True, help="admins: every user's jobs")
+@click.option("-u", "--user", metavar="NAME", help="admins: that user's jobs")
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def get_jobs(all_: bool, fmt: str) -> None:
-    jobs = Client().jobs(all=all_)
+def get_jobs(all_: bool, all_users: bool, user: str | None, fmt: str) -> None:
+    if all_users and user:
+        raise click.UsageError("--all-users and --user exclude each other")
+    jobs = Client().jobs(all=all_, all_users=all_users, user=user)
     if fmt in ("json", "yaml"):
         emit(jobs, fmt)
     else:
-        jobs_table(jobs, wide=fmt == "wide")
+        jobs_table(jobs, wide=fmt == "wide", show_user=all_users)
 
 
 @get.command("workers")
 @click.argument("job")
+@user_option
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def get_workers(job: str, fmt: str) -> None:
-    workers = Client().workers(job)
+def get_workers(job: str, user: str | None, fmt: str) -> None:
+    workers = Client().workers(job, user=user)
     if fmt in ("json", "yaml"):
         emit(workers, fmt)
         return
@@ -164,10 +174,11 @@ def get_quota(fmt: str) -> None:
 
 @click.command()
 @click.argument("job")
+@user_option
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def describe(job: str, fmt: str) -> None:
+def describe(job: str, user: str | None, fmt: str) -> None:
     """A job's spec, state, workers and event history."""
-    d = Client().job(job)
+    d = Client().job(job, user=user)
     if fmt in ("json", "yaml"):
         emit(d, fmt)
         return
@@ -212,15 +223,18 @@ def describe(job: str, fmt: str) -> None:
 @click.option("-f", "--follow", is_flag=True, help="keep printing until the workers end")
 @click.option("-w", "--worker", help="one worker, e.g. trainer-0 (default: all); 'prepare': env build")
 @click.option("--previous", is_flag=True, help="the worker's previous run")
-def logs(job: str, tail: int | None, follow: bool, worker: str | None, previous: bool) -> None:
+@user_option
+def logs(
+    job: str, tail: int | None, follow: bool, worker: str | None, previous: bool, user: str | None
+) -> None:
     """Print a job's logs (every worker's lines prefixed with its name)."""
     client = Client()
     if follow:  # a queued job has no workers yet: wait for them, bounded by the job's end
-        while (d := client.job(job)).phase == JobPhase.QUEUED or (
+        while (d := client.job(job, user=user)).phase == JobPhase.QUEUED or (
             d.phase == JobPhase.STARTING and not any(w.pid for w in d.workers) and worker != "prepare"
         ):
             time.sleep(0.5)
-    for line in client.logs(job, worker=worker, tail=tail, follow=follow, previous=previous):
+    for line in client.logs(job, worker=worker, tail=tail, follow=follow, previous=previous, user=user):
         sys.stdout.write(line)
     sys.stdout.flush()
 
@@ -229,17 +243,18 @@ def logs(job: str, tail: int | None, follow: bool, worker: str | None, previous:
 @click.argument("job")
 @click.option("--rm", "remove", is_flag=True, help="also delete the job from the history")
 @click.option("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: server's)")
-def kill(job: str, remove: bool, grace: float | None) -> None:
+@user_option
+def kill(job: str, remove: bool, grace: float | None, user: str | None) -> None:
     """Stop every process of a job; with --rm also forget it."""
     from paddlecloud.api.errors import Conflict
 
     client = Client()
     try:
-        view = client.kill(job, grace)
+        view = client.kill(job, grace, user=user)
         click.echo(f"job {job} {view.phase}")
     except Conflict:
         if not remove:
             raise
     if remove:
-        client.delete(job)
+        client.delete(job, user=user)
         click.echo(f"job {job} deleted")

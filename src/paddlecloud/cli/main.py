@@ -12,7 +12,9 @@ import sys
 import click
 
 from paddlecloud.api.errors import PaddleCloudError, ServerUnreachable
+from paddlecloud.cli.account import admin, config, login
 from paddlecloud.cli.jobs import describe, get, kill, logs, submit
+from paddlecloud.cli.pfs import pfs
 from paddlecloud.cli.system import up, version
 
 __all__ = ["cli", "main"]
@@ -23,7 +25,7 @@ def cli() -> None:
     """PaddleCloud: run distributed training jobs (parameter servers + trainers, collective, PyTorch)."""
 
 
-for command in (up, submit, get, describe, logs, kill, version):
+for command in (up, submit, get, describe, logs, kill, pfs, login, config, admin, version):
     cli.add_command(command)
 
 

@@ -84,11 +84,13 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-def jobs_table(jobs: list[JobView], wide: bool) -> None:
+def jobs_table(jobs: list[JobView], wide: bool, show_user: bool = False) -> None:
     now = datetime.now(UTC)
     headers = ["NAME", "PHASE", "TRAINERS", "PSERVERS", "AGE", "REASON"]
-    if wide:
+    show_user = show_user or wide
+    if show_user:
         headers[1:1] = ["USER"]
+    if wide:
         headers += ["FRAMEWORK", "STARTED", "FINISHED", "MESSAGE"]
     rows = []
     for j in jobs:
@@ -101,8 +103,9 @@ def jobs_table(jobs: list[JobView], wide: bool) -> None:
             age(j.submitted_at, now),
             reason,
         ]
-        if wide:
+        if show_user:
             row[1:1] = [j.user]
+        if wide:
             row += [str(j.framework), age(j.started_at, now), age(j.finished_at, now), j.message]
         rows.append(row)
     if not rows:

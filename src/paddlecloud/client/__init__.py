@@ -3,7 +3,23 @@
 from __future__ import annotations
 
 from paddlecloud.client.client import Client
-from paddlecloud.client.config import ClientConfig, Datacenter, load_config, save_datacenter
+from paddlecloud.client.config import (
+    ClientConfig,
+    Datacenter,
+    list_datacenters,
+    load_config,
+    save_datacenter,
+    use_datacenter,
+)
 from paddlecloud.client.train import train
 
-__all__ = ["Client", "ClientConfig", "Datacenter", "load_config", "save_datacenter", "train"]
+__all__ = [
+    "Client",
+    "ClientConfig",
+    "Datacenter",
+    "list_datacenters",
+    "load_config",
+    "save_datacenter",
+    "train",
+    "use_datacenter",
+]

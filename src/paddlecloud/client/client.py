@@ -1,14 +1,17 @@
 """``paddlecloud.Client``: the Python SDK over the REST API (httpx). The CLI uses only this.
 
-    Client() ──httpx──▶ /api/v1/...     (endpoint and token from ~/.paddle/config or arguments)
+    Client() ──httpx──▶ /api/v1/...     (endpoint, token and TLS files from ~/.paddle/config or arguments)
 
 Every failure is a :class:`paddlecloud.api.errors.PaddleCloudError`: server errors come back as the
 same class the server raised (by stable code); a server that cannot be reached is
-``ServerUnreachable``. Tests inject an ``httpx.Client`` bound to the ASGI app (the transport seam).
+``ServerUnreachable``. Admins pass ``user=`` to act on another user's job. Tests inject an
+``httpx.Client`` bound to the ASGI app (the transport seam).
 """
 
 from __future__ import annotations
 
+import os
+import ssl
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -33,15 +36,19 @@ from paddlecloud.api.models import (
     JobView,
     PackageView,
     QuotaView,
+    TokenView,
+    UserList,
+    UserView,
     VersionView,
     WorkerList,
     WorkerView,
 )
 from paddlecloud.client.config import load_config
 from paddlecloud.client.package import check_package_dir, pack_directory
+from paddlecloud.client.pfs import Pfs
 from paddlecloud.core.phases import TERMINAL_PHASES
 
-__all__ = ["Client"]
+__all__ = ["Client", "tls_context"]
 
 _UPLOAD_CHUNK = 1 << 20
 
@@ -49,6 +56,35 @@ _UPLOAD_CHUNK = 1 << 20
 def _file_chunks(f: IO[bytes]) -> Iterator[bytes]:
     while chunk := f.read(_UPLOAD_CHUNK):
         yield chunk
+
+
+def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """What ``verify=ca, cert=(cert, key)`` meant to httpx before 0.28 deprecated both: an SSL context
+    trusting ``ca`` (a file or a directory; default: httpx's own trust store) and presenting the client
+    certificate. ``None`` when no TLS file is set (httpx's defaults apply)."""
+    if not (ca or cert or key):
+        return None
+    if bool(cert) != bool(key):
+        raise InvalidInput("a TLS client certificate needs both cert and key", field="cert" if key else "key")
+    try:
+        if ca:
+            ctx = (
+                ssl.create_default_context(capath=ca)
+                if os.path.isdir(ca)
+                else ssl.create_default_context(cafile=ca)
+            )
+        else:
+            ctx = httpx.create_ssl_context()
+        if cert:
+            ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        files = ", ".join(f"{k} {v}" for k, v in (("ca", ca), ("cert", cert), ("key", key)) if v)
+        raise InvalidInput(f"cannot load the TLS files ({files}): {exc}") from None
+    return ctx
+
+
+def _user(user: str | None) -> dict[str, Any]:
+    return {"user": user} if user else {}
 
 
 class Client:
@@ -59,12 +95,21 @@ class Client:
         *,
         http: httpx.Client | None = None,
         timeout: float = 30.0,
+        ca: str | None = None,
+        cert: str | None = None,
+        key: str | None = None,
     ) -> None:
+        """``endpoint`` and ``token`` default to the current datacenter of the client config, and so do
+        the TLS files ``ca`` (CA bundle), ``cert`` and ``key`` (client certificate) when the endpoint
+        comes from there too."""
         if endpoint is None or token is None:
             cfg = load_config()
-            if cfg.current is not None:
-                endpoint = endpoint or cfg.current.endpoint
-                token = token or cfg.current.token
+            dc = cfg.current
+            if dc is not None:
+                if not endpoint:
+                    ca, cert, key = ca or dc.ca, cert or dc.cert, key or dc.key
+                endpoint = endpoint or dc.endpoint
+                token = token or dc.token
         if not endpoint and http is None:
             raise InvalidInput(
                 "no PaddleCloud endpoint configured: run `paddlecloud up` for a local platform, "
@@ -75,7 +120,11 @@ class Client:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         if http is None:
-            http = httpx.Client(base_url=self.endpoint, timeout=timeout)
+            ctx = tls_context(ca, cert, key)
+            if ctx is None:
+                http = httpx.Client(base_url=self.endpoint, timeout=timeout)
+            else:
+                http = httpx.Client(base_url=self.endpoint, timeout=timeout, verify=ctx)
         http.headers.update(headers)
         self._http = http
         self._checked = False
@@ -108,6 +157,26 @@ class Client:
                 body = None
             raise error_from_body(response.status_code, body)
 
+    @property
+    def pfs(self) -> Pfs:
+        """The file service (``client.pfs.cp([...], "pfs:data")``)."""
+        return Pfs(self)
+
+    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """One API call (``path`` below ``/api/v1``); errors raised as PaddleCloudError."""
+        return self._request(method, path, **kw)
+
+    def stream_bytes(self, path: str, **kw: Any) -> Iterator[bytes]:
+        """A GET whose body is yielded as it arrives."""
+        try:
+            with self._http.stream("GET", API_PREFIX + path, **kw) as response:
+                if response.status_code >= 400:
+                    response.read()
+                self._check(response)
+                yield from response.iter_bytes(1 << 20)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+
     def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
             response = self._http.request(method, API_PREFIX + path, **kw)
@@ -117,6 +186,11 @@ class Client:
         return response
 
     def _unreachable(self, exc: Exception) -> PaddleCloudError:
+        if isinstance(exc, httpx.ConnectError) and ("SSL" in str(exc) or "certificate" in str(exc)):
+            return ServerUnreachable(
+                f"TLS handshake with {self.endpoint} failed: {exc}; check the datacenter's ca, cert and "
+                "key (paddlecloud login --ca/--cert/--key)"
+            )
         return ServerUnreachable(
             f"cannot reach the PaddleCloud server at {self.endpoint} ({type(exc).__name__}); "
             "is `paddlecloud up` running?"
@@ -152,22 +226,32 @@ class Client:
             body["package"] = self.upload_package(package_dir, str(body.get("entry", "")) or None).id
         return JobDetail.model_validate_json(self._request("POST", "/jobs", json=body).content)
 
-    def jobs(self, *, all: bool = False) -> list[JobView]:
-        r = self._request("GET", "/jobs", params={"all": str(all).lower()})
+    def jobs(self, *, all: bool = False, all_users: bool = False, user: str | None = None) -> list[JobView]:
+        """Your jobs (``all``: finished ones too). Admins: ``all_users``: everyone's; ``user``: one's."""
+        params: dict[str, Any] = {"all": str(all).lower()}
+        if all_users:
+            params["all_users"] = "true"
+        if user:
+            params["user"] = user
+        r = self._request("GET", "/jobs", params=params)
         return JobList.model_validate_json(r.content).items
 
-    def job(self, name: str) -> JobDetail:
-        return JobDetail.model_validate_json(self._request("GET", f"/jobs/{name}").content)
+    def job(self, name: str, *, user: str | None = None) -> JobDetail:
+        r = self._request("GET", f"/jobs/{name}", params=_user(user))
+        return JobDetail.model_validate_json(r.content)
 
-    def workers(self, name: str) -> list[WorkerView]:
-        return WorkerList.model_validate_json(self._request("GET", f"/jobs/{name}/workers").content).items
+    def workers(self, name: str, *, user: str | None = None) -> list[WorkerView]:
+        r = self._request("GET", f"/jobs/{name}/workers", params=_user(user))
+        return WorkerList.model_validate_json(r.content).items
 
-    def kill(self, name: str, grace: float | None = None) -> JobView:
-        params = {} if grace is None else {"grace": grace}
+    def kill(self, name: str, grace: float | None = None, *, user: str | None = None) -> JobView:
+        params: dict[str, Any] = _user(user)
+        if grace is not None:
+            params["grace"] = grace
         return JobView.model_validate_json(self._request("POST", f"/jobs/{name}/kill", params=params).content)
 
-    def delete(self, name: str) -> None:
-        self._request("DELETE", f"/jobs/{name}")
+    def delete(self, name: str, *, user: str | None = None) -> None:
+        self._request("DELETE", f"/jobs/{name}", params=_user(user))
 
     def quota(self) -> QuotaView:
         return QuotaView.model_validate_json(self._request("GET", "/quota").content)
@@ -180,9 +264,11 @@ class Client:
         tail: int | None = None,
         follow: bool = False,
         previous: bool = False,
+        user: str | None = None,
     ) -> Iterator[str]:
         """Yield log lines (with their newline). ``follow`` keeps reading until the workers end."""
         params: dict[str, Any] = {"follow": str(follow).lower(), "previous": str(previous).lower()}
+        params.update(_user(user))
         if worker:
             params["worker"] = worker
         if tail is not None:
@@ -200,13 +286,34 @@ class Client:
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
 
-    def wait(self, name: str, *, timeout: float | None = None, poll: float = 1.0) -> JobDetail:
+    def wait(
+        self, name: str, *, timeout: float | None = None, poll: float = 1.0, user: str | None = None
+    ) -> JobDetail:
         """Poll until the job reaches a terminal phase (or ``timeout`` seconds pass: TimeoutError)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            job = self.job(name)
+            job = self.job(name, user=user)
             if job.phase in TERMINAL_PHASES:
                 return job
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {name} still {job.phase} after {timeout} s")
             time.sleep(poll)
+
+    # -- users ----------------------------------------------------------------------------------
+
+    def whoami(self) -> UserView:
+        """The user this client's token belongs to (and whether it is an admin)."""
+        return UserView.model_validate_json(self._request("GET", "/whoami").content)
+
+    def users(self) -> list[UserView]:
+        """Every user (admins only)."""
+        return UserList.model_validate_json(self._request("GET", "/users").content).items
+
+    def create_user(self, name: str, admin: bool = False) -> TokenView:
+        """Create a user (admins only). The returned token is shown this once; the server keeps a hash."""
+        r = self._request("POST", "/users", json={"name": name, "admin": admin})
+        return TokenView.model_validate_json(r.content)
+
+    def rotate_token(self, name: str) -> TokenView:
+        """Issue a new token for ``name`` (admins only); the old one stops working at once."""
+        return TokenView.model_validate_json(self._request("POST", f"/users/{name}/token").content)

@@ -24,6 +24,10 @@ class PlatformConfig:
     kill_grace: float = 10.0
     #: Name of the user created by ``paddlecloud up`` for the single-machine setup.
     default_user: str = "default"
+    #: This datacenter's name: PFS paths are /pfs/<datacenter>/...
+    datacenter: str = "local"
+    #: Default per-user PFS storage limit in bytes (None: unlimited); users.storage_quota overrides.
+    storage_quota: int | None = 100 * 2**30
 
     @property
     def db_url(self) -> str:
@@ -32,6 +36,10 @@ class PlatformConfig:
     @property
     def packages_dir(self) -> Path:
         return self.data_dir / "packages"
+
+    @property
+    def pfs_dir(self) -> Path:
+        return self.data_dir / "pfs"
 
     @property
     def cluster_dir(self) -> Path:

@@ -1,8 +1,10 @@
 """Job operations behind the REST routes: submit, list, get, kill, delete, workers, logs, quota.
 
-Every method takes the caller's :class:`Identity`; users see only their own jobs, admins all
-(``user`` argument). Writes happen under the context mutex and are committed before the method
-returns, so an acknowledged submit is durable.
+Every method takes the caller's :class:`Identity`; users see only their own jobs. Admins act on
+another user's jobs with the ``user`` argument (anyone may name themselves; a non-admin naming someone
+else gets ``forbidden``) and list everyone's with ``all_users``. Another user's job is not found,
+exactly as a job that does not exist. Writes happen under the context mutex and are committed before
+the method returns, so an acknowledged submit is durable.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from paddlecloud.backends.base import LogRequest
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.packages import check_entry
 from paddlecloud.controller.records import job_request, record_workers
-from paddlecloud.controller.users import Identity
+from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.controller.views import RoleTally, detail_view, job_view, worker_view
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 from paddlecloud.core.quantity import format_cpu, format_memory
@@ -41,8 +43,16 @@ class JobService:
 
     # -- queries --------------------------------------------------------------------------------
 
+    @staticmethod
+    def _owner(who: Identity, user: str | None) -> str:
+        """Whose jobs a request is about: the caller's own, or (admins only) ``user``'s."""
+        if not user or user == who.name:
+            return who.name
+        require_admin(who, "acting on another user's jobs")
+        return user
+
     def _row(self, s: Session, who: Identity, name: str, user: str | None = None) -> JobRow:
-        owner = user if (user and who.is_admin) else who.name
+        owner = self._owner(who, user)
         row = s.scalar(
             select(JobRow)
             .where(JobRow.user == owner, JobRow.name == name)
@@ -54,11 +64,18 @@ class JobService:
             )
         return row
 
-    def list_jobs(self, who: Identity, *, all_jobs: bool, all_users: bool = False) -> list[JobView]:
+    def list_jobs(
+        self, who: Identity, *, all_jobs: bool, all_users: bool = False, user: str | None = None
+    ) -> list[JobView]:
+        if all_users:
+            require_admin(who, "listing every user's jobs")
+            if user:
+                raise InvalidInput("give either user or all_users, not both", code=ErrorCode.INVALID_REQUEST)
+        owner = None if all_users else self._owner(who, user)
         with self.ctx.session() as s:
             q = select(JobRow).order_by(JobRow.submitted_at, JobRow.id)
-            if not (all_users and who.is_admin):
-                q = q.where(JobRow.user == who.name)
+            if owner is not None:
+                q = q.where(JobRow.user == owner)
             if not all_jobs:
                 q = q.where(JobRow.phase.not_in(list(TERMINAL_PHASES)))
             rows = s.scalars(q).all()
@@ -78,9 +95,9 @@ class JobService:
         with self.ctx.session() as s:
             return detail_view(self._row(s, who, name, user))
 
-    def workers(self, who: Identity, name: str) -> list[WorkerView]:
+    def workers(self, who: Identity, name: str, user: str | None = None) -> list[WorkerView]:
         with self.ctx.session() as s:
-            return [worker_view(w) for w in self._row(s, who, name).workers]
+            return [worker_view(w) for w in self._row(s, who, name, user).workers]
 
     def quota(self, who: Identity) -> QuotaView:
         with self.ctx.session() as s:
@@ -144,12 +161,14 @@ class JobService:
             self.ctx.wake()
             return detail_view(row)
 
-    def kill(self, who: Identity, name: str, grace: float | None = None) -> JobView:
+    def kill(
+        self, who: Identity, name: str, grace: float | None = None, *, user: str | None = None
+    ) -> JobView:
         grace = self.ctx.config.kill_grace if grace is None else grace
         if grace < 0 or grace > 3600:
             raise InvalidInput("grace must be between 0 and 3600 seconds", field="grace")
         with self.ctx.mutex, self.ctx.session() as s:
-            row = self._row(s, who, name)
+            row = self._row(s, who, name, user)
             phase = JobPhase(row.phase)
             if phase in TERMINAL_PHASES:
                 raise Conflict(f"job {name!r} already {phase}", code=ErrorCode.JOB_NOT_RUNNING)
@@ -161,7 +180,7 @@ class JobService:
             self.ctx.backend.stop(key, grace)
             status = self.ctx.backend.sync(key)
         with self.ctx.mutex, self.ctx.session() as s:
-            row = self._row(s, who, name)
+            row = self._row(s, who, name, user)
             if started:
                 record_workers(self.ctx, row, status)
             row.phase, row.reason = JobPhase.KILLED, "Killed"
@@ -173,13 +192,13 @@ class JobService:
         self.ctx.wake()  # freed capacity: schedule now
         return view
 
-    def delete(self, who: Identity, name: str) -> None:
+    def delete(self, who: Identity, name: str, user: str | None = None) -> None:
         with self.ctx.session() as s:
-            phase = JobPhase(self._row(s, who, name).phase)
+            phase = JobPhase(self._row(s, who, name, user).phase)
         if phase not in TERMINAL_PHASES:
-            self.kill(who, name, 0.0 if phase == JobPhase.QUEUED else None)
+            self.kill(who, name, 0.0 if phase == JobPhase.QUEUED else None, user=user)
         with self.ctx.mutex, self.ctx.session() as s:
-            row = self._row(s, who, name)
+            row = self._row(s, who, name, user)
             package_id = row.package_id
             s.delete(row)
             s.commit()
@@ -188,10 +207,18 @@ class JobService:
             s.commit()
 
     def logs(
-        self, who: Identity, name: str, *, worker: str | None, tail: int | None, follow: bool, previous: bool
+        self,
+        who: Identity,
+        name: str,
+        *,
+        worker: str | None,
+        tail: int | None,
+        follow: bool,
+        previous: bool,
+        user: str | None = None,
     ) -> Iterator[bytes]:
         with self.ctx.session() as s:
-            row = self._row(s, who, name)
+            row = self._row(s, who, name, user)
             names = [w.name for w in row.workers]
             key = job_key(row.user, row.name)
         if worker:

@@ -16,12 +16,15 @@ from paddlecloud.backends.base import Backend
 from paddlecloud.backends.local import LocalBackend, LocalConfig
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
+from paddlecloud.controller.files import FileService
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.packages import PackageStore
+from paddlecloud.controller.quotas import storage_quota
 from paddlecloud.controller.reconciler import Reconciler
 from paddlecloud.controller.users import Identity, UserDirectory
 from paddlecloud.core.clock import Clock, SystemClock
 from paddlecloud.scheduler import policy as make_policy
+from paddlecloud.storage import LocalDirStore
 from paddlecloud.store.db import open_database
 
 __all__ = ["Platform"]
@@ -33,6 +36,7 @@ class Platform:
     jobs: JobService
     users: UserDirectory
     reconciler: Reconciler
+    files: FileService
 
     @classmethod
     def open(
@@ -52,11 +56,18 @@ class Platform:
             backend = LocalBackend(LocalConfig(root=config.cluster_dir, nodes=config.nodes), clock.now, wake)
         ctx = Context(config=config, db=db, backend=backend, clock=clock, packages=packages)
         holder.append(ctx)
+
+        def quota_of(user: str) -> int | None:
+            with db.session() as s:
+                return storage_quota(s, user, config.storage_quota)
+
+        files = FileService(LocalDirStore(config.pfs_dir), config.datacenter, quota_of)
         return cls(
             ctx=ctx,
             jobs=JobService(ctx),
             users=UserDirectory(clock),
             reconciler=Reconciler(ctx, make_policy(config.policy)),
+            files=files,
         )
 
     def start(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["QuantityError", "format_cpu", "format_memory", "parse_cpu", "parse_memory"]
+__all__ = ["QuantityError", "format_cpu", "format_memory", "human_bytes", "parse_cpu", "parse_memory"]
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -60,6 +60,16 @@ def parse_memory(text: str | int) -> int:
     if n != n.to_integral_value():
         raise QuantityError(f"{text!r} is not a whole number of bytes")
     return int(n)
+
+
+def human_bytes(n: int) -> str:
+    """Approximate binary units for people: 1536 → ``1.5 KiB``, 3 * 2**30 → ``3.0 GiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover
 
 
 def format_cpu(millicores: int) -> str:

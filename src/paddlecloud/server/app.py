@@ -6,20 +6,56 @@ model. The OpenAPI document is served at ``/api/v1/openapi.json`` and browsable 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paddlecloud._version import API_VERSION, MIN_CLIENT_API_VERSION, __version__
 from paddlecloud.api import API_PREFIX, HEADER_API_VERSION, HEADER_MIN_API_VERSION
 from paddlecloud.api.errors import ErrorCode, VersionMismatch
 from paddlecloud.controller import Platform
-from paddlecloud.server import routes_jobs, routes_system
+from paddlecloud.server import routes_jobs, routes_pfs, routes_system, routes_users
 from paddlecloud.server.errors import install_error_handlers
 
-__all__ = ["create_app"]
+__all__ = ["ApiVersionMiddleware", "create_app"]
+
+_VERSION_HEADERS = [
+    (HEADER_API_VERSION.lower().encode(), str(API_VERSION).encode()),
+    (HEADER_MIN_API_VERSION.lower().encode(), str(MIN_CLIENT_API_VERSION).encode()),
+]
+
+
+class ApiVersionMiddleware:
+    """Pure ASGI (no body buffering, so uploads stream at full speed): stamp every response with the
+    API versions and refuse clients older than the minimum with ``client_too_old``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_VERSION_HEADERS]
+            await send(message)
+
+        wanted = HEADER_API_VERSION.lower().encode()
+        sent = next((v.decode("latin-1") for k, v in scope["headers"] if k == wanted), None)
+        if sent is not None and (not sent.isdigit() or int(sent) < MIN_CLIENT_API_VERSION):
+            err = VersionMismatch(
+                f"client API version {sent} is older than this server's minimum {MIN_CLIENT_API_VERSION}: "
+                "upgrade paddlecloud (pip install -U paddlecloud)",
+                code=ErrorCode.CLIENT_TOO_OLD,
+            )
+            await JSONResponse(status_code=err.http_status, content=err.to_body())(scope, receive, stamped)
+            return
+        await self.app(scope, receive, stamped)
 
 
 def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
@@ -44,22 +80,9 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     app.state.platform = platform
     install_error_handlers(app)
 
-    @app.middleware("http")
-    async def api_version(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        sent = request.headers.get(HEADER_API_VERSION)
-        if sent is not None and (not sent.isdigit() or int(sent) < MIN_CLIENT_API_VERSION):
-            err = VersionMismatch(
-                f"client API version {sent} is older than this server's minimum {MIN_CLIENT_API_VERSION}: "
-                "upgrade paddlecloud (pip install -U paddlecloud)",
-                code=ErrorCode.CLIENT_TOO_OLD,
-            )
-            response: Response = JSONResponse(status_code=err.http_status, content=err.to_body())
-        else:
-            response = await call_next(request)
-        response.headers[HEADER_API_VERSION] = str(API_VERSION)
-        response.headers[HEADER_MIN_API_VERSION] = str(MIN_CLIENT_API_VERSION)
-        return response
-
+    app.add_middleware(ApiVersionMiddleware)
     app.include_router(routes_system.router, prefix=API_PREFIX)
     app.include_router(routes_jobs.router, prefix=API_PREFIX)
+    app.include_router(routes_pfs.router, prefix=API_PREFIX)
+    app.include_router(routes_users.router, prefix=API_PREFIX)
     return app

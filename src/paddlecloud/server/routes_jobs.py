@@ -25,6 +25,9 @@ __all__ = ["router"]
 
 router = APIRouter()
 
+#: ``?user=NAME``: act on that user's job (admins; anyone may name themselves).
+UserParam = Annotated[str | None, Query(description="admins: the job's owner (default: the caller)")]
+
 
 async def _next(it: AsyncIterator[bytes]) -> bytes:
     return await it.__anext__()
@@ -64,13 +67,14 @@ def list_jobs(
     platform: PlatformDep,
     all: Annotated[bool, Query(description="include finished jobs")] = False,
     all_users: Annotated[bool, Query(description="admins: every user's jobs")] = False,
+    user: UserParam = None,
 ) -> JobList:
-    return JobList(items=platform.jobs.list_jobs(who, all_jobs=all, all_users=all_users))
+    return JobList(items=platform.jobs.list_jobs(who, all_jobs=all, all_users=all_users, user=user))
 
 
 @router.get("/jobs/{name}", response_model=JobDetail, tags=["jobs"])
-def get_job(name: str, who: Caller, platform: PlatformDep) -> JobDetail:
-    return platform.jobs.get(who, name)
+def get_job(name: str, who: Caller, platform: PlatformDep, user: UserParam = None) -> JobDetail:
+    return platform.jobs.get(who, name, user)
 
 
 @router.post("/jobs/{name}/kill", response_model=JobView, tags=["jobs"])
@@ -79,20 +83,21 @@ def kill_job(
     who: Caller,
     platform: PlatformDep,
     grace: Annotated[float | None, Query(ge=0, le=3600, description="SIGTERM to SIGKILL, seconds")] = None,
+    user: UserParam = None,
 ) -> JobView:
-    return platform.jobs.kill(who, name, grace)
+    return platform.jobs.kill(who, name, grace, user=user)
 
 
 @router.delete("/jobs/{name}", status_code=204, tags=["jobs"])
-def delete_job(name: str, who: Caller, platform: PlatformDep) -> Response:
+def delete_job(name: str, who: Caller, platform: PlatformDep, user: UserParam = None) -> Response:
     """Remove a job from the history (killing it first if it still runs)."""
-    platform.jobs.delete(who, name)
+    platform.jobs.delete(who, name, user)
     return Response(status_code=204)
 
 
 @router.get("/jobs/{name}/workers", response_model=WorkerList, tags=["jobs"])
-def list_workers(name: str, who: Caller, platform: PlatformDep) -> WorkerList:
-    return WorkerList(items=platform.jobs.workers(who, name))
+def list_workers(name: str, who: Caller, platform: PlatformDep, user: UserParam = None) -> WorkerList:
+    return WorkerList(items=platform.jobs.workers(who, name, user))
 
 
 @router.get("/jobs/{name}/logs", tags=["jobs"], response_class=StreamingResponse)
@@ -104,9 +109,12 @@ def job_logs(
     tail: Annotated[int | None, Query(ge=0)] = None,
     follow: bool = False,
     previous: bool = False,
+    user: UserParam = None,
 ) -> StreamingResponse:
     """Plain-text log lines; with several workers each line starts with ``[worker]``."""
-    chunks = platform.jobs.logs(who, name, worker=worker, tail=tail, follow=follow, previous=previous)
+    chunks = platform.jobs.logs(
+        who, name, worker=worker, tail=tail, follow=follow, previous=previous, user=user
+    )
     return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
 
 

@@ -28,4 +28,5 @@ def version(platform: PlatformDep) -> VersionView:
         backend=backend.name,
         capabilities=sorted(str(c) for c in backend.capabilities),
         max_package_bytes=platform.ctx.config.max_package_bytes,
+        datacenter=platform.ctx.config.datacenter,
     )

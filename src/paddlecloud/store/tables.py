@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 __all__ = ["Base", "EventRow", "JobRow", "PackageRow", "UserRow", "WorkerRow"]
@@ -25,6 +36,8 @@ class UserRow(Base):
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+    #: PFS storage limit in bytes; None: the platform's default
+    storage_quota: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class PackageRow(Base):

@@ -1,0 +1,145 @@
+"""``paddlecloud pfs``: cp, ls, rm, mkdir, mv, stat, du on the cluster file system.
+
+A remote path is ``/pfs/<datacenter>/home/<user>/...`` (or ``/pfs/<dc>/public/...``) or ``pfs:REL``
+(relative to your home); anything else is a local path. The transfer work is the SDK's
+(``Client.pfs``); this module only draws the progress bar and the listings.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import click
+
+from paddlecloud.cli.output import FORMATS, emit, print_table
+from paddlecloud.client import Client
+from paddlecloud.core.quantity import human_bytes
+
+__all__ = ["pfs"]
+
+
+@click.group()
+def pfs() -> None:
+    """The cluster file system: /pfs/<datacenter>/home/<user>/... or pfs:REL."""
+
+
+@pfs.command("cp")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-r", "--recursive", is_flag=True, help="copy directories")
+@click.option("-f", "--force", is_flag=True, help="overwrite existing files")
+@click.option(
+    "-j", "--parallel", type=click.IntRange(1, 32), default=4, show_default=True, help="transfers in flight"
+)
+@click.option("-q", "--quiet", is_flag=True, help="no progress bar")
+def cp(paths: tuple[str, ...], recursive: bool, force: bool, parallel: int, quiet: bool) -> None:
+    """Copy SRC... to DST, local ↔ PFS. Interrupted copies resume where they stopped."""
+    if len(paths) < 2:
+        raise click.UsageError("cp needs a source and a destination")
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    fs = Client().pfs
+    fs.parallel = parallel
+    srcs, dst = list(paths[:-1]), paths[-1]
+    total = fs.plan_size(srcs, recursive)
+    t0 = time.perf_counter()
+    columns = (
+        TextColumn("[bold]copy"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, disable=quiet, transient=False) as bar:
+        task = bar.add_task("copy", total=total)
+        stats = fs.cp(
+            srcs, dst, recursive=recursive, overwrite=force, progress=lambda n: bar.advance(task, n)
+        )
+    dt = time.perf_counter() - t0
+    moved = stats.bytes_sent + stats.bytes_skipped
+    resumed = f", {human_bytes(stats.bytes_skipped)} already there" if stats.bytes_skipped else ""
+    click.echo(
+        f"copied {stats.files} file(s), {human_bytes(moved)} in {dt:.1f} s "
+        f"({human_bytes(int(moved / dt)) if dt > 0 else '-'}/s); "
+        f"sent {human_bytes(stats.bytes_sent)}{resumed}",
+        err=True,
+    )
+
+
+@pfs.command("ls")
+@click.argument("path", required=False)
+@click.option("-r", "--recursive", is_flag=True)
+@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
+def ls(path: str | None, recursive: bool, fmt: str) -> None:
+    """List a directory (default: your home). A glob in the last component filters: pfs:data/*.csv"""
+    items = Client().pfs.ls(path, recursive=recursive)
+    if fmt in ("json", "yaml"):
+        emit(items, fmt)
+        return
+    now = datetime.now(UTC)
+    rows = []
+    for f in items:
+        when = (
+            f.mtime.strftime("%b %d %H:%M") if (now - f.mtime).days < 180 else f.mtime.strftime("%b %d  %Y")
+        )
+        name = f.path + ("/" if f.type == "dir" else "")
+        rows.append([f.type, human_bytes(f.size) if f.type == "file" else "-", when, name])
+    if rows:
+        print_table(["TYPE", "SIZE", "MODIFIED", "PATH"], rows)
+
+
+@pfs.command("stat")
+@click.argument("path")
+@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
+def stat(path: str, fmt: str) -> None:
+    info = Client().pfs.stat(path)
+    if fmt in ("json", "yaml"):
+        emit(info, fmt)
+        return
+    click.echo(f"{info.path}\n  type: {info.type}\n  size: {info.size} ({human_bytes(info.size)})\n"
+               f"  modified: {info.mtime:%Y-%m-%d %H:%M:%S}Z")  # fmt: skip
+
+
+@pfs.command("mkdir")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-p", "--parents", is_flag=True, help="make parents as needed; no error if it exists")
+def mkdir(paths: tuple[str, ...], parents: bool) -> None:
+    fs = Client().pfs
+    for p in paths:
+        fs.mkdir(p, parents=parents)
+
+
+@pfs.command("rm")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-r", "--recursive", is_flag=True, help="remove directories and their contents")
+def rm(paths: tuple[str, ...], recursive: bool) -> None:
+    fs = Client().pfs
+    for p in paths:
+        fs.rm(p, recursive=recursive)
+
+
+@pfs.command("mv")
+@click.argument("src")
+@click.argument("dst")
+def mv(src: str, dst: str) -> None:
+    """Move or rename within your own space."""
+    Client().pfs.mv(src, dst)
+
+
+@pfs.command("du")
+@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
+def du(fmt: str) -> None:
+    """Your storage use and quota."""
+    u = Client().pfs.usage()
+    if fmt in ("json", "yaml"):
+        emit(u, fmt)
+        return
+    limit = human_bytes(u.limit) if u.limit is not None else "unlimited"
+    click.echo(f"{u.user}: {human_bytes(u.used)} used, {human_bytes(u.reserved)} in uploads, limit {limit}")

@@ -1,0 +1,444 @@
+"""The PFS client: namespace calls and the transfer engine behind ``paddlecloud pfs cp``.
+
+    upload   local file ──pread chunk──▶ blake3 digest ──PUT /pfs/uploads/{id}/{i}──▶ server
+             (``parallel`` chunks in flight; memory = parallel x chunk size, whatever the file size;
+             a restarted copy asks the server what it holds and sends only the other chunks;
+             files of at most one chunk go in one PUT)
+    download GET /pfs/file?offset&length per chunk ──▶ pwrite into ``<dest>.pfspart`` (+ a journal of
+             finished chunks and their digests, so a restarted copy fetches only the rest) ──▶
+             whole-file checksum compared with the server's ──▶ rename to ``<dest>``
+
+Directory trees go file by file through the same paths, small files ``parallel`` at a time. Progress
+is reported as bytes through a callback (the CLI draws one Rich bar for the whole copy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat as st
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError
+from paddlecloud.api.files import FileInfo, FileList, StorageUsage, UploadView
+from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
+from paddlecloud.core.pfspath import expand_short, is_remote
+
+if TYPE_CHECKING:
+    from paddlecloud.client.client import Client
+
+__all__ = ["Pfs", "TransferStats"]
+
+Progress = Callable[[int], None]
+DIGEST = "X-PaddleCloud-Digest"
+CHECKSUM = "X-PaddleCloud-Checksum"
+PART = ".pfspart"
+
+
+def _noop(_n: int) -> None:
+    pass
+
+
+def _body(data: bytes) -> tuple[Iterator[bytes], dict[str, str]]:
+    """Send ``data`` through a one-shot generator: httpx keeps each finished request in a reference
+    cycle until the garbage collector runs, and with ``content=bytes`` that pins every chunk sent
+    (client memory then grows with the file). The generator lets go of the bytes once sent."""
+
+    def once() -> Iterator[bytes]:
+        yield data
+
+    return once(), {"Content-Length": str(len(data))}
+
+
+@dataclass
+class TransferStats:
+    files: int = 0
+    bytes_sent: int = 0  # over the wire
+    bytes_skipped: int = 0  # already there (resumed)
+    dirs: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def count(self, sent: int = 0, skipped: int = 0) -> None:
+        with self._lock:
+            self.bytes_sent += sent
+            self.bytes_skipped += skipped
+
+    def add(self, other: TransferStats) -> None:
+        self.files += other.files
+        self.bytes_sent += other.bytes_sent
+        self.bytes_skipped += other.bytes_skipped
+        self.dirs += other.dirs
+
+
+class Pfs:
+    def __init__(self, client: Client, *, parallel: int = 4, chunk_size: int = 16 << 20) -> None:
+        self.client = client
+        self.parallel = parallel
+        self.chunk_size = chunk_size
+        self._me: tuple[str, str] | None = None
+
+    # -- paths ----------------------------------------------------------------------------------
+
+    def home(self) -> str:
+        if self._me is None:
+            self._me = (self.client.version().datacenter, self.client.whoami().name)
+        dc, user = self._me
+        return f"/pfs/{dc}/home/{user}"
+
+    def full(self, text: str) -> str:
+        """``pfs:REL`` → ``/pfs/<dc>/home/<me>/REL``; full paths unchanged."""
+        if text.startswith("pfs:"):
+            _, _pfs, dc, _home, user = self.home().split("/")
+            return expand_short(text, dc, user)
+        return text
+
+    # -- namespace ------------------------------------------------------------------------------
+
+    def _get(self, endpoint: str, **params: Any) -> Any:
+        return self.client.request("GET", endpoint, params=params)
+
+    def stat(self, path: str) -> FileInfo:
+        return FileInfo.model_validate_json(self._get("/pfs/stat", path=self.full(path)).content)
+
+    def exists(self, path: str) -> FileInfo | None:
+        try:
+            return self.stat(path)
+        except PaddleCloudError as exc:
+            if exc.code == ErrorCode.PATH_NOT_FOUND:
+                return None
+            raise
+
+    def ls(self, path: str | None = None, recursive: bool = False) -> list[FileInfo]:
+        r = self._get("/pfs/list", path=self.full(path or self.home()), recursive=str(recursive).lower())
+        return FileList.model_validate_json(r.content).items
+
+    def mkdir(self, path: str, parents: bool = False) -> FileInfo:
+        r = self.client.request("POST", "/pfs/mkdir", json={"path": self.full(path), "parents": parents})
+        return FileInfo.model_validate_json(r.content)
+
+    def rm(self, path: str, recursive: bool = False) -> None:
+        self.client.request("POST", "/pfs/remove", json={"path": self.full(path), "recursive": recursive})
+
+    def mv(self, src: str, dst: str) -> FileInfo:
+        r = self.client.request("POST", "/pfs/move", json={"src": self.full(src), "dst": self.full(dst)})
+        return FileInfo.model_validate_json(r.content)
+
+    def usage(self) -> StorageUsage:
+        return StorageUsage.model_validate_json(self._get("/pfs/usage").content)
+
+    # -- single files ---------------------------------------------------------------------------
+
+    def upload_file(
+        self, local: Path, remote: str, *, overwrite: bool = False, progress: Progress = _noop
+    ) -> TransferStats:
+        remote = self.full(remote)
+        size = local.stat().st_size
+        if size <= self.chunk_size:
+            data = local.read_bytes()
+            h = ChunkedHasher(max(len(data), 1))
+            h.update(data)
+            params = {"path": remote, "overwrite": str(overwrite).lower()}
+            body, length = _body(data)
+            self.client.request(
+                "PUT", "/pfs/file", params=params, content=body, headers={CHECKSUM: h.checksum(), **length}
+            )
+            progress(size)
+            return TransferStats(files=1, bytes_sent=size)
+        begin = {"path": remote, "size": size, "chunk_size": self.chunk_size, "overwrite": overwrite}
+        r = self.client.request("POST", "/pfs/uploads", json=begin)
+        up = UploadView.model_validate_json(r.content)
+        digests: list[str] = [""] * up.chunks
+        stats = TransferStats(files=1)
+        fd = os.open(local, os.O_RDONLY)
+        try:
+
+            def send(i: int) -> None:
+                data = os.pread(fd, up.chunk_size, i * up.chunk_size)
+                digest = chunk_digest(data)
+                digests[i] = digest
+                if up.received.get(i) == digest:
+                    stats.count(skipped=len(data))
+                else:
+                    body, length = _body(data)
+                    self.client.request(
+                        "PUT", f"/pfs/uploads/{up.id}/{i}", content=body, headers={DIGEST: digest, **length}
+                    )
+                    stats.count(sent=len(data))
+                progress(len(data))
+
+            with ThreadPoolExecutor(self.parallel) as pool:
+                list(pool.map(send, range(up.chunks)))
+        finally:
+            os.close(fd)
+        self.client.request(
+            "POST",
+            f"/pfs/uploads/{up.id}/complete",
+            params={"overwrite": str(overwrite).lower()},
+            json={"checksum": file_checksum(up.chunk_size, digests)},
+        )
+        return stats
+
+    def download_file(
+        self, remote: str, local: Path, *, size: int | None = None, progress: Progress = _noop
+    ) -> TransferStats:
+        remote = self.full(remote)
+        if size is None:
+            info = self.stat(remote)
+            if info.type == "dir":
+                raise InvalidInput(f"{remote} is a directory (use -r)", code=ErrorCode.IS_A_DIRECTORY)
+            size = info.size
+        part = local.with_name(local.name + PART)
+        journal_path = local.with_name(local.name + PART + ".json")
+        journal = _Journal.open(journal_path, size, self.chunk_size)
+        chunks = max((size + self.chunk_size - 1) // self.chunk_size, 1)
+        stats = TransferStats(files=1)
+        fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, size)
+
+            def fetch(i: int) -> None:
+                off = i * self.chunk_size
+                n = min(self.chunk_size, size - off)
+                if i in journal.done:
+                    stats.count(skipped=n)
+                    progress(n)
+                    return
+                h_digest = self._fetch_chunk(remote, fd, off, n, progress)
+                journal.record(i, h_digest)
+                stats.count(sent=n)
+
+            with ThreadPoolExecutor(self.parallel) as pool:
+                list(pool.map(fetch, range(chunks)))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            journal.close()
+        digests = [journal.done[i] for i in range(chunks)] if size else []
+        mine = file_checksum(self.chunk_size, digests)
+        theirs = self._get("/pfs/checksum", path=remote, chunk_size=self.chunk_size).json()["checksum"]
+        if mine != theirs:
+            part.unlink(missing_ok=True)
+            journal_path.unlink(missing_ok=True)
+            raise InvalidInput(
+                f"{remote}: download damaged (checksum mismatch); copy it again",
+                code=ErrorCode.CHECKSUM_MISMATCH,
+            )
+        os.replace(part, local)
+        journal_path.unlink(missing_ok=True)
+        return stats
+
+    def _fetch_chunk(self, remote: str, fd: int, off: int, n: int, progress: Progress) -> str:
+        if n == 0:
+            return chunk_digest(b"")
+        import blake3
+
+        h = blake3.blake3()
+        pos = off
+        for piece in self.client.stream_bytes(
+            "/pfs/file", params={"path": remote, "offset": off, "length": n}
+        ):
+            h.update(piece)
+            view = memoryview(piece)
+            while view:
+                w = os.pwrite(fd, view, pos)
+                view, pos = view[w:], pos + w
+            progress(len(piece))
+        if pos - off != n:
+            raise InvalidInput(f"{remote}: short read at offset {off}", code=ErrorCode.CHECKSUM_MISMATCH)
+        return h.hexdigest()
+
+    # -- cp -------------------------------------------------------------------------------------
+
+    def plan_size(self, srcs: list[str], recursive: bool) -> int:
+        """Total bytes a copy of ``srcs`` moves (for one progress bar)."""
+        total = 0
+        for src in srcs:
+            if is_remote(src):
+                info = self.stat(src)
+                if info.type == "dir":
+                    total += (
+                        sum(f.size for f in self.ls(src, recursive=True) if f.type == "file")
+                        if recursive
+                        else 0
+                    )
+                else:
+                    total += info.size
+            else:
+                p = Path(src)
+                if p.is_dir():
+                    total += sum(f.stat().st_size for f, _ in _walk_local(p)[0]) if recursive else 0
+                elif p.exists():
+                    total += p.stat().st_size
+        return total
+
+    def cp(
+        self,
+        srcs: list[str],
+        dst: str,
+        *,
+        recursive: bool = False,
+        overwrite: bool = False,
+        progress: Progress = _noop,
+    ) -> TransferStats:
+        """``cp [-r] SRC... DST`` between local paths and PFS paths (one side must be PFS)."""
+        remote_dst = is_remote(dst)
+        stats = TransferStats()
+        if len(srcs) > 1 and not self._is_dir(dst, remote_dst):
+            raise InvalidInput(f"copying several sources needs an existing directory as destination: {dst}")
+        for src in srcs:
+            if is_remote(src) == remote_dst:
+                raise InvalidInput(
+                    f"copy between a local path and a PFS path (/pfs/... or pfs:...): {src} -> {dst}"
+                )
+            if remote_dst:
+                stats.add(self._put(Path(src), self.full(dst), recursive, overwrite, progress))
+            else:
+                stats.add(self._fetch(self.full(src), Path(dst), recursive, overwrite, progress))
+        return stats
+
+    def _is_dir(self, path: str, remote: bool) -> bool:
+        if remote:
+            info = self.exists(path)
+            return info is not None and info.type == "dir"
+        return Path(path).is_dir()
+
+    def _put(
+        self, src: Path, dst: str, recursive: bool, overwrite: bool, progress: Progress
+    ) -> TransferStats:
+        if not src.exists():
+            raise InvalidInput(f"{src}: no such file or directory")
+        target = self.exists(dst)
+        if target is not None and target.type == "dir":
+            dst = f"{dst.rstrip('/')}/{src.name}"
+        if not src.is_dir():
+            return self.upload_file(src, dst, overwrite=overwrite, progress=progress)
+        if not recursive:
+            raise InvalidInput(f"{src} is a directory (use -r)", code=ErrorCode.IS_A_DIRECTORY)
+        files, dirs = _walk_local(src)
+        stats = TransferStats(dirs=len(dirs) + 1)
+        self.mkdir(dst, parents=True)
+        for d in dirs:
+            self.mkdir(f"{dst}/{d}", parents=True)
+        small = [(f, rel) for f, rel in files if f.stat().st_size <= self.chunk_size]
+        large = [(f, rel) for f, rel in files if f.stat().st_size > self.chunk_size]
+
+        def one(item: tuple[Path, str]) -> TransferStats:
+            return self.upload_file(item[0], f"{dst}/{item[1]}", overwrite=overwrite, progress=progress)
+
+        with ThreadPoolExecutor(self.parallel * 2) as pool:
+            for s in pool.map(one, small):
+                stats.add(s)
+        for item in large:
+            stats.add(one(item))
+        return stats
+
+    def _fetch(
+        self, src: str, dst: Path, recursive: bool, overwrite: bool, progress: Progress
+    ) -> TransferStats:
+        info = self.stat(src)
+        if dst.is_dir():
+            dst = dst / info.path.rstrip("/").rsplit("/", 1)[-1]
+        if info.type == "file":
+            if dst.exists() and not overwrite:
+                raise InvalidInput(f"{dst} exists (use --force to overwrite)", code=ErrorCode.PATH_EXISTS)
+            return self.download_file(src, dst, size=info.size, progress=progress)
+        if not recursive:
+            raise InvalidInput(f"{src} is a directory (use -r)", code=ErrorCode.IS_A_DIRECTORY)
+        entries = self.ls(src, recursive=True)
+        stats = TransferStats(dirs=1)
+        dst.mkdir(parents=True, exist_ok=True)
+        base = info.path.rstrip("/") + "/"
+        for e in entries:
+            if e.type == "dir":
+                (dst / e.path[len(base) :]).mkdir(parents=True, exist_ok=True)
+                stats.dirs += 1
+        files = [e for e in entries if e.type == "file"]
+
+        def one(e: FileInfo) -> TransferStats:
+            target = dst / e.path[len(base) :]
+            if target.exists() and not overwrite:
+                raise InvalidInput(f"{target} exists (use --force to overwrite)", code=ErrorCode.PATH_EXISTS)
+            return self.download_file(e.path, target, size=e.size, progress=progress)
+
+        small = [e for e in files if e.size <= self.chunk_size]
+        with ThreadPoolExecutor(self.parallel * 2) as pool:
+            for s in pool.map(one, small):
+                stats.add(s)
+        for e in files:
+            if e.size > self.chunk_size:
+                stats.add(one(e))
+        return stats
+
+
+def _walk_local(root: Path) -> tuple[list[tuple[Path, str]], list[str]]:
+    """Regular files (path, relative name) and directories (relative) under ``root``; links skipped."""
+    files: list[tuple[Path, str]] = []
+    dirs: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        rel = base.relative_to(root).as_posix()
+        prefix = "" if rel == "." else rel + "/"
+        dirnames[:] = sorted(d for d in dirnames if not (base / d).is_symlink())
+        dirs.extend(prefix + d for d in dirnames)
+        for fn in sorted(filenames):
+            p = base / fn
+            if st.S_ISREG(os.lstat(p).st_mode):
+                files.append((p, prefix + fn))
+    return files, dirs
+
+
+class _Journal:
+    """Finished chunks of a download (index → digest), appended to a side file as they complete.
+
+    The first line names the file's size and chunk size; a journal for another size is discarded
+    with its partial file. A torn last line (the copy was killed mid-write) is ignored: that chunk is
+    fetched again.
+    """
+
+    def __init__(self, path: Path, done: dict[int, str], fresh_header: dict[str, int] | None) -> None:
+        self.path = path
+        self.done = done
+        self._lock = threading.Lock()
+        self._f = open(path, "w" if fresh_header else "a")  # noqa: SIM115 - closed by close()
+        if fresh_header:
+            self._f.write(json.dumps(fresh_header) + "\n")
+            self._f.flush()
+
+    @classmethod
+    def open(cls, path: Path, size: int, chunk_size: int) -> _Journal:
+        header = {"size": size, "chunk_size": chunk_size}
+        done: dict[int, str] = {}
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            lines = []
+        try:
+            valid = bool(lines) and json.loads(lines[0]) == header
+        except ValueError:
+            valid = False
+        if not valid:
+            path.with_name(path.name.removesuffix(".json")).unlink(missing_ok=True)  # its partial file
+            return cls(path, {}, header)
+        for line in lines[1:]:
+            try:
+                rec = json.loads(line)
+                done[int(rec["i"])] = str(rec["d"])
+            except (ValueError, KeyError, TypeError):
+                break
+        return cls(path, done, None)
+
+    def record(self, i: int, digest: str) -> None:
+        with self._lock:
+            self.done[i] = digest
+            self._f.write(json.dumps({"i": i, "d": digest}) + "\n")
+            self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()

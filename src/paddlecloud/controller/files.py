@@ -1,0 +1,361 @@
+"""The file service (PFS): namespace, access rules, quota and verified, resumable, atomic uploads.
+
+    route ──path text──▶ FileService._resolve: parse (core.pfspath) → access check → storage key
+                                                                   └──▶ FileStore (storage/)
+
+Uploads of files larger than one chunk are resumable: ``begin`` returns an id that depends only on
+(user, path, size, chunk size), so a restarted ``cp`` gets the same staging area back with the
+digests of the chunks it already holds and sends only the others. Each chunk is hashed while it is
+written and kept only if it matches the digest the client sent; ``complete`` checks the whole-file
+checksum from the kept digests and renames the file into place. Quota is checked before any byte is
+written: used + reserved by uploads in progress + this file <= limit.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import blake3
+
+from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound, PaddleCloudError
+from paddlecloud.api.files import ChecksumView, FileInfo, StorageUsage, UploadView
+from paddlecloud.controller.users import Identity
+from paddlecloud.core.checksum import ChunkedHasher, file_checksum
+from paddlecloud.core.pfspath import PfsPath, PfsPathError, parse_pfs_path
+from paddlecloud.core.quantity import human_bytes
+from paddlecloud.storage.base import Entry, FileStore, Kind, StorageError, StorageErrorKind, UploadState
+
+__all__ = ["ChunkWriter", "FileService", "QuotaSource"]
+
+#: user -> their storage limit in bytes (None: no limit)
+QuotaSource = Callable[[str], int | None]
+
+T = TypeVar("T")
+_GLOB = set("*?[")
+_USAGE_TTL = 30.0
+
+
+@dataclass
+class _Usage:
+    bytes: int
+    at: float
+
+
+class ChunkWriter:
+    """Receives one chunk's bytes block by block (written at once, hashed as they pass)."""
+
+    def __init__(self, store: FileStore, state: UploadState, index: int, digest: str) -> None:
+        self.store, self.state, self.index, self.digest = store, state, index, digest
+        self.offset = index * state.chunk_size
+        self.expected = min(state.chunk_size, state.size - self.offset)
+        self.written = 0
+        self._hash = blake3.blake3()
+
+    def write(self, pieces: list[bytes]) -> None:
+        if self.written + sum(map(len, pieces)) > self.expected:
+            raise InvalidInput(
+                f"chunk {self.index} is longer than {self.expected} bytes", code=ErrorCode.INVALID_REQUEST
+            )
+        self.written += self.store.upload_write(
+            self.state.id, self.offset + self.written, pieces, self._hash.update
+        )
+
+    def finish(self) -> None:
+        if self.written != self.expected:
+            raise InvalidInput(
+                f"chunk {self.index} has {self.written} bytes, expected {self.expected}",
+                code=ErrorCode.INVALID_REQUEST,
+            )
+        got = self._hash.hexdigest()
+        if got != self.digest:
+            raise InvalidInput(
+                f"chunk {self.index} arrived damaged (blake3 {got[:12]}… != {self.digest[:12]}…); "
+                "send it again",
+                code=ErrorCode.CHECKSUM_MISMATCH,
+            )
+        self.store.upload_mark(self.state.id, self.index, got)
+
+
+def _storage_error(exc: StorageError, path: str) -> PaddleCloudError:
+    k = exc.kind
+    if k == StorageErrorKind.NOT_FOUND:
+        return NotFound(f"{path}: no such file or directory", code=ErrorCode.PATH_NOT_FOUND)
+    if k == StorageErrorKind.EXISTS:
+        return Conflict(
+            f"{path} already exists (use --force to overwrite a file)", code=ErrorCode.PATH_EXISTS
+        )
+    if k in (StorageErrorKind.NOT_A_DIRECTORY, StorageErrorKind.IS_A_DIRECTORY, StorageErrorKind.NOT_EMPTY):
+        code = {
+            StorageErrorKind.NOT_A_DIRECTORY: ErrorCode.NOT_A_DIRECTORY,
+            StorageErrorKind.IS_A_DIRECTORY: ErrorCode.IS_A_DIRECTORY,
+            StorageErrorKind.NOT_EMPTY: ErrorCode.DIRECTORY_NOT_EMPTY,
+        }[k]
+        what = {
+            ErrorCode.NOT_A_DIRECTORY: "is not a directory",
+            ErrorCode.IS_A_DIRECTORY: "is a directory (use -r)",
+            ErrorCode.DIRECTORY_NOT_EMPTY: "is not empty (use -r)",
+        }[code]
+        return Conflict(f"{path} {what}", code=code)
+    return Forbidden(
+        f"{path} leads outside the file store (symbolic link); refused", code=ErrorCode.FORBIDDEN
+    )
+
+
+class FileService:
+    def __init__(self, store: FileStore, datacenter: str, quota_of: QuotaSource) -> None:
+        self.store = store
+        self.datacenter = datacenter
+        self.quota_of = quota_of
+        self._usage: dict[str, _Usage] = {}
+        self._lock = threading.Lock()
+
+    # -- paths and access -----------------------------------------------------------------------
+
+    def home(self, user: str) -> PfsPath:
+        return PfsPath(self.datacenter, "home", user)
+
+    def resolve(self, who: Identity, text: str, *, write: bool) -> PfsPath:
+        try:
+            path = parse_pfs_path(text, self.datacenter)
+        except PfsPathError as exc:
+            raise InvalidInput(str(exc), code=ErrorCode.INVALID_PATH, field="path") from None
+        allowed = path.can_write(who.name, who.is_admin) if write else path.can_read(who.name, who.is_admin)
+        if not allowed:
+            area = "written by admins only" if path.area == "public" else "not yours"
+            root = str(PfsPath(path.datacenter, path.area, path.owner))
+            raise Forbidden(
+                f"{root} is {area}; your space is /pfs/{self.datacenter}/home/{who.name} (pfs:...)",
+                code=ErrorCode.FORBIDDEN,
+            )
+        own_home = path.area == "home" and path.owner == who.name
+        if (own_home or write) and path.area == "home" and self.store.stat(path.root_parts) is None:
+            self.store.mkdir(path.root_parts, parents=True)  # homes are created on first use
+        return path
+
+    def local_path(self, path: PfsPath) -> Path | None:
+        """Where a job's workers find ``path`` on this machine (local stores only)."""
+        return self.store.local_path(path.key) if self.store.local_paths else None
+
+    def _info(self, path: PfsPath, e: Entry) -> FileInfo:
+        return FileInfo(
+            path=str(path), type=str(e.kind), size=e.size, mtime=datetime.fromtimestamp(e.mtime, UTC)
+        )
+
+    def _do(self, path: PfsPath, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except StorageError as exc:
+            raise _storage_error(exc, str(path)) from None
+
+    # -- namespace operations -------------------------------------------------------------------
+
+    def stat(self, who: Identity, text: str) -> FileInfo:
+        path = self.resolve(who, text, write=False)
+        e = self._do(path, lambda: self.store.stat(path.key))
+        if e is None:
+            raise _storage_error(StorageError(StorageErrorKind.NOT_FOUND, path.key), str(path))
+        return self._info(path, e)
+
+    def listdir(self, who: Identity, text: str, recursive: bool) -> list[FileInfo]:
+        pattern = None
+        head, _, last = text.rstrip("/").rpartition("/")
+        if _GLOB & set(last):
+            text, pattern = head, last
+        path = self.resolve(who, text, write=False)
+        top = self._do(path, lambda: self.store.stat(path.key))
+        if top is not None and top.kind == Kind.FILE and pattern is None:
+            return [self._info(path, top)]
+        entries = self._do(path, lambda: list(self.store.listdir(path.key, recursive)))
+        out = []
+        for e in entries:
+            if pattern is not None and not fnmatch.fnmatchcase(e.key[-1], pattern):
+                continue
+            out.append(self._info(path.child(*e.key[len(path.key) :]), e))
+        return out
+
+    def mkdir(self, who: Identity, text: str, parents: bool) -> FileInfo:
+        path = self.resolve(who, text, write=True)
+        if path.is_root:
+            raise InvalidInput(f"{path} always exists", code=ErrorCode.INVALID_PATH)
+        return self._info(path, self._do(path, lambda: self.store.mkdir(path.key, parents)))
+
+    def remove(self, who: Identity, text: str, recursive: bool) -> None:
+        path = self.resolve(who, text, write=True)
+        if path.is_root:
+            raise InvalidInput(f"refusing to remove {path} itself", code=ErrorCode.INVALID_PATH)
+        self._do(path, lambda: self.store.remove(path.key, recursive))
+        self._forget_usage(path)
+
+    def move(self, who: Identity, src_text: str, dst_text: str) -> FileInfo:
+        src = self.resolve(who, src_text, write=True)
+        dst = self.resolve(who, dst_text, write=True)
+        if src.is_root or dst.is_root:
+            raise InvalidInput("cannot move a home or public root", code=ErrorCode.INVALID_PATH)
+        if src.root_parts != dst.root_parts:
+            raise InvalidInput(
+                "mv works within one space; use cp to copy between spaces", code=ErrorCode.INVALID_PATH
+            )
+        target = self._do(dst, lambda: self.store.stat(dst.key))
+        if target is not None and target.kind == Kind.DIR:
+            dst = dst.child(src.name)  # like mv: into an existing directory
+        if dst.key[: len(src.key)] == src.key:
+            raise InvalidInput(f"cannot move {src} into itself", code=ErrorCode.INVALID_PATH)
+        return self._info(dst, self._do(dst, lambda: self.store.move(src.key, dst.key)))
+
+    def read(self, who: Identity, text: str, offset: int, length: int | None) -> tuple[int, Iterator[bytes]]:
+        path = self.resolve(who, text, write=False)
+        e = self._do(path, lambda: self.store.stat(path.key))
+        if e is None:
+            raise _storage_error(StorageError(StorageErrorKind.NOT_FOUND, path.key), str(path))
+        return e.size, self._do(path, lambda: self.store.read(path.key, offset, length, 1 << 20))
+
+    def checksum(self, who: Identity, text: str, chunk_size: int) -> ChecksumView:
+        size, blocks = self.read(who, text, 0, None)
+        h = ChunkedHasher(chunk_size)
+        for b in blocks:
+            h.update(b)
+        return ChecksumView(path=text, size=size, checksum=h.checksum())
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def put_small(self, who: Identity, text: str, data: bytes, checksum: str, overwrite: bool) -> FileInfo:
+        path = self.resolve(who, text, write=True)
+        h = ChunkedHasher(max(len(data), 1))
+        h.update(data)
+        if checksum != h.checksum():
+            raise InvalidInput(
+                f"{path} arrived damaged (checksum mismatch); send it again", code=ErrorCode.CHECKSUM_MISMATCH
+            )
+        self._reserve(who, path, len(data), exclude_upload=None)
+        e = self._do(path, lambda: self.store.put_small(path.key, [data], overwrite))
+        self._add_usage(path, len(data))
+        return self._info(path, e)
+
+    def begin_upload(
+        self, who: Identity, text: str, size: int, chunk_size: int, overwrite: bool
+    ) -> UploadView:
+        path = self.resolve(who, text, write=True)
+        existing = self._do(path, lambda: self.store.stat(path.key))
+        if existing is not None and (existing.kind == Kind.DIR or not overwrite):
+            raise _storage_error(
+                StorageError(
+                    StorageErrorKind.EXISTS
+                    if existing.kind == Kind.FILE
+                    else StorageErrorKind.IS_A_DIRECTORY,
+                    path.key,
+                ),
+                str(path),
+            )
+        upload_id = hashlib.sha256(f"{who.name}\0{path}\0{size}\0{chunk_size}".encode()).hexdigest()[:32]
+        if self.store.upload_get(upload_id) is None:
+            self._reserve(who, path, size, exclude_upload=upload_id)
+        state = self.store.upload_begin(
+            UploadState(id=upload_id, key=path.key, size=size, chunk_size=chunk_size, owner=who.name)
+        )
+        return self._upload_view(path, state)
+
+    def _upload_view(self, path: PfsPath, s: UploadState) -> UploadView:
+        return UploadView(
+            id=s.id,
+            path=str(path),
+            size=s.size,
+            chunk_size=s.chunk_size,
+            chunks=s.chunks,
+            received=dict(s.received),
+        )
+
+    def _upload(self, who: Identity, upload_id: str) -> UploadState:
+        state = self.store.upload_get(upload_id) if upload_id.isalnum() else None
+        if state is None or (state.owner != who.name and not who.is_admin):
+            raise NotFound(
+                f"upload {upload_id} not found (it may have completed or been aborted)",
+                code=ErrorCode.UPLOAD_NOT_FOUND,
+            )
+        return state
+
+    def chunk_writer(self, who: Identity, upload_id: str, index: int, digest: str) -> ChunkWriter:
+        state = self._upload(who, upload_id)
+        if not 0 <= index < state.chunks:
+            raise InvalidInput(
+                f"chunk index {index} outside 0..{state.chunks - 1}", code=ErrorCode.INVALID_REQUEST
+            )
+        if len(digest) != 64:
+            raise InvalidInput("missing or malformed chunk digest header", code=ErrorCode.INVALID_REQUEST)
+        return ChunkWriter(self.store, state, index, digest)
+
+    def complete_upload(self, who: Identity, upload_id: str, checksum: str, overwrite: bool) -> FileInfo:
+        state = self._upload(who, upload_id)
+        missing = [i for i in range(state.chunks) if i not in state.received]
+        if missing:
+            raise InvalidInput(
+                f"upload incomplete: {len(missing)} of {state.chunks} chunks missing (first: {missing[0]})",
+                code=ErrorCode.INVALID_REQUEST,
+            )
+        expected = file_checksum(state.chunk_size, (state.received[i] for i in range(state.chunks)))
+        path = self.resolve(who, str(PfsPath.from_key(self.datacenter, state.key)), write=True)
+        if checksum != expected:
+            self.store.upload_abort(upload_id)
+            raise InvalidInput(
+                f"{path}: whole-file checksum mismatch; the upload was discarded, copy it again",
+                code=ErrorCode.CHECKSUM_MISMATCH,
+            )
+        e = self._do(path, lambda: self.store.upload_commit(upload_id, overwrite))
+        self._add_usage(path, state.size)
+        return self._info(path, e)
+
+    def abort_upload(self, who: Identity, upload_id: str) -> None:
+        self.store.upload_abort(self._upload(who, upload_id).id)
+
+    # -- quota ----------------------------------------------------------------------------------
+
+    def usage(self, who: Identity) -> StorageUsage:
+        used = self._used(who.name)
+        reserved = sum(u.size for u in self.store.uploads_of(who.name))
+        return StorageUsage(user=who.name, used=used, reserved=reserved, limit=self.quota_of(who.name))
+
+    def _used(self, user: str) -> int:
+        with self._lock:
+            u = self._usage.get(user)
+            if u is not None and time.monotonic() - u.at < _USAGE_TTL:
+                return u.bytes
+        n = self.store.usage(("home", user))
+        with self._lock:
+            self._usage[user] = _Usage(n, time.monotonic())
+        return n
+
+    def _add_usage(self, path: PfsPath, n: int) -> None:
+        if path.area == "home" and path.owner:
+            with self._lock:
+                if path.owner in self._usage:
+                    self._usage[path.owner].bytes += n
+
+    def _forget_usage(self, path: PfsPath) -> None:
+        if path.owner:
+            with self._lock:
+                self._usage.pop(path.owner, None)
+
+    def _reserve(self, who: Identity, path: PfsPath, size: int, exclude_upload: str | None) -> None:
+        owner = path.owner
+        if path.area != "home" or owner is None:
+            return
+        limit = self.quota_of(owner)
+        if limit is None:
+            return
+        used = self._used(owner)
+        reserved = sum(u.size for u in self.store.uploads_of(owner) if u.id != exclude_upload)
+        if used + reserved + size > limit:
+            raise Forbidden(
+                f"storage quota exceeded: {human_bytes(size)} more would make "
+                f"{human_bytes(used + reserved + size)} of {human_bytes(limit)} "
+                f"(used {human_bytes(used)}, in uploads {human_bytes(reserved)}); "
+                "remove files with `paddlecloud pfs rm`",
+                code=ErrorCode.QUOTA_EXCEEDED,
+            )

@@ -1,0 +1,42 @@
+"""``/api/v1`` user routes: who am I, and (admins) list users, create one, issue a new token.
+
+Thin: the admin check and every decision live in ``controller.users``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
+from paddlecloud.server.deps import Caller, PlatformDep
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/whoami", response_model=UserView, tags=["users"])
+def whoami(who: Caller, platform: PlatformDep) -> UserView:
+    """The user the request's token belongs to."""
+    return platform.users.whoami(who)
+
+
+@router.get("/users", response_model=UserList, tags=["users"])
+def list_users(who: Caller, platform: PlatformDep) -> UserList:
+    """Every user (admins only)."""
+    with platform.ctx.session() as s:
+        return platform.users.list_users(s, who)
+
+
+@router.post("/users", status_code=201, response_model=TokenView, tags=["users"])
+def create_user(spec: UserCreate, who: Caller, platform: PlatformDep) -> TokenView:
+    """Create a user (admins only); the answer holds its API token, shown this once."""
+    with platform.ctx.session() as s:
+        return platform.users.create(s, who, spec)
+
+
+@router.post("/users/{name}/token", response_model=TokenView, tags=["users"])
+def rotate_token(name: str, who: Caller, platform: PlatformDep) -> TokenView:
+    """Issue a new API token for a user (admins only); the old one stops working at once."""
+    with platform.ctx.session() as s:
+        return platform.users.rotate(s, who, name)

@@ -1,0 +1,273 @@
+"""Multi-user tenancy through the SDK → ASGI app → controller: users and tokens, admins acting for other
+users, and a user's jobs staying invisible to everyone else who is not an admin."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from paddlecloud.api.errors import (
+    Conflict,
+    ErrorCode,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PaddleCloudError,
+    Unauthorized,
+)
+from paddlecloud.api.models import JobDetail, UserView
+from paddlecloud.client import Client
+from paddlecloud.controller import Platform
+from paddlecloud.store.tables import UserRow
+
+pytestmark = pytest.mark.timeout(60)
+
+MakePackage = Callable[[dict[str, str]], Path]
+Drive = Callable[..., JobDetail]
+ClientFor = Callable[..., Client]
+
+HELLO = {"main.py": "import os\nprint('hello from', os.environ['PADDLECLOUD_WORKER'])\n"}
+SLEEPER = {"main.py": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\n"}
+
+
+@pytest.fixture
+def root(platform: Platform, client_for: ClientFor) -> Client:
+    """An admin's client."""
+    return client_for(None, token=platform.ensure_user("root", admin=True))
+
+
+@pytest.fixture
+def bob(client_for: ClientFor) -> Client:
+    return client_for("bob")
+
+
+def submit(client: Client, package: Path, name: str) -> None:
+    client.submit({"name": name, "entry": "python main.py", "trainers": {"cpu": "100m"}}, package_dir=package)
+
+
+def error_of(call: Callable[[], object]) -> PaddleCloudError:
+    with pytest.raises(PaddleCloudError) as info:
+        call()
+    return info.value
+
+
+def consume_logs(client: Client, name: str, user: str | None = None) -> str:
+    return "".join(client.logs(name, user=user))
+
+
+# -- users and tokens --------------------------------------------------------------------------------
+
+
+def test_whoami(alice: Client, root: Client) -> None:
+    assert alice.whoami() == UserView(name="alice", is_admin=False)
+    assert root.whoami() == UserView(name="root", is_admin=True)
+
+
+def test_admin_creates_and_lists_users(root: Client, client_for: ClientFor, alice: Client) -> None:
+    issued = root.create_user("bob")
+    assert issued.name == "bob" and issued.token.startswith("pc_")
+    carol = root.create_user("carol", admin=True)
+    assert carol.token != issued.token
+
+    as_bob = client_for(None, token=issued.token)
+    assert as_bob.whoami() == UserView(name="bob", is_admin=False)
+    assert client_for(None, token=carol.token).whoami().is_admin is True
+
+    users = root.users()
+    assert [u.name for u in users] == ["alice", "bob", "carol", "root"]
+    assert {u.name for u in users if u.is_admin} == {"carol", "root"}
+
+
+def test_tokens_are_stored_only_as_their_sha256(root: Client, platform: Platform) -> None:
+    issued = root.create_user("bob")
+    with platform.ctx.session() as s:
+        row = s.scalars(select(UserRow).where(UserRow.name == "bob")).one()
+        assert row.token_sha256 == hashlib.sha256(issued.token.encode()).hexdigest()
+        assert issued.token not in {str(v) for v in vars(row).values()}
+
+
+def test_creating_a_taken_name_is_user_exists(root: Client, alice: Client) -> None:
+    err = error_of(lambda: root.create_user("alice"))
+    assert isinstance(err, Conflict) and err.code == ErrorCode.USER_EXISTS
+    assert "rotate-token alice" in err.message
+    alice.whoami()  # alice's token was not touched
+
+
+def test_user_names_are_dns_labels(root: Client) -> None:
+    err = error_of(lambda: root.create_user("Bad_Name"))
+    assert isinstance(err, InvalidInput) and err.field == "name"
+
+
+def test_rotate_issues_a_new_token_and_the_old_one_stops_working(root: Client, client_for: ClientFor) -> None:
+    first = root.create_user("bob")
+    old = client_for(None, token=first.token)
+    assert old.whoami().name == "bob"
+
+    second = root.rotate_token("bob")
+    assert second.name == "bob" and second.token != first.token
+    err = error_of(old.whoami)
+    assert isinstance(err, Unauthorized) and err.code == ErrorCode.UNAUTHORIZED
+    assert client_for(None, token=second.token).whoami().name == "bob"
+
+
+def test_rotating_an_unknown_user_is_user_not_found(root: Client) -> None:
+    err = error_of(lambda: root.rotate_token("nobody"))
+    assert isinstance(err, NotFound) and err.code == ErrorCode.USER_NOT_FOUND
+
+
+def test_non_admin_is_forbidden_on_admin_endpoints(alice: Client, root: Client) -> None:
+    calls: list[Callable[[], object]] = [
+        alice.users,
+        lambda: alice.create_user("mallory"),
+        lambda: alice.create_user("mallory", admin=True),
+        lambda: alice.rotate_token("alice"),
+        lambda: alice.rotate_token("root"),
+        lambda: alice.rotate_token("nobody"),  # forbidden, not not-found: learns nothing about users
+    ]
+    for call in calls:
+        err = error_of(call)
+        assert isinstance(err, Forbidden) and err.code == ErrorCode.FORBIDDEN, err
+    assert "mallory" not in {u.name for u in root.users()}
+    alice.whoami()  # alice's token still works: nothing rotated
+
+
+def test_forbidden_on_the_wire(raw_http: httpx.Client, platform: Platform) -> None:
+    headers = {"Authorization": f"Bearer {platform.ensure_user('alice')}"}
+    for method, path in [("GET", "/api/v1/users"), ("POST", "/api/v1/users/alice/token")]:
+        r = raw_http.request(method, path, headers=headers)
+        assert r.status_code == 403
+        assert r.json()["error"]["code"] == "forbidden"
+    r = raw_http.post("/api/v1/users", json={"name": "mallory"}, headers=headers)
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "forbidden")
+    assert raw_http.get("/api/v1/whoami").status_code == 401  # no token at all
+
+
+# -- admins act for other users --------------------------------------------------------------------
+
+
+def test_admin_gets_workers_and_logs_of_another_users_job(
+    alice: Client, root: Client, make_package: MakePackage, drive: Drive
+) -> None:
+    submit(alice, make_package(HELLO), "hello")
+    drive(alice, "hello", {"Succeeded", "Failed"})
+
+    job = root.job("hello", user="alice")
+    assert (job.user, job.phase) == ("alice", "Succeeded")
+    assert [w.name for w in root.workers("hello", user="alice")] == ["trainer-0"]
+    assert consume_logs(root, "hello", user="alice") == "hello from trainer-0\n"
+    # without user=: the admin's own jobs, where there is no "hello"
+    assert isinstance(error_of(lambda: root.job("hello")), NotFound)
+
+
+def test_admin_kills_and_deletes_another_users_running_job(
+    alice: Client, root: Client, make_package: MakePackage, drive: Drive
+) -> None:
+    submit(alice, make_package(SLEEPER), "sleepy")
+    drive(alice, "sleepy", {"Running"})
+
+    view = root.kill("sleepy", 0.0, user="alice")
+    assert view.phase == "Killed" and view.user == "alice"
+    assert alice.job("sleepy").message == "killed by root"
+
+    root.delete("sleepy", user="alice")
+    assert isinstance(error_of(lambda: alice.job("sleepy")), NotFound)
+
+
+def test_anyone_may_name_themselves(alice: Client, make_package: MakePackage) -> None:
+    submit(alice, make_package(HELLO), "mine")
+    assert alice.job("mine", user="alice").name == "mine"
+    assert [j.name for j in alice.jobs(user="alice")] == ["mine"]
+    assert alice.workers("mine", user="alice") == []
+    assert alice.kill("mine", 0.0, user="alice").phase == "Killed"
+    alice.delete("mine", user="alice")
+
+
+def test_non_admin_naming_another_user_is_forbidden(
+    alice: Client, bob: Client, make_package: MakePackage
+) -> None:
+    submit(alice, make_package(HELLO), "hello")
+    for name in ("hello", "no-such-job"):  # the same answer whether or not the job exists
+        calls: list[Callable[[], object]] = [
+            lambda n=name: bob.job(n, user="alice"),
+            lambda n=name: bob.workers(n, user="alice"),
+            lambda n=name: consume_logs(bob, n, user="alice"),
+            lambda n=name: bob.kill(n, 0.0, user="alice"),
+            lambda n=name: bob.delete(n, user="alice"),
+        ]
+        for call in calls:
+            err = error_of(call)
+            assert isinstance(err, Forbidden) and err.code == ErrorCode.FORBIDDEN, err
+    err = error_of(lambda: bob.jobs(user="alice"))
+    assert isinstance(err, Forbidden)
+    assert alice.job("hello").phase == "Queued"  # untouched
+
+
+def _job_endpoint_errors(client: Client, name: str) -> list[tuple[type, str, str]]:
+    calls: list[Callable[[], object]] = [
+        lambda: client.job(name),
+        lambda: client.workers(name),
+        lambda: consume_logs(client, name),
+        lambda: client.kill(name, 0.0),
+        lambda: client.delete(name),
+    ]
+    out = []
+    for call in calls:
+        err = error_of(call)
+        out.append((type(err), str(err.code), err.message))
+    return out
+
+
+def test_another_users_job_is_not_found_exactly_as_a_missing_one(
+    alice: Client,
+    client_for: ClientFor,
+    make_package: MakePackage,
+    raw_http: httpx.Client,
+    platform: Platform,
+) -> None:
+    token = platform.ensure_user("bob")
+    bob = client_for(None, token=token)
+    auth = {"Authorization": f"Bearer {token}"}
+    paths = [("GET", "/jobs/secret"), ("GET", "/jobs/secret/workers"), ("GET", "/jobs/secret/logs"),
+             ("POST", "/jobs/secret/kill"), ("DELETE", "/jobs/secret")]  # fmt: skip
+
+    def wire() -> list[tuple[int, object]]:
+        answers = [raw_http.request(m, "/api/v1" + p, headers=auth) for m, p in paths]
+        return [(r.status_code, r.json()) for r in answers]
+
+    before = _job_endpoint_errors(bob, "secret")  # no job "secret" anywhere yet
+    assert {(t, code) for t, code, _ in before} == {(NotFound, "job_not_found")}
+    before_wire = wire()
+    assert {status for status, _ in before_wire} == {404}
+
+    submit(alice, make_package(HELLO), "secret")
+    assert _job_endpoint_errors(bob, "secret") == before
+    assert wire() == before_wire
+    assert "secret" not in {j.name for j in bob.jobs(all=True)}
+    assert alice.job("secret").phase == "Queued"  # bob's kill and delete did nothing
+
+
+def test_all_users_listing(alice: Client, bob: Client, root: Client, make_package: MakePackage) -> None:
+    package = make_package(HELLO)
+    submit(alice, package, "a1")
+    submit(bob, package, "b1")
+    submit(root, package, "r1")
+
+    everyone = root.jobs(all_users=True)
+    assert {(j.user, j.name) for j in everyone} == {("alice", "a1"), ("bob", "b1"), ("root", "r1")}
+    assert [j.name for j in root.jobs()] == ["r1"]
+    assert [(j.user, j.name) for j in root.jobs(user="alice")] == [("alice", "a1")]
+    assert [j.name for j in alice.jobs()] == ["a1"]
+
+    root.kill("b1", 0.0, user="bob")
+    assert "b1" not in {j.name for j in root.jobs(all_users=True)}
+    assert "b1" in {j.name for j in root.jobs(all_users=True, all=True)}
+
+    err = error_of(lambda: alice.jobs(all_users=True))
+    assert isinstance(err, Forbidden) and err.code == ErrorCode.FORBIDDEN
+    err = error_of(lambda: root.jobs(all_users=True, user="alice"))
+    assert isinstance(err, InvalidInput)
