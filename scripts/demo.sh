@@ -32,10 +32,13 @@ echo "== result"
 $PC get jobs -a
 $PC get workers fit-a-line
 loss=$($PC logs fit-a-line -w trainer-0 | grep -E "^final loss" | awk '{print $3}')
-model=$($PC describe fit-a-line -o json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["output_dir"])')/model
 test -n "$loss" || { echo "no final loss in trainer-0's log"; exit 1; }
-test -f "$model/inference.pdmodel" || { echo "no model at $model"; exit 1; }
+output=$($PC describe fit-a-line -o json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["spec"]["output"])')
+echo "== fetching the model from the cluster file system: $output/model"
+$PC pfs ls "$output/model"
+$PC pfs cp -r "$output/model" "$DEMO/model"
+test -f "$DEMO/model/inference.pdmodel" || { echo "no model at $DEMO/model"; exit 1; }
 echo "final loss: $loss (the data's noise floor is 0.01)"
-echo "model:      $model"
-ls -l "$model"
+echo "model:      $DEMO/model (from $output/model)"
+ls -l "$DEMO/model"
 echo "== demo finished in $((SECONDS - start)) s; stopping the platform"

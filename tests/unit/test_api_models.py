@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from paddlecloud.api.models import Framework, JobSpec, TrainerSpec
 
-PKG = "ab" * 32
+PKG = "/pfs/local/home/alice/jobs/fit-a-line/package.tar.gz"
 
 
 def spec(**over: Any) -> dict[str, Any]:

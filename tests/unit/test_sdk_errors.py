@@ -80,10 +80,11 @@ def test_missing_entry_is_caught_before_upload(alice: Client, make_package: Make
 
 
 def test_missing_entry_is_caught_by_the_server(alice: Client, make_package: MakePackage) -> None:
-    package = alice.upload_package(make_package(MAIN))
-    assert (package.files, len(package.id)) == (1, 64)
+    package = alice.upload_package(make_package(MAIN), "e")
+    assert package.files == 1
+    assert package.path == "/pfs/local/home/alice/jobs/e/package.tar.gz"
     with pytest.raises(InvalidInput) as info:
-        alice.submit({"name": "e", "entry": "python nothere.py", "package": package.id})
+        alice.submit({"name": "e", "entry": "python nothere.py", "package": package.path})
     assert (info.value.code, info.value.field) == (ErrorCode.ENTRY_NOT_FOUND, "entry")
     assert alice.jobs(all=True) == []
 
@@ -105,8 +106,8 @@ def test_missing_entry_is_caught_by_the_server(alice: Client, make_package: Make
 def test_invalid_spec_names_the_field(
     alice: Client, make_package: MakePackage, over: dict[str, Any], field: str | None, words: list[str]
 ) -> None:
-    package = alice.upload_package(make_package(MAIN))
-    body = {"name": "spec", "entry": "python main.py", "package": package.id, **over}
+    package = alice.upload_package(make_package(MAIN), "spec")
+    body = {"name": "spec", "entry": "python main.py", "package": package.path, **over}
     with pytest.raises(InvalidInput) as info:
         alice.submit(body)
     assert info.value.code == ErrorCode.INVALID_SPEC
@@ -119,8 +120,18 @@ def test_invalid_spec_names_the_field(
 
 def test_unknown_package_is_not_found(alice: Client) -> None:
     with pytest.raises(NotFound) as info:
-        alice.submit({"name": "p", "entry": "python main.py", "package": "0" * 64})
-    assert (info.value.code, info.value.field) == (ErrorCode.PACKAGE_NOT_FOUND, "package")
+        alice.submit({"name": "p", "entry": "python main.py", "package": "pfs:nothing/here.tar.gz"})
+    assert (info.value.code, info.value.field) == (ErrorCode.PATH_NOT_FOUND, "package")
+    assert "/pfs/local/home/alice/nothing/here.tar.gz does not exist" in info.value.message
+
+
+def test_unknown_input_is_not_found(alice: Client, make_package: MakePackage) -> None:
+    with pytest.raises(NotFound) as info:
+        alice.submit(
+            {"name": "i", "entry": "python main.py", "input": "pfs:no-data"}, package_dir=make_package(MAIN)
+        )
+    assert (info.value.code, info.value.field) == (ErrorCode.PATH_NOT_FOUND, "input")
+    assert alice.jobs(all=True) == []
 
 
 def test_kill_grace_out_of_range(alice: Client, make_package: MakePackage) -> None:
@@ -193,24 +204,25 @@ def _tar_bytes(name: str) -> bytes:
 @pytest.mark.parametrize(
     ("body", "words"),
     [
-        (b"", "empty"),
+        (b"", "not a readable"),
         (b"this is not a tarball", "not a readable"),
         (_tar_bytes("../evil.py"), "unsafe path"),
         (_tar_bytes("/etc/evil"), "unsafe path"),
     ],
     ids=["empty", "garbage", "dotdot", "absolute"],
 )
-def test_bad_package_upload_is_rejected(
-    platform: Platform, raw_http: httpx.Client, body: bytes, words: str
+def test_bad_package_is_rejected_at_submit(
+    platform: Platform, alice: Client, tmp_path: Path, body: bytes, words: str
 ) -> None:
-    token = platform.ensure_user("mallory")
-    r = raw_http.post("/api/v1/packages", content=body, headers={"Authorization": f"Bearer {token}"})
-    err = error_from_body(r.status_code, r.json())
-    assert type(err) is InvalidInput
-    assert err.code == ErrorCode.INVALID_PACKAGE
-    assert words in err.message
-    leftovers = [p.name for p in platform.ctx.config.packages_dir.iterdir()]
-    assert leftovers == []
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(body)
+    alice.pfs.cp([str(bad)], "pfs:bad.tar.gz")
+    with pytest.raises(InvalidInput) as info:
+        alice.submit({"name": "bad", "entry": "python main.py", "package": "pfs:bad.tar.gz"})
+    assert (info.value.code, info.value.field) == (ErrorCode.INVALID_PACKAGE, "package")
+    assert words in info.value.message
+    assert alice.jobs(all=True) == []
+    assert not (platform.ctx.config.data_dir / "evil.py").exists()
 
 
 def test_package_size_limit(
@@ -224,15 +236,18 @@ def test_package_size_limit(
     http = asgi(small)
     client = Client(endpoint="http://testserver", token=small.ensure_user("alice"), http=http)
     with pytest.raises(PackageTooLarge) as info:  # refused by the client before uploading
-        client.upload_package(pkg)
+        client.upload_package(pkg, "big")
     assert info.value.code == ErrorCode.PACKAGE_TOO_LARGE
     assert ".paddlecloudignore" in info.value.message
-    # and by the server (this http carries the client's token)
-    r = http.post("/api/v1/packages", content=os.urandom(8192))
-    assert r.status_code == 413
-    assert r.json()["error"]["code"] == "package_too_large"
+    # and by the server at submit, for an archive put in PFS some other way
+    big = pkg.parent / "big.tar.gz"
+    big.write_bytes(os.urandom(8192))
+    client.pfs.cp([str(big)], "pfs:big.tar.gz")
+    with pytest.raises(PackageTooLarge) as info:
+        client.submit({"name": "big", "entry": "python main.py", "package": "pfs:big.tar.gz"})
+    assert info.value.code == ErrorCode.PACKAGE_TOO_LARGE
     (pkg / ".paddlecloudignore").write_text("*.bin\n")
-    assert client.upload_package(pkg).files == 2  # main.py and the ignore file
+    assert client.upload_package(pkg, "big").files == 2  # main.py and the ignore file
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
@@ -240,7 +255,9 @@ def test_unreadable_stored_package_fails_the_job(
     alice: Client, platform: Platform, make_package: MakePackage, drive: Drive
 ) -> None:
     job = alice.submit({"name": "rot", "entry": "python main.py"}, package_dir=make_package(MAIN))
-    platform.ctx.packages.path(job.spec.package).write_bytes(b"bit rot")
+    local = platform.ctx.files.local_path(platform.ctx.files.parse(job.spec.package))
+    assert local is not None
+    local.write_bytes(b"bit rot")
     failed = drive(alice, "rot", {"Failed", "Succeeded"}, timeout=3.0)
     assert failed.phase == "Failed"
     assert "preparing the job failed" in failed.message

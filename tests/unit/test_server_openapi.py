@@ -9,7 +9,7 @@ def test_openapi_lists_every_route(raw_http: httpx.Client) -> None:
     r = raw_http.get("/api/v1/openapi.json")
     assert r.status_code == 200
     paths = r.json()["paths"]
-    expected = ["health", "version", "packages", "jobs", "jobs/{name}", "jobs/{name}/kill",
+    expected = ["health", "version", "pfs/list", "pfs/uploads", "jobs", "jobs/{name}", "jobs/{name}/kill",
                 "jobs/{name}/workers", "jobs/{name}/logs", "quota"]  # fmt: skip
     assert {f"/api/v1/{p}" for p in expected} <= set(paths)
     assert set(paths["/api/v1/jobs/{name}"]) == {"get", "delete"}

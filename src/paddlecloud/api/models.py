@@ -110,11 +110,18 @@ class TrainerSpec(_Strict):
 
 
 class JobSpec(_Strict):
-    """What a user submits. ``package`` is the id returned by ``POST /api/v1/packages``."""
+    """What a user submits.
+
+    ``package`` is the PFS path of the job's package archive (tar.gz; ``paddlecloud submit`` uploads
+    it to ``pfs:jobs/<name>/package.tar.gz``). ``input`` (read) and ``output`` (written) are PFS
+    paths the workers see as local directories; ``output`` defaults to ``pfs:jobs/<name>/output``.
+    """
 
     name: Annotated[str, AfterValidator(check_dns1123_label)]
-    package: str = Field(pattern=r"^[0-9a-f]{64}$")
+    package: str = Field(min_length=1, max_length=4096, pattern=r"^/pfs/")
     entry: str = Field(min_length=1, max_length=4096)
+    input: str | None = Field(None, max_length=4096, pattern=r"^/pfs/")
+    output: str | None = Field(None, max_length=4096, pattern=r"^/pfs/")
     framework: Framework = Framework.NONE
     pservers: PserverSpec = PserverSpec()
     trainers: TrainerSpec = TrainerSpec()
@@ -246,6 +253,8 @@ class TokenView(_Model):
 
 
 class PackageView(_Model):
-    id: str
+    """A job package uploaded to PFS."""
+
+    path: str
     size: int
     files: int

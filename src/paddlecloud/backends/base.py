@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
+from paddlecloud.core.envcontract import JobFiles
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
@@ -63,6 +64,7 @@ class JobLaunch:
     output_dir: Path
     placement: tuple[WorkerPlacement, ...]
     env: dict[str, str] = field(default_factory=dict)
+    files: JobFiles = field(default_factory=JobFiles)
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)

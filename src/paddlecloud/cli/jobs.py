@@ -54,11 +54,13 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--pservers", type=int, default=0, show_default=True)
 @click.option("--pscpu", default="500m", show_default=True, help="per pserver")
 @click.option("--psmemory", default="512Mi", show_default=True, help="per pserver")
+@click.option("--input", "input_", help="PFS path the workers read (/pfs/... or pfs:REL)")
+@click.option("--output", help="PFS path the workers write (default: pfs:jobs/<name>/output)")
 @click.option("--env", "env", multiple=True, help="KEY=VALUE, repeatable")
 @click.option("--priority", type=int, default=0, show_default=True)
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
-@click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def submit(package_dir: Path, name: str | None, wait: bool, fmt: str, **opts: Any) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
+def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opts: Any) -> None:
     """Upload PACKAGE_DIR and submit it as a training job."""
     trainers: dict[str, Any] = {
         "count": opts["trainers"], "cpu": opts["cpu"], "memory": opts["memory"], "gpu": opts["gpu"],
@@ -76,10 +78,14 @@ def submit(package_dir: Path, name: str | None, wait: bool, fmt: str, **opts: An
         "env": _env_pairs(opts["env"]),
         "priority": opts["priority"],
     }
+    if opts["input_"]:
+        spec["input"] = opts["input_"]
+    if opts["output"]:
+        spec["output"] = opts["output"]
     client = Client()
     job = client.submit(spec, package_dir=package_dir)
-    if fmt in ("json", "yaml"):
-        emit(job, fmt)
+    if as_json:
+        emit(job, "json")
     else:
         click.echo(f"job {job.name} submitted ({job.phase}: {job.message})")
     if wait:
@@ -193,7 +199,9 @@ def describe(job: str, user: str | None, fmt: str) -> None:
                   f"memory {d.spec.pservers.memory})")  # fmt: skip
     out.print(f"[bold]Submitted:[/bold]  {d.submitted_at:%Y-%m-%d %H:%M:%S}Z   started: "
               f"{age(d.started_at)} ago   finished: {age(d.finished_at)} ago")  # fmt: skip
-    out.print(f"[bold]Output:[/bold]     {d.output_dir}")
+    if d.spec.input:
+        out.print(f"[bold]Input:[/bold]      {d.spec.input}")
+    out.print(f"[bold]Output:[/bold]     {d.spec.output}   (fetch: paddlecloud pfs cp -r {d.spec.output} .)")
     if d.workers:
         out.print("\n[bold]Workers[/bold]")
         print_table(

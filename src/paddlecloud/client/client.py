@@ -15,7 +15,7 @@ import ssl
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
@@ -49,13 +49,6 @@ from paddlecloud.client.pfs import Pfs
 from paddlecloud.core.phases import TERMINAL_PHASES
 
 __all__ = ["Client", "tls_context"]
-
-_UPLOAD_CHUNK = 1 << 20
-
-
-def _file_chunks(f: IO[bytes]) -> Iterator[bytes]:
-    while chunk := f.read(_UPLOAD_CHUNK):
-        yield chunk
 
 
 def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
@@ -206,24 +199,30 @@ class Client:
 
     # -- jobs -----------------------------------------------------------------------------------
 
-    def upload_package(self, directory: str | Path, entry: str | None = None) -> PackageView:
+    def upload_package(self, directory: str | Path, job: str, entry: str | None = None) -> PackageView:
+        """Pack ``directory`` and upload it to ``pfs:jobs/<job>/package.tar.gz`` (through the file
+        service: resumable, verified, counted against the quota)."""
         check_package_dir(Path(directory))  # local mistakes first, before talking to the server
         limit = self.version().max_package_bytes
-        archive, _count = pack_directory(Path(directory), entry, limit)
+        archive, count = pack_directory(Path(directory), entry, limit)
+        fs = self.pfs
         with archive:
-            r = self._request(
-                "POST",
-                "/packages",
-                content=_file_chunks(archive),
-                headers={"Content-Type": "application/gzip"},
-            )
-        return PackageView.model_validate_json(r.content)
+            size = os.fstat(archive.fileno()).st_size
+            fs.mkdir(f"pfs:jobs/{job}", parents=True)
+            target = fs.full(f"pfs:jobs/{job}/package.tar.gz")
+            fs.upload_file(Path(archive.name), target, overwrite=True)
+        return PackageView(path=target, size=size, files=count)
 
     def submit(self, spec: JobSpec | Mapping[str, Any], package_dir: str | Path | None = None) -> JobDetail:
-        """Submit a job. With ``package_dir`` the directory is uploaded first and ``package`` filled in."""
+        """Submit a job. With ``package_dir`` the directory is uploaded first and ``package`` filled in.
+        ``input`` / ``output`` may be written ``pfs:REL``."""
         body = dict(spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec)
+        for key in ("input", "output", "package"):
+            if isinstance(body.get(key), str) and body[key].startswith("pfs:"):
+                body[key] = self.pfs.full(body[key])
         if package_dir is not None:
-            body["package"] = self.upload_package(package_dir, str(body.get("entry", "")) or None).id
+            entry = str(body.get("entry", "")) or None
+            body["package"] = self.upload_package(package_dir, str(body.get("name", "")), entry).path
         return JobDetail.model_validate_json(self._request("POST", "/jobs", json=body).content)
 
     def jobs(self, *, all: bool = False, all_users: bool = False, user: str | None = None) -> list[JobView]:

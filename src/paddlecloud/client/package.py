@@ -25,7 +25,7 @@ def pack_directory(root: Path, entry: str | None, max_bytes: int) -> tuple[IO[by
     from paddlecloud.core.archive import ArchiveError, build_archive
 
     check_package_dir(root)
-    out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
+    out = tempfile.NamedTemporaryFile(suffix=".tar.gz")  # noqa: SIM115 - the caller closes it
     try:
         count = build_archive(root, out, max_bytes)
         files = _names(root) if entry else []

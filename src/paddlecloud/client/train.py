@@ -28,6 +28,8 @@ def train(
     memory: str = "512Mi",
     gpu: int = 0,
     env: dict[str, str] | None = None,
+    input: str | None = None,
+    output: str | None = None,
     wait: bool = False,
     timeout: float | None = None,
     client: Client | None = None,
@@ -45,5 +47,9 @@ def train(
         ),
         "env": env or {},
     }
+    if input:
+        spec["input"] = input
+    if output:
+        spec["output"] = output
     job = client.submit(spec, package_dir=package)
     return client.wait(job.name, timeout=timeout) if wait else job

@@ -34,10 +34,6 @@ class PlatformConfig:
         return self.database_url or f"sqlite:///{self.data_dir / 'paddlecloud.db'}"
 
     @property
-    def packages_dir(self) -> Path:
-        return self.data_dir / "packages"
-
-    @property
     def pfs_dir(self) -> Path:
         return self.data_dir / "pfs"
 
@@ -45,5 +41,6 @@ class PlatformConfig:
     def cluster_dir(self) -> Path:
         return self.data_dir / "cluster"
 
-    def output_dir(self, user: str, job: str) -> Path:
-        return self.data_dir / "outputs" / user / job
+    def job_dir(self, user: str, job: str) -> str:
+        """The PFS directory of a job's package and (by default) its output."""
+        return f"/pfs/{self.datacenter}/home/{user}/jobs/{job}"

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy.orm import Session
 
 from paddlecloud.backends.base import Backend, JobLaunch
 from paddlecloud.controller.config import PlatformConfig
-from paddlecloud.controller.packages import PackageStore
+from paddlecloud.controller.files import FileService
 from paddlecloud.core.clock import Clock
+from paddlecloud.core.envcontract import JobFiles
 from paddlecloud.scheduler import WorkerPlacement
 from paddlecloud.store.db import Database
 from paddlecloud.store.tables import EventRow, JobRow
@@ -32,7 +34,7 @@ class Context:
     db: Database
     backend: Backend
     clock: Clock
-    packages: PackageStore
+    files: FileService
     mutex: threading.RLock = field(default_factory=threading.RLock)
     wake_event: threading.Event = field(default_factory=threading.Event)
 
@@ -50,14 +52,26 @@ class Context:
             WorkerPlacement(p["role"], int(p["index"]), p["node"], tuple(p.get("gpus", ())))
             for p in (row.placement or [])
         )
+        spec = row.spec
+        input_path = spec.get("input") or ""
+        input_dir = self.files.local_path(self.files.parse(input_path)) if input_path else None
         return JobLaunch(
             key=job_key(row.user, row.name),
             user=row.user,
             name=row.name,
             framework=row.framework,
-            entry=str(row.spec["entry"]),
-            package=self.packages.path(row.package_id),
-            output_dir=self.config.output_dir(row.user, row.name),
+            entry=str(spec["entry"]),
+            package=self._local(row.package_id),
+            output_dir=Path(row.output_dir),
             placement=placement,
-            env=dict(row.spec.get("env", {})),
+            env=dict(spec.get("env", {})),
+            files=JobFiles(
+                input_dir=str(input_dir or ""), input=input_path, output=str(spec.get("output") or "")
+            ),
         )
+
+    def _local(self, pfs_path: str) -> Path:
+        local = self.files.local_path(self.files.parse(pfs_path))
+        if local is None:  # pragma: no cover - only local stores exist so far
+            raise RuntimeError("this file store cannot give workers local paths")
+        return local

@@ -13,6 +13,7 @@ written: used + reserved by uploads in progress + this file <= limit.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import threading
@@ -139,6 +140,15 @@ class FileService:
         if (own_home or write) and path.area == "home" and self.store.stat(path.root_parts) is None:
             self.store.mkdir(path.root_parts, parents=True)  # homes are created on first use
         return path
+
+    def parse(self, text: str) -> PfsPath:
+        """A path stored by the platform itself (already checked when it was accepted)."""
+        return parse_pfs_path(text, self.datacenter)
+
+    def discard(self, text: str) -> None:
+        """Remove a file the platform itself put there (no access check; missing is fine)."""
+        with contextlib.suppress(StorageError, PfsPathError):
+            self.store.remove(self.parse(text).key, recursive=False)
 
     def local_path(self, path: PfsPath) -> Path | None:
         """Where a job's workers find ``path`` on this machine (local stores only)."""

@@ -16,10 +16,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from paddlecloud.api.errors import Conflict, ErrorCode, InvalidInput, NotFound
+from paddlecloud.api.files import FileInfo
 from paddlecloud.api.models import JobDetail, JobSpec, JobView, QuotaView, ResourceView, WorkerView
 from paddlecloud.backends.base import LogRequest
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.packages import check_entry
+from paddlecloud.controller.packages import check_entry, inspect_package
 from paddlecloud.controller.records import job_request, record_workers
 from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.controller.views import RoleTally, detail_view, job_view, worker_view
@@ -128,9 +129,8 @@ class JobService:
     # -- commands -------------------------------------------------------------------------------
 
     def submit(self, who: Identity, spec: JobSpec) -> JobDetail:
+        spec, output_dir = self._check_files(who, spec)
         with self.ctx.session() as s:
-            package = self.ctx.packages.get(s, spec.package)
-            check_entry(spec.entry, list(package.files))
             now = self.ctx.clock.now()
             row = JobRow(
                 user=who.name,
@@ -143,7 +143,7 @@ class JobService:
                 reason="Queued",
                 message="waiting for the next scheduling cycle",
                 submitted_at=now,
-                output_dir=str(self.ctx.config.output_dir(who.name, spec.name)),
+                output_dir=output_dir,
             )
             self.ctx.event(row, "Normal", "Submitted", f"submitted by {who.name}")
             with self.ctx.mutex:
@@ -160,6 +160,33 @@ class JobService:
                     ) from None
             self.ctx.wake()
             return detail_view(row)
+
+    def _exists(self, who: Identity, path: str, field: str) -> FileInfo:
+        try:
+            return self.ctx.files.stat(who, path)
+        except NotFound:
+            raise NotFound(
+                f"{field} {path} does not exist", code=ErrorCode.PATH_NOT_FOUND, field=field
+            ) from None
+
+    def _check_files(self, who: Identity, spec: JobSpec) -> tuple[JobSpec, str]:
+        """Package readable, safe, small enough and holding the entry; input readable; output
+        writable (created). Returns the spec with its output path filled in, and the output's local
+        directory for the workers."""
+        files = self.ctx.files
+        info = self._exists(who, spec.package, "package")
+        if info.type != "file":
+            raise InvalidInput(f"package {spec.package} is a directory, not a .tar.gz archive",
+                               code=ErrorCode.INVALID_PACKAGE, field="package")  # fmt: skip
+        local = files.local_path(files.parse(spec.package))
+        assert local is not None
+        check_entry(spec.entry, inspect_package(local, spec.package, self.ctx.config.max_package_bytes))
+        if spec.input:
+            self._exists(who, spec.input, "input")
+        output = spec.output or f"{self.ctx.config.job_dir(who.name, spec.name)}/output"
+        files.mkdir(who, output, parents=True)
+        out_local = files.local_path(files.parse(output))
+        return spec.model_copy(update={"output": output}), str(out_local)
 
     def kill(
         self, who: Identity, name: str, grace: float | None = None, *, user: str | None = None
@@ -199,12 +226,12 @@ class JobService:
             self.kill(who, name, 0.0 if phase == JobPhase.QUEUED else None, user=user)
         with self.ctx.mutex, self.ctx.session() as s:
             row = self._row(s, who, name, user)
-            package_id = row.package_id
+            package = row.package_id
             s.delete(row)
             s.commit()
             self.ctx.backend.forget(job_key(row.user, row.name))
-            self.ctx.packages.collect(s, package_id)
-            s.commit()
+            if package == f"{self.ctx.config.job_dir(row.user, row.name)}/package.tar.gz":
+                self.ctx.files.discard(package)  # the copy `submit` uploaded; outputs stay
 
     def logs(
         self,

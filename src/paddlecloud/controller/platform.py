@@ -2,7 +2,7 @@
 
     Platform.open(config) ─┬─ store.open_database(url)   (Alembic upgrade to head)
                            ├─ LocalBackend(nodes, data dir)
-                           ├─ PackageStore, UserDirectory, JobService
+                           ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
                            └─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
 
 The server holds one Platform; tests build one against a temp dir and a manual clock.
@@ -18,7 +18,6 @@ from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.jobs import JobService
-from paddlecloud.controller.packages import PackageStore
 from paddlecloud.controller.quotas import storage_quota
 from paddlecloud.controller.reconciler import Reconciler
 from paddlecloud.controller.users import Identity, UserDirectory
@@ -45,7 +44,6 @@ class Platform:
         clock = clock or SystemClock()
         config.data_dir.mkdir(parents=True, exist_ok=True)
         db = open_database(config.db_url)
-        packages = PackageStore(config.packages_dir, config.max_package_bytes, clock)
         holder: list[Context] = []
 
         def wake() -> None:
@@ -54,14 +52,14 @@ class Platform:
 
         if backend is None:
             backend = LocalBackend(LocalConfig(root=config.cluster_dir, nodes=config.nodes), clock.now, wake)
-        ctx = Context(config=config, db=db, backend=backend, clock=clock, packages=packages)
-        holder.append(ctx)
 
         def quota_of(user: str) -> int | None:
             with db.session() as s:
                 return storage_quota(s, user, config.storage_quota)
 
         files = FileService(LocalDirStore(config.pfs_dir), config.datacenter, quota_of)
+        ctx = Context(config=config, db=db, backend=backend, clock=clock, files=files)
+        holder.append(ctx)
         return cls(
             ctx=ctx,
             jobs=JobService(ctx),

@@ -11,7 +11,7 @@ import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 import pathspec
 
@@ -57,7 +57,7 @@ def walk_files(root: Path, rules: IgnoreRules) -> Iterator[tuple[Path, str]]:
                 yield base / fn, rel
 
 
-def build_archive(root: Path, out: BinaryIO, max_bytes: int | None = None) -> int:
+def build_archive(root: Path, out: IO[bytes], max_bytes: int | None = None) -> int:
     """Write the package at ``root`` to ``out`` as tar.gz; returns the number of files.
 
     Raises :class:`ArchiveError` once the compressed size passes ``max_bytes``.

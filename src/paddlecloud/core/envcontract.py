@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from paddlecloud.runtime import contract as c
 
-__all__ = ["Topology", "WorkerContext", "worker_env"]
+__all__ = ["JobFiles", "Topology", "WorkerContext", "worker_env"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,13 @@ class Topology:
 
 
 @dataclass(frozen=True)
+class JobFiles:
+    input_dir: str = ""
+    input: str = ""  # /pfs/... path
+    output: str = ""  # /pfs/... path
+
+
+@dataclass(frozen=True)
 class WorkerContext:
     job_name: str
     user: str
@@ -37,6 +44,8 @@ class WorkerContext:
     topology: Topology
     output_dir: str
     restart: int = 0
+    #: where the job's data lives: local directories and the PFS paths they are
+    files: JobFiles = field(default_factory=lambda: JobFiles())
     gpus: Sequence[int] | None = None  # None: the backend has no GPUs to assign
     user_env: dict[str, str] = field(default_factory=dict)
 
@@ -68,6 +77,9 @@ def _platform(ctx: WorkerContext) -> dict[str, str]:
         c.PORT: port,
         c.POD_IP: host,
         c.OUTPUT_DIR: ctx.output_dir,
+        c.OUTPUT: ctx.files.output,
+        c.INPUT_DIR: ctx.files.input_dir,
+        c.INPUT: ctx.files.input,
         c.RESTART: str(ctx.restart),
         "PYTHONUNBUFFERED": "1",
     }

@@ -25,6 +25,7 @@ class WorkerEnv:
     current_endpoint: str
     output_dir: str
     restart: int
+    input_dir: str = ""  # "" when the job has no --input
 
 
 def _split(value: str) -> tuple[str, ...]:
@@ -45,4 +46,5 @@ def env(environ: Mapping[str, str] | None = None) -> WorkerEnv:
         current_endpoint=e[c.CURRENT_ENDPOINT],
         output_dir=e[c.OUTPUT_DIR],
         restart=int(e.get(c.RESTART, "0")),
+        input_dir=e.get(c.INPUT_DIR, ""),
     )

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
-import anyio.from_thread
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from paddlecloud.api.models import (
     JobDetail,
     JobList,
     JobSpec,
     JobView,
-    PackageView,
     QuotaView,
     WorkerList,
 )
@@ -27,33 +23,6 @@ router = APIRouter()
 
 #: ``?user=NAME``: act on that user's job (admins; anyone may name themselves).
 UserParam = Annotated[str | None, Query(description="admins: the job's owner (default: the caller)")]
-
-
-async def _next(it: AsyncIterator[bytes]) -> bytes:
-    return await it.__anext__()
-
-
-def _blocking_chunks(stream: AsyncIterator[bytes]) -> Iterator[bytes]:
-    """Read an async request body from a worker thread, chunk by chunk (never whole in memory)."""
-    it = stream.__aiter__()
-    while True:
-        try:
-            chunk: bytes = anyio.from_thread.run(_next, it)
-        except StopAsyncIteration:
-            return
-        if chunk:
-            yield chunk
-
-
-@router.post("/packages", status_code=201, response_model=PackageView, tags=["packages"])
-async def upload_package(request: Request, who: Caller, platform: PlatformDep) -> PackageView:
-    """Upload a job package (tar.gz) as the raw request body; returns its content id."""
-
-    def receive() -> PackageView:
-        with platform.ctx.session() as s:
-            return platform.ctx.packages.receive(s, who.name, _blocking_chunks(request.stream()))
-
-    return await run_in_threadpool(receive)
 
 
 @router.post("/jobs", status_code=201, response_model=JobDetail, tags=["jobs"])

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from paddlecloud.store.db import Database, open_database
-from paddlecloud.store.tables import Base, EventRow, JobRow, PackageRow, UserRow, WorkerRow
+from paddlecloud.store.tables import Base, EventRow, JobRow, UserRow, WorkerRow
 
-__all__ = ["Base", "Database", "EventRow", "JobRow", "PackageRow", "UserRow", "WorkerRow", "open_database"]
+__all__ = ["Base", "Database", "EventRow", "JobRow", "UserRow", "WorkerRow", "open_database"]

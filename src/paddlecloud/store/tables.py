@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 ORM tables: users, packages, jobs, workers, events.
+"""SQLAlchemy 2 ORM tables: users, jobs, workers, events.
 
 Times are float seconds since the epoch from the controller's injected clock. The schema is created
 and upgraded only by Alembic (``store/migrations``); keep both in step.
@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Base", "EventRow", "JobRow", "PackageRow", "UserRow", "WorkerRow"]
+__all__ = ["Base", "EventRow", "JobRow", "UserRow", "WorkerRow"]
 
 
 class Base(DeclarativeBase):
@@ -40,15 +40,6 @@ class UserRow(Base):
     storage_quota: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
-class PackageRow(Base):
-    __tablename__ = "packages"
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the archive
-    user: Mapped[str] = mapped_column(String(63))
-    size: Mapped[int] = mapped_column(Integer)
-    files: Mapped[list[str]] = mapped_column(JSON)
-    created_at: Mapped[float] = mapped_column(Float)
-
-
 class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (
@@ -59,7 +50,8 @@ class JobRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     user: Mapped[str] = mapped_column(String(63))
     name: Mapped[str] = mapped_column(String(63))
-    package_id: Mapped[str] = mapped_column(String(64))
+    #: PFS path of the job's package archive
+    package_id: Mapped[str] = mapped_column(Text)
     framework: Mapped[str] = mapped_column(String(32))
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     priority: Mapped[int] = mapped_column(Integer, default=0)
