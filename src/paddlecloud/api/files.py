@@ -12,6 +12,7 @@ __all__ = [
     "FileList",
     "MkdirRequest",
     "MoveRequest",
+    "QuotaUpdate",
     "RemoveRequest",
     "StorageUsage",
     "UploadBegin",
@@ -79,6 +80,12 @@ class ChecksumView(_Model):
     path: str
     size: int
     checksum: str
+
+
+class QuotaUpdate(_Model):
+    """``storage``: a memory quantity (``500Gi``) or None for the platform default."""
+
+    storage: str | None = None
 
 
 class StorageUsage(_Model):

@@ -217,3 +217,12 @@ def rotate_token(name: str, fmt: str) -> None:
     current = load_config().current
     if current is not None and current.username == issued.name and fmt == "text":
         click.echo("that was your own token: log in again with the new one (paddlecloud login)", err=True)
+
+
+@admin.command("set-quota")
+@click.argument("name")
+@click.argument("storage")
+def set_quota(name: str, storage: str) -> None:
+    """Set NAME's PFS storage limit, e.g. 500Gi; 'default' restores the platform default."""
+    Client().set_storage_quota(name, None if storage == "default" else storage)
+    click.echo(f"storage quota of {name}: {storage}")

@@ -17,6 +17,7 @@ from paddlecloud.api.models import JobDetail
 from paddlecloud.cli.output import FORMATS, age, console, emit, jobs_table, print_table, role_cell
 from paddlecloud.client import Client
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
+from paddlecloud.core.quantity import human_bytes
 
 __all__ = ["describe", "get", "kill", "logs", "submit"]
 
@@ -160,7 +161,8 @@ def get_workers(job: str, user: str | None, fmt: str) -> None:
 @get.command("quota")
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
 def get_quota(fmt: str) -> None:
-    q = Client().quota()
+    client = Client()
+    q = client.quota()
     if fmt in ("json", "yaml"):
         emit(q, fmt)
         return
@@ -174,6 +176,9 @@ def get_quota(fmt: str) -> None:
         ]
         for res in ("cpu", "memory", "gpu")
     ]
+    storage = client.pfs.usage()
+    limit_text = human_bytes(storage.limit) if storage.limit is not None else "unlimited"
+    rows.append(["storage", human_bytes(storage.used + storage.reserved), limit_text, "-"])
     print_table(["RESOURCE", "USED", "LIMIT", "CLUSTER"], rows)
     click.echo(f"user {q.user}: {q.jobs_running} running, {q.jobs_queued} queued")
 

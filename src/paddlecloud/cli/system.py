@@ -9,6 +9,7 @@ import click
 from paddlecloud._version import API_VERSION, __version__
 from paddlecloud.cli.output import FORMATS, emit
 from paddlecloud.client import Client, Datacenter, save_datacenter
+from paddlecloud.core.names import check_dns1123_label
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 
 __all__ = ["up", "version"]
@@ -21,6 +22,13 @@ def _quantity(parse: object, value: str | None, flag: str) -> int | None:
         return parse(value)  # type: ignore[operator,no-any-return]
     except QuantityError as exc:
         raise click.BadParameter(str(exc), param_hint=flag) from None
+
+
+def _datacenter(name: str) -> str:
+    try:
+        return check_dns1123_label(name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--datacenter") from None
 
 
 @click.command()
@@ -38,9 +46,19 @@ def _quantity(parse: object, value: str | None, flag: str) -> int | None:
 @click.option("--node-gpu", type=click.IntRange(0, 64), help="GPUs per node (default: from nvidia-smi)")
 @click.option("--policy", type=click.Choice(["fifo", "fifo-backfill"]), default="fifo", show_default=True)
 @click.option("--max-package-size", default="100Mi", show_default=True, help="largest job package accepted")
+@click.option(
+    "--datacenter", default="local", show_default=True, help="name in PFS paths: /pfs/<datacenter>/..."
+)
+@click.option(
+    "--storage-quota",
+    default="100Gi",
+    show_default=True,
+    help="default PFS quota per user ('none': no limit)",
+)
 def up(
     host: str, port: int, data_dir: Path, database: str | None, nodes: int, node_cpu: str | None,
-    node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str,
+    node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, datacenter: str,
+    storage_quota: str,
 ) -> None:  # fmt: skip
     """Run the whole platform on this machine, in the foreground (Ctrl-C stops it; jobs keep running)."""
     from paddlecloud.server.main import NodeShape, PlatformConfig, prepare, serve
@@ -56,6 +74,10 @@ def up(
         ),
         policy=policy,
         max_package_bytes=_quantity(parse_memory, max_package_size, "--max-package-size") or 0,
+        datacenter=_datacenter(datacenter),
+        storage_quota=None
+        if storage_quota == "none"
+        else _quantity(parse_memory, storage_quota, "--storage-quota"),
     )
     app, token = prepare(config)
     endpoint = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"

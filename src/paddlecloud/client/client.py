@@ -313,6 +313,10 @@ class Client:
         r = self._request("POST", "/users", json={"name": name, "admin": admin})
         return TokenView.model_validate_json(r.content)
 
+    def set_storage_quota(self, name: str, storage: str | None) -> None:
+        """Admins: ``name``'s PFS storage limit (``"500Gi"``), or None for the platform default."""
+        self._request("PUT", f"/users/{name}/quota", json={"storage": storage})
+
     def rotate_token(self, name: str) -> TokenView:
         """Issue a new token for ``name`` (admins only); the old one stops working at once."""
         return TokenView.model_validate_json(self._request("POST", f"/users/{name}/token").content)

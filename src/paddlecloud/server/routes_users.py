@@ -5,9 +5,11 @@ Thin: the admin check and every decision live in ``controller.users``.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
+from paddlecloud.api.files import QuotaUpdate
 from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
+from paddlecloud.controller.quotas import update_storage_quota
 from paddlecloud.server.deps import Caller, PlatformDep
 
 __all__ = ["router"]
@@ -33,6 +35,14 @@ def create_user(spec: UserCreate, who: Caller, platform: PlatformDep) -> TokenVi
     """Create a user (admins only); the answer holds its API token, shown this once."""
     with platform.ctx.session() as s:
         return platform.users.create(s, who, spec)
+
+
+@router.put("/users/{name}/quota", status_code=204, tags=["users"])
+def set_quota(name: str, update: QuotaUpdate, who: Caller, platform: PlatformDep) -> Response:
+    """Set a user's storage quota (admins only); ``{"storage": null}`` restores the default."""
+    with platform.ctx.session() as s:
+        update_storage_quota(s, who, name, update.storage)
+    return Response(status_code=204)
 
 
 @router.post("/users/{name}/token", response_model=TokenView, tags=["users"])
