@@ -52,8 +52,8 @@ class LocalDirStore:
             try:
                 if st.S_ISLNK(os.lstat(p).st_mode):
                     raise StorageError(E.UNSAFE, key, f"{'/'.join(key)} goes through a symbolic link")
-            except FileNotFoundError:
-                # nothing below a missing component exists: the rest cannot be a link
+            except (FileNotFoundError, NotADirectoryError):
+                # nothing below a missing component (or a regular file) exists: no link further down
                 return self.files.joinpath(*key)
         return p
 
@@ -69,7 +69,7 @@ class LocalDirStore:
     def stat(self, key: Key) -> Entry | None:
         try:
             s = os.lstat(self._path(key))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         if not (st.S_ISREG(s.st_mode) or st.S_ISDIR(s.st_mode)):
             raise StorageError(E.UNSAFE, key, f"{'/'.join(key)} is not a regular file or directory")
