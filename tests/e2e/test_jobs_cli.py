@@ -152,3 +152,37 @@ def test_requirements_that_do_not_install_fail_the_job_with_pips_words(
     assert "installing requirements.txt failed" in job["message"]
     assert "paddlecloud-no-such-package-exists" in server.cli("logs", "badreq", "-w", "prepare").stdout
     server.cli("kill", "badreq", "--rm")
+
+
+def test_job_reads_input_and_writes_output_in_pfs(server: Server, tmp_path: Path) -> None:
+    data = write_package(tmp_path / "data", {"a.txt": "x" * 10, "b.txt": "y" * 5})
+    server.cli("pfs", "mkdir", "-p", "pfs:datasets")
+    server.cli("pfs", "cp", "-r", "-q", str(data), "pfs:datasets/")
+    code = (
+        "import os\n"
+        "src, dst = os.environ['PADDLECLOUD_INPUT_DIR'], os.environ['PADDLECLOUD_OUTPUT_DIR']\n"
+        "n = sum(os.path.getsize(os.path.join(src, f)) for f in os.listdir(src))\n"
+        "open(os.path.join(dst, 'size-' + os.environ['PADDLECLOUD_TRAINER_ID']), 'w').write(str(n))\n"
+        "print(os.environ['PADDLECLOUD_INPUT'], os.environ['PADDLECLOUD_OUTPUT'])\n"
+    )
+    pkg = write_package(tmp_path / "reader", {"main.py": code})
+    io = ["--input", "pfs:datasets/data", "--output", "pfs:results/reader"]
+    r = server.cli("submit", str(pkg), "--name", "reader", "--entry", "python main.py", "--trainers", "2",
+                   "--cpu", "100m", *io, "--wait")  # fmt: skip
+    assert "/pfs/local/home/default/datasets/data /pfs/local/home/default/results/reader" in r.stdout
+    server.cli("pfs", "cp", "-r", "-q", "pfs:results/reader", str(tmp_path / "out"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["size-0", "size-1"]
+    assert (tmp_path / "out" / "size-1").read_text() == "15"
+    listing = server.cli("pfs", "ls", "pfs:jobs/reader").stdout
+    assert "package.tar.gz" in listing  # the package went through PFS too
+    server.cli("kill", "reader", "--rm")
+    assert "package.tar.gz" not in server.cli("pfs", "ls", "pfs:jobs/reader").stdout
+    assert "size-0" in server.cli("pfs", "ls", "pfs:results/reader").stdout  # outputs stay
+
+
+def test_submit_with_a_missing_input_fails_before_running(server: Server, tmp_path: Path) -> None:
+    pkg = write_package(tmp_path / "p", {"main.py": "print(1)\n"})
+    r = server.cli("submit", str(pkg), "--name", "noinput", "--entry", "python main.py", "--input",
+                   "pfs:does/not/exist", check=False)  # fmt: skip
+    assert r.returncode == 1
+    assert "input /pfs/local/home/default/does/not/exist does not exist" in r.stderr
