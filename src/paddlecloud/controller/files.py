@@ -42,6 +42,8 @@ QuotaSource = Callable[[str], int | None]
 T = TypeVar("T")
 _GLOB = set("*?[")
 _USAGE_TTL = 30.0
+#: an upload that has received nothing for this long is discarded (its reservation freed)
+STALE_UPLOAD_S = 24 * 3600.0
 
 
 @dataclass
@@ -326,9 +328,19 @@ class FileService:
 
     # -- quota ----------------------------------------------------------------------------------
 
+    def _live_uploads(self, owner: str) -> list[UploadState]:
+        """``owner``'s uploads in progress; abandoned ones (idle > STALE_UPLOAD_S) are discarded."""
+        live = []
+        for u in self.store.uploads_of(owner):
+            if time.time() - u.updated_at > STALE_UPLOAD_S:
+                self.store.upload_abort(u.id)
+            else:
+                live.append(u)
+        return live
+
     def usage(self, who: Identity) -> StorageUsage:
         used = self._used(who.name)
-        reserved = sum(u.size for u in self.store.uploads_of(who.name))
+        reserved = sum(u.size for u in self._live_uploads(who.name))
         return StorageUsage(user=who.name, used=used, reserved=reserved, limit=self.quota_of(who.name))
 
     def _used(self, user: str) -> int:
@@ -360,7 +372,7 @@ class FileService:
         if limit is None:
             return
         used = self._used(owner)
-        reserved = sum(u.size for u in self.store.uploads_of(owner) if u.id != exclude_upload)
+        reserved = sum(u.size for u in self._live_uploads(owner) if u.id != exclude_upload)
         if used + reserved + size > limit:
             raise Forbidden(
                 f"storage quota exceeded: {human_bytes(size)} more would make "

@@ -61,6 +61,8 @@ class UploadState:
     owner: str
     #: chunk index -> digest of the bytes received for it
     received: dict[int, str] = field(default_factory=dict)
+    #: when the upload last received a chunk (or began), seconds since the epoch
+    updated_at: float = 0.0
 
     @property
     def chunks(self) -> int:

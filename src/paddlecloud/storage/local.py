@@ -247,6 +247,7 @@ class LocalDirStore:
         for m in (d / "marks").iterdir():
             if m.name.isdigit():
                 received[int(m.name)] = m.read_text().strip()
+        updated = max(os.stat(d / "meta.json").st_mtime, os.stat(d / "marks").st_mtime)
         return UploadState(
             id=upload_id,
             key=tuple(meta["key"]),
@@ -254,6 +255,7 @@ class LocalDirStore:
             chunk_size=int(meta["chunk_size"]),
             owner=str(meta["owner"]),
             received=received,
+            updated_at=updated,
         )
 
     def upload_write(
