@@ -10,6 +10,7 @@ from paddlecloud.api.errors import (
     Conflict,
     ErrorCode,
     Forbidden,
+    InsufficientStorage,
     InvalidInput,
     NotFound,
     PackageTooLarge,
@@ -48,6 +49,7 @@ EXPECTED: dict[ErrorCode, tuple[type[PaddleCloudError], int]] = {
     ErrorCode.JOB_NOT_RUNNING: (Conflict, 409),
     ErrorCode.CLIENT_TOO_OLD: (VersionMismatch, 426),
     ErrorCode.SERVER_TOO_OLD: (VersionMismatch, 426),
+    ErrorCode.INSUFFICIENT_STORAGE: (InsufficientStorage, 507),
     ErrorCode.INTERNAL: (ServerError, 500),
 }
 

@@ -12,6 +12,7 @@
     │                                not_a_directory, is_a_directory, directory_not_empty 409
     ├── VersionMismatch              client_too_old, server_too_old                       426
     ├── ServerUnreachable            server_unreachable    (client side only)
+    ├── InsufficientStorage          insufficient_storage  507
     └── ServerError                  internal              500
 
 On the wire every error is ``{"error": {"code": ..., "message": ..., "field": ...}}``. Codes are
@@ -28,6 +29,7 @@ __all__ = [
     "Conflict",
     "ErrorCode",
     "Forbidden",
+    "InsufficientStorage",
     "InvalidInput",
     "NotFound",
     "PackageTooLarge",
@@ -67,6 +69,7 @@ class ErrorCode(StrEnum):
     CLIENT_TOO_OLD = "client_too_old"
     SERVER_TOO_OLD = "server_too_old"
     SERVER_UNREACHABLE = "server_unreachable"
+    INSUFFICIENT_STORAGE = "insufficient_storage"
     INTERNAL = "internal"
 
 
@@ -128,6 +131,11 @@ class ServerUnreachable(PaddleCloudError):
     default_code = ErrorCode.SERVER_UNREACHABLE
 
 
+class InsufficientStorage(PaddleCloudError):
+    http_status = 507
+    default_code = ErrorCode.INSUFFICIENT_STORAGE
+
+
 class ServerError(PaddleCloudError):
     http_status = 500
     default_code = ErrorCode.INTERNAL
@@ -160,6 +168,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.CLIENT_TOO_OLD: VersionMismatch,
     ErrorCode.SERVER_TOO_OLD: VersionMismatch,
     ErrorCode.SERVER_UNREACHABLE: ServerUnreachable,
+    ErrorCode.INSUFFICIENT_STORAGE: InsufficientStorage,
     ErrorCode.INTERNAL: ServerError,
 }
 

@@ -26,7 +26,15 @@ from typing import TypeVar
 
 import blake3
 
-from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound, PaddleCloudError
+from paddlecloud.api.errors import (
+    Conflict,
+    ErrorCode,
+    Forbidden,
+    InsufficientStorage,
+    InvalidInput,
+    NotFound,
+    PaddleCloudError,
+)
 from paddlecloud.api.files import ChecksumView, FileInfo, StorageUsage, UploadView
 from paddlecloud.controller.users import Identity
 from paddlecloud.core.checksum import ChunkedHasher, file_checksum
@@ -107,6 +115,8 @@ def _storage_error(exc: StorageError, path: str) -> PaddleCloudError:
             ErrorCode.DIRECTORY_NOT_EMPTY: "is not empty (use -r)",
         }[code]
         return Conflict(f"{path} {what}", code=code)
+    if k == StorageErrorKind.NO_SPACE:
+        return InsufficientStorage(f"{path}: the file store is out of space; try again later or ask an admin")
     return Forbidden(
         f"{path} leads outside the file store (symbolic link); refused", code=ErrorCode.FORBIDDEN
     )
@@ -139,8 +149,10 @@ class FileService:
                 code=ErrorCode.FORBIDDEN,
             )
         own_home = path.area == "home" and path.owner == who.name
-        if (own_home or write) and path.area == "home" and self.store.stat(path.root_parts) is None:
-            self.store.mkdir(path.root_parts, parents=True)  # homes are created on first use
+        if (own_home or write) and path.area == "home":
+            home = PfsPath(path.datacenter, path.area, path.owner)
+            if self._do(home, lambda: self.store.stat(home.key)) is None:  # homes appear on first use
+                self._do(home, lambda: self.store.mkdir(home.key, parents=True))
         return path
 
     def parse(self, text: str) -> PfsPath:
@@ -248,7 +260,7 @@ class FileService:
             )
         self._reserve(who, path, len(data), exclude_upload=None)
         e = self._do(path, lambda: self.store.put_small(path.key, [data], overwrite))
-        self._add_usage(path, len(data))
+        self._account(path, len(data), overwrite)
         return self._info(path, e)
 
     def begin_upload(
@@ -266,12 +278,21 @@ class FileService:
                 ),
                 str(path),
             )
+        if not path.is_root:  # fail before any byte is sent, not at the end
+            parent = path.parent()
+            p = self._do(parent, lambda: self.store.stat(parent.key))
+            if p is None or p.kind != Kind.DIR:
+                kind = StorageErrorKind.NOT_FOUND if p is None else StorageErrorKind.NOT_A_DIRECTORY
+                raise _storage_error(StorageError(kind, parent.key), str(parent))
         upload_id = hashlib.sha256(f"{who.name}\0{path}\0{size}\0{chunk_size}".encode()).hexdigest()[:32]
         if self.store.upload_get(upload_id) is None:
-            self._reserve(who, path, size, exclude_upload=upload_id)
-        state = self.store.upload_begin(
-            UploadState(id=upload_id, key=path.key, size=size, chunk_size=chunk_size, owner=who.name)
-        )
+            replaced = existing.size if existing is not None else 0
+            self._reserve(who, path, size - replaced, exclude_upload=upload_id)
+        # the reservation belongs to the space it fills (an admin writing into alice's home uses hers)
+        owner = path.owner if path.area == "home" and path.owner else who.name
+        state = self._do(path, lambda: self.store.upload_begin(
+            UploadState(id=upload_id, key=path.key, size=size, chunk_size=chunk_size, owner=owner)
+        ))  # fmt: skip
         return self._upload_view(path, state)
 
     def _upload_view(self, path: PfsPath, s: UploadState) -> UploadView:
@@ -301,6 +322,8 @@ class FileService:
             )
         if len(digest) != 64:
             raise InvalidInput("missing or malformed chunk digest header", code=ErrorCode.INVALID_REQUEST)
+        if index in state.received:  # a re-send: until it verifies, the chunk counts as missing again
+            self.store.upload_unmark(upload_id, index)
         return ChunkWriter(self.store, state, index, digest)
 
     def complete_upload(self, who: Identity, upload_id: str, checksum: str, overwrite: bool) -> FileInfo:
@@ -320,7 +343,7 @@ class FileService:
                 code=ErrorCode.CHECKSUM_MISMATCH,
             )
         e = self._do(path, lambda: self.store.upload_commit(upload_id, overwrite))
-        self._add_usage(path, state.size)
+        self._account(path, state.size, overwrite)
         return self._info(path, e)
 
     def abort_upload(self, who: Identity, upload_id: str) -> None:
@@ -358,6 +381,12 @@ class FileService:
             with self._lock:
                 if path.owner in self._usage:
                     self._usage[path.owner].bytes += n
+
+    def _account(self, path: PfsPath, added: int, overwrite: bool) -> None:
+        if overwrite:  # the replaced file's size is unknown here: recount on next use
+            self._forget_usage(path)
+        else:
+            self._add_usage(path, added)
 
     def _forget_usage(self, path: PfsPath) -> None:
         if path.owner:

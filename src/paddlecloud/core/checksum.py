@@ -42,6 +42,8 @@ class ChunkedHasher:
     """Feed a file's bytes in order (any piece sizes); get its ``blake3c`` checksum at the end."""
 
     def __init__(self, chunk_size: int) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk size must be at least 1 byte, got {chunk_size}")
         self.chunk_size = chunk_size
         self.digests: list[str] = []
         self._cur = blake3.blake3()

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from paddlecloud.api.errors import ErrorCode, PackageTooLarge
 from paddlecloud.api.files import (
     MAX_CHUNK,
+    MIN_CHUNK,
     ChecksumView,
     FileInfo,
     FileList,
@@ -73,7 +74,12 @@ def usage(who: Caller, platform: PlatformDep) -> StorageUsage:
 
 
 @router.get("/checksum", response_model=ChecksumView)
-def checksum(path: PathQ, who: Caller, platform: PlatformDep, chunk_size: int = 8 << 20) -> ChecksumView:
+def checksum(
+    path: PathQ,
+    who: Caller,
+    platform: PlatformDep,
+    chunk_size: Annotated[int, Query(ge=MIN_CHUNK, le=MAX_CHUNK)] = 16 << 20,
+) -> ChecksumView:
     return platform.files.checksum(who, path, chunk_size)
 
 

@@ -35,6 +35,7 @@ class StorageErrorKind(StrEnum):
     IS_A_DIRECTORY = "is_a_directory"
     NOT_EMPTY = "not_empty"
     UNSAFE = "unsafe"  # a symlink or anything else that would leave the store
+    NO_SPACE = "no_space"  # the store's disk is full
 
 
 class StorageError(Exception):
@@ -115,6 +116,8 @@ class FileStore(Protocol):
         ...
 
     def upload_mark(self, upload_id: str, index: int, digest: str) -> None: ...
+
+    def upload_unmark(self, upload_id: str, index: int) -> None: ...
 
     def upload_commit(self, upload_id: str, overwrite: bool) -> Entry: ...
 

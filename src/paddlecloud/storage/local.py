@@ -17,6 +17,7 @@ does not follow them either).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -226,8 +227,14 @@ class LocalDirStore:
         with open(d / "data", "wb") as f:
             try:  # reserve the blocks at once: chunk writes then skip the file system's allocator
                 os.posix_fallocate(f.fileno(), 0, state.size)
-            except OSError:
-                f.truncate(state.size)  # no fallocate here (tmpfs, some network file systems): sparse
+            except OSError as exc:
+                if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                    f.truncate(state.size)  # no fallocate here (tmpfs, some network file systems): sparse
+                else:  # ENOSPC and friends: give every block back and say so
+                    shutil.rmtree(d, ignore_errors=True)
+                    raise StorageError(
+                        E.NO_SPACE, state.key, f"the file store has no room for {state.size} bytes"
+                    ) from None
         meta = {
             "key": list(state.key),
             "size": state.size,
@@ -286,6 +293,9 @@ class LocalDirStore:
         tmp = mark.with_suffix(".tmp")
         tmp.write_text(digest)
         os.replace(tmp, mark)
+
+    def upload_unmark(self, upload_id: str, index: int) -> None:
+        (self._staging(upload_id) / "marks" / str(index)).unlink(missing_ok=True)
 
     def upload_commit(self, upload_id: str, overwrite: bool) -> Entry:
         state = self.upload_get(upload_id)
