@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from paddlecloud.scheduler.decisions import Admit, Plan, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.elastic import EdlPolicy, ElasticPolicy
 from paddlecloud.scheduler.fifo import FifoPolicy
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState, Snapshot
 
 __all__ = [
     "Admit",
+    "EdlPolicy",
+    "ElasticPolicy",
     "FifoPolicy",
     "JobRequest",
     "NodeState",
     "Plan",
     "Policy",
+    "Preempt",
+    "Resize",
     "Snapshot",
     "Wait",
     "WaitReason",
@@ -35,9 +40,14 @@ class Policy(Protocol):
 
 
 def policy(name: str) -> Policy:
-    """Construct a policy by name (``fifo``, ``fifo-backfill``)."""
-    if name == "fifo":
-        return FifoPolicy()
-    if name == "fifo-backfill":
-        return FifoPolicy(backfill=True, name="fifo-backfill")
-    raise ValueError(f"unknown scheduling policy {name!r} (known: fifo, fifo-backfill)")
+    """Construct a policy by name: ``fifo``, ``fifo-backfill``, ``tiresias``, ``edl``, ``elastic``."""
+    policies: dict[str, Policy] = {
+        "fifo": FifoPolicy(),
+        "fifo-backfill": FifoPolicy(backfill=True, name="fifo-backfill"),
+        "tiresias": ElasticPolicy(name="tiresias", elastic=False, grow=False),
+        "edl": EdlPolicy(),
+        "elastic": ElasticPolicy(),
+    }
+    if name not in policies:
+        raise ValueError(f"unknown scheduling policy {name!r} (known: {', '.join(policies)})")
+    return policies[name]

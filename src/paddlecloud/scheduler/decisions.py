@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["Admit", "Plan", "Wait", "WaitReason", "WorkerPlacement"]
+__all__ = ["Admit", "Plan", "Preempt", "Resize", "Wait", "WaitReason", "WorkerPlacement"]
 
 
 class WaitReason(StrEnum):
@@ -15,6 +15,8 @@ class WaitReason(StrEnum):
     EXCEEDS_NODE_CAPACITY = "ExceedsNodeCapacity"
     #: An earlier (or higher-priority) job is waiting and this policy does not overtake it.
     BEHIND_EARLIER_JOB = "BehindEarlierJob"
+    #: Preemptive policies: jobs ahead of it in the policy's order hold what it needs.
+    LOWER_PRIORITY = "LowerPriority"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,23 @@ class Admit:
 
 
 @dataclass(frozen=True)
+class Resize:
+    """Change a running job's trainers to ``placement`` (the full new trainer placement: kept
+    trainers first, in index order; a shrink drops the highest indices)."""
+
+    job: str
+    trainers: int
+    placement: tuple[WorkerPlacement, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class Preempt:
+    job: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Wait:
     job: str
     reason: WaitReason
@@ -44,3 +63,5 @@ class Plan:
     cycle: int
     admit: list[Admit] = field(default_factory=list)
     wait: list[Wait] = field(default_factory=list)
+    resize: list[Resize] = field(default_factory=list)
+    preempt: list[Preempt] = field(default_factory=list)

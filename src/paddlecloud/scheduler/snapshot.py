@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler.decisions import WorkerPlacement
 
 __all__ = ["FreeCapacity", "JobRequest", "NodeState", "Snapshot"]
 
@@ -29,7 +30,13 @@ class NodeState:
 
 @dataclass(frozen=True)
 class JobRequest:
-    """A job waiting for admission, as the scheduler sees it."""
+    """A job as the scheduler sees it: waiting (``running == 0``) or running on ``placement``.
+
+    ``trainers`` is what the user asked for; elastic jobs may run anywhere in
+    ``[min_trainers, max_trainers]`` (0 means "= trainers"). ``speedup[n - 1]`` is the job's
+    throughput on n trainers relative to one (empty: linear). ``attained`` is the service it has
+    received so far, in trainer-seconds (GPU-seconds for GPU jobs).
+    """
 
     key: str  # "user/name"
     user: str
@@ -39,6 +46,33 @@ class JobRequest:
     pserver: Resources
     trainers: int
     trainer: Resources
+    min_trainers: int = 0
+    max_trainers: int = 0
+    attained: float = 0.0
+    speedup: tuple[float, ...] = ()
+    running: int = 0
+    placement: tuple[WorkerPlacement, ...] = ()
+    resized_at: float = float("-inf")
+
+    @property
+    def lo(self) -> int:
+        return self.min_trainers or self.trainers
+
+    @property
+    def hi(self) -> int:
+        return max(self.max_trainers or self.trainers, self.lo)
+
+    @property
+    def elastic(self) -> bool:
+        return self.hi > self.lo
+
+    def rate(self, n: int) -> float:
+        """Relative throughput on ``n`` trainers."""
+        if n <= 0:
+            return 0.0
+        if not self.speedup:
+            return float(n)
+        return self.speedup[min(n, len(self.speedup)) - 1]
 
 
 @dataclass(frozen=True)
@@ -47,6 +81,8 @@ class Snapshot:
     now: float
     nodes: tuple[NodeState, ...]
     queue: tuple[JobRequest, ...]
+    #: jobs holding resources now (their ``placement``); ``nodes[].allocated`` includes them
+    running: tuple[JobRequest, ...] = ()
 
 
 @dataclass

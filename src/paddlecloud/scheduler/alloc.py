@@ -1,0 +1,128 @@
+"""Working allocation for preemptive and elastic policies: what-if placement on a scratch copy.
+
+:class:`Allocation` starts from the snapshot's free capacity (running jobs hold what they hold) and
+lets a policy release a job's trainers, place new ones, and read back each job's final placement.
+Nothing here decides; policies do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler.decisions import WorkerPlacement
+from paddlecloud.scheduler.snapshot import FreeCapacity, JobRequest, Snapshot
+
+__all__ = ["Allocation", "tiresias_queue"]
+
+
+def tiresias_queue(attained: float, thresholds: tuple[float, ...]) -> int:
+    """Index of the discretized least-attained-service queue (0 = least served)."""
+    for i, limit in enumerate(thresholds):
+        if attained < limit:
+            return i
+    return len(thresholds)
+
+
+@dataclass
+class Allocation:
+    cap: FreeCapacity
+    #: job key -> its trainers' placement (index order) in this what-if
+    trainers: dict[str, list[WorkerPlacement]] = field(default_factory=dict)
+    jobs: dict[str, JobRequest] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, snap: Snapshot) -> Allocation:
+        alloc = cls(FreeCapacity.of(snap.nodes))
+        for job in snap.running:
+            alloc.jobs[job.key] = job
+            alloc.trainers[job.key] = [p for p in job.placement if p.role == "trainer"]
+        return alloc
+
+    def copy(self) -> Allocation:
+        return Allocation(self.cap.copy(), {k: list(v) for k, v in self.trainers.items()}, dict(self.jobs))
+
+    def count(self, key: str) -> int:
+        return len(self.trainers.get(key, ()))
+
+    def _give_back(self, job: JobRequest, p: WorkerPlacement) -> None:
+        self.cap.free[p.node] = self.cap.free[p.node] + job.trainer
+        self.cap.gpus[p.node].extend(p.gpus)
+
+    def shrink(self, job: JobRequest, to: int) -> None:
+        """Release trainers above ``to`` (highest index first)."""
+        held = self.trainers.get(job.key, [])
+        while len(held) > to:
+            self._give_back(job, held.pop())
+
+    def release_pservers(self, job: JobRequest) -> None:
+        for p in job.placement:
+            if p.role == "pserver":
+                self.cap.free[p.node] = self.cap.free[p.node] + job.pserver
+
+    def fits(self, need: Resources, n: int) -> bool:
+        """Could ``n`` workers of ``need`` be placed now (ignoring which job)?"""
+        total = 0
+        for node in self.cap.order:
+            total += _how_many(self.cap.free[node], need)
+            if total >= n:
+                return True
+        return n <= 0
+
+    def grow(self, job: JobRequest, n: int) -> bool:
+        """Add ``n`` trainers, all or none; nodes the job already uses first, then the fullest fit."""
+        if n <= 0:
+            return True
+        held = self.trainers.setdefault(job.key, [])
+        used = {p.node for p in held}
+        if n == 1:  # the common elastic step: beside its own trainers, else the first node that fits
+            for node in [*used, *self.cap.order]:
+                if job.trainer.fits_in(self.cap.free[node]):
+                    gpus = tuple(self.cap.gpus[node][: job.trainer.gpu])
+                    del self.cap.gpus[node][: job.trainer.gpu]
+                    self.cap.free[node] = self.cap.free[node] - job.trainer
+                    held.append(WorkerPlacement("trainer", len(held), node, gpus))
+                    self.jobs.setdefault(job.key, job)
+                    return True
+            return False
+        order = sorted(
+            self.cap.order,
+            key=lambda name: (name not in used, -_how_many(self.cap.free[name], job.trainer)),
+        )
+        added: list[WorkerPlacement] = []
+        for node in order:
+            while len(added) < n and job.trainer.fits_in(self.cap.free[node]):
+                gpus = tuple(self.cap.gpus[node][: job.trainer.gpu])
+                del self.cap.gpus[node][: job.trainer.gpu]
+                self.cap.free[node] = self.cap.free[node] - job.trainer
+                added.append(WorkerPlacement("trainer", len(held) + len(added), node, gpus))
+            if len(added) == n:
+                held.extend(added)
+                self.jobs.setdefault(job.key, job)
+                return True
+        for p in added:  # not all fit: undo
+            self._give_back(job, p)
+        return False
+
+    def place_pservers(self, job: JobRequest) -> list[WorkerPlacement] | None:
+        out: list[WorkerPlacement] = []
+        for i in range(job.pservers):
+            node = next((n for n in self.cap.order if job.pserver.fits_in(self.cap.free[n])), None)
+            if node is None:
+                for p in out:
+                    self.cap.free[p.node] = self.cap.free[p.node] + job.pserver
+                return None
+            self.cap.free[node] = self.cap.free[node] - job.pserver
+            out.append(WorkerPlacement("pserver", i, node))
+        return out
+
+
+def _how_many(free: Resources, need: Resources) -> int:
+    counts = []
+    if need.cpu_m:
+        counts.append(free.cpu_m // need.cpu_m)
+    if need.memory:
+        counts.append(free.memory // need.memory)
+    if need.gpu:
+        counts.append(free.gpu // need.gpu)
+    return max(min(counts), 0) if counts else 1 << 30

@@ -1,0 +1,238 @@
+"""Preemptive and elastic policies: ``elastic`` (the default), ``tiresias`` and ``edl``.
+
+``elastic`` (ours), each cycle over the snapshot:
+  1. order every job, waiting or running: priority, then the discretized least-attained-service
+     queue (Tiresias' 2D-LAS: less served first), then submit time;
+  2. gang minimums, in that order: a running job keeps what it holds; a waiting job gets its
+     ``min`` trainers if they fit, else elastic jobs are shrunk towards their ``min`` (least marginal
+     loss first), and only then are jobs later in the order preempted; what cannot fit waits, with
+     the reason;
+  3. the capacity left is handed out one trainer at a time to the job with the largest marginal
+     speedup (``rate(n + 1) - rate(n)``), up to each job's ``max``, beside its own trainers when
+     possible; a running job is not grown again within ``resize_cooldown`` seconds of its last
+     resize (shrinking to admit a job is always allowed).
+``tiresias`` is step 1-2 with exactly the requested trainers and no growing. ``edl`` is the seed's
+controller: FIFO admission at ``min``, then +1 trainer passes in ascending fulfillment
+``(cur - min) / (max - min)`` while a node can host one and the cluster load stays under ``max_load``,
+and -1 passes in descending fulfillment while it is over.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
+from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.placement import never_fits
+from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
+
+__all__ = ["EdlPolicy", "ElasticPolicy"]
+
+#: attained trainer-seconds at which a job moves to the next LAS queue
+DEFAULT_THRESHOLDS = (3600.0, 36000.0)
+
+
+@dataclass(frozen=True)
+class ElasticPolicy:
+    name: str = "elastic"
+    elastic: bool = True
+    grow: bool = True
+    preempt: bool = True
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    resize_cooldown: float = 300.0
+
+    def _lo(self, job: JobRequest) -> int:
+        return job.lo if self.elastic else job.trainers
+
+    def _hi(self, job: JobRequest) -> int:
+        return job.hi if self.elastic else job.trainers
+
+    def order(self, job: JobRequest) -> tuple[int, int, float, str]:
+        return (-job.priority, tiresias_queue(job.attained, self.thresholds), job.submitted_at, job.key)
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        plan = Plan(cycle=snap.cycle)
+        alloc = Allocation.of(snap)
+        jobs = sorted([*snap.running, *snap.queue], key=self.order)
+        rank = {j.key: i for i, j in enumerate(jobs)}
+        running = {j.key for j in snap.running}
+        preempted: set[str] = set()
+        admitted: dict[str, list[WorkerPlacement]] = {}
+        for job in jobs:
+            if job.key in running:
+                continue
+            impossible = never_fits(snap.nodes, job)
+            if impossible:
+                plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
+                continue
+            trial = self._admit(
+                alloc, job, [j for j in jobs if j.key in running and rank[j.key] > rank[job.key]]
+            )
+            if trial is None:
+                plan.wait.append(self._why(alloc, job, rank[job.key]))
+                continue
+            alloc, pservers, victims = trial
+            admitted[job.key] = pservers
+            preempted |= victims
+            running -= victims
+        if self.grow and self.elastic:
+            self._grow(alloc, snap, jobs, set(admitted), preempted)
+        self._emit(plan, snap, alloc, admitted, preempted)
+        return plan
+
+    def _admit(
+        self, alloc: Allocation, job: JobRequest, later_running: list[JobRequest]
+    ) -> tuple[Allocation, list[WorkerPlacement], set[str]] | None:
+        trial = alloc.copy()
+        need = self._lo(job)
+        if self.elastic:  # shrink elastic jobs towards their min, least marginal loss first
+            self._shrink_for(trial, job, need)
+        victims: set[str] = set()
+        if self.preempt:
+            for other in reversed(later_running):
+                if trial.fits(job.trainer, need) and _pservers_fit(trial, job):
+                    break
+                trial.shrink(other, 0)
+                trial.release_pservers(other)
+                victims.add(other.key)
+        pservers = trial.place_pservers(job)
+        if pservers is None or not trial.grow(job, need):
+            return None
+        # keep only the victims that were needed: a shrink or preemption that did not help is undone
+        return trial, pservers, victims
+
+    def _shrink_for(self, trial: Allocation, job: JobRequest, need: int) -> None:
+        soft = [(j.rate(trial.count(k)) - j.rate(trial.count(k) - 1), k) for k, j in trial.jobs.items()
+                if trial.count(k) > self._lo(j)]  # fmt: skip
+        heapq.heapify(soft)
+        while soft and not trial.fits(job.trainer, need):
+            _, key = heapq.heappop(soft)
+            other = trial.jobs[key]
+            n = trial.count(key) - 1
+            trial.shrink(other, n)
+            if n > self._lo(other):
+                heapq.heappush(soft, (other.rate(n) - other.rate(n - 1), key))
+
+    def _grow(
+        self, alloc: Allocation, snap: Snapshot, jobs: list[JobRequest], fresh: set[str], gone: set[str]
+    ) -> None:
+        heap: list[tuple[float, int, str]] = []
+        for i, job in enumerate(jobs):
+            n = alloc.count(job.key)
+            if job.key in gone or n == 0 or n >= self._hi(job):
+                continue
+            if job.key not in fresh and snap.now - job.resized_at < self.resize_cooldown:
+                continue
+            heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, job.key))
+        while heap:
+            _, i, key = heapq.heappop(heap)
+            job = jobs[i]
+            if not alloc.grow(job, 1):
+                continue  # no node can host one more of this job's trainers
+            n = alloc.count(key)
+            if n < self._hi(job):
+                heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, key))
+
+    def _why(self, alloc: Allocation, job: JobRequest, position: int) -> Wait:
+        need = self._lo(job)
+        what = "trainer" if need == 1 else "trainers"
+        msg = f"needs {need} {what} ({job.trainer.describe()} each)"
+        if position > 0:
+            msg += f"; {position} job(s) ahead of it in priority / least-attained-service order hold the rest"
+        return Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg)
+
+    def _emit(
+        self,
+        plan: Plan,
+        snap: Snapshot,
+        alloc: Allocation,
+        admitted: dict[str, list[WorkerPlacement]],
+        preempted: set[str],
+    ) -> None:
+        for job in snap.queue:
+            if job.key in admitted:
+                trainers = alloc.trainers[job.key]
+                nodes = sorted({p.node for p in trainers})
+                msg = f"admitted with {len(trainers)} trainers on {', '.join(nodes)}"
+                plan.admit.append(Admit(job.key, (*admitted[job.key], *trainers), msg))
+        for job in snap.running:
+            if job.key in preempted:
+                plan.preempt.append(
+                    Preempt(job.key, "preempted for a job ahead of it (priority / least served)")
+                )
+                continue
+            n = alloc.count(job.key)
+            if n != job.running:
+                verb = "grown" if n > job.running else "shrunk"
+                plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]),
+                                          f"{verb} from {job.running} to {n} trainers"))  # fmt: skip
+
+
+def _pservers_fit(alloc: Allocation, job: JobRequest) -> bool:
+    return job.pservers == 0 or alloc.fits(job.pserver, job.pservers)
+
+
+@dataclass(frozen=True)
+class EdlPolicy:
+    """The seed's EDL controller, reproduced (see the module docstring)."""
+
+    name: str = "edl"
+    max_load: float = 0.97
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        plan = Plan(cycle=snap.cycle)
+        alloc = Allocation.of(snap)
+        admitted: dict[str, list[WorkerPlacement]] = {}
+        for job in sorted(snap.queue, key=lambda j: (-j.priority, j.submitted_at, j.key)):
+            impossible = never_fits(snap.nodes, job)
+            if impossible:
+                plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
+                continue
+            trial = alloc.copy()
+            pservers = trial.place_pservers(job)
+            if pservers is None or not trial.grow(job, job.lo):
+                msg = f"needs {job.lo} trainers ({job.trainer.describe()} each) to start"
+                plan.wait.append(Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg))
+                continue
+            alloc = trial
+            admitted[job.key] = pservers
+        jobs = [*snap.running, *(j for j in snap.queue if j.key in admitted)]
+        self._scale(alloc, snap, jobs)
+        ElasticPolicy()._emit(plan, snap, alloc, admitted, set())
+        return plan
+
+    def _load(self, alloc: Allocation, snap: Snapshot) -> float:
+        cap = Resources()
+        for n in snap.nodes:
+            cap = cap + n.capacity
+        free = alloc.cap.total()
+        if cap.gpu:
+            return 1 - free.gpu / cap.gpu
+        return 1 - free.cpu_m / cap.cpu_m if cap.cpu_m else 0.0
+
+    def _fulfillment(self, alloc: Allocation, job: JobRequest) -> tuple[float, int, int, int]:
+        span = job.hi - job.lo
+        f = (alloc.count(job.key) - job.lo) / span if span else 1.0
+        return (f, job.trainer.gpu, job.trainer.cpu_m, job.trainer.memory)
+
+    def _scale(self, alloc: Allocation, snap: Snapshot, jobs: list[JobRequest]) -> None:
+        elastic = [j for j in jobs if j.elastic]
+        for _ in range(10_000):  # dry-run passes until nothing changes (bounded)
+            changed = False
+            for job in sorted(elastic, key=lambda j: self._fulfillment(alloc, j)):
+                if alloc.count(job.key) >= job.hi:
+                    continue
+                trial = alloc.copy()
+                if trial.grow(job, 1) and self._load(trial, snap) <= self.max_load:
+                    alloc.grow(job, 1)
+                    changed = True
+            for job in sorted(elastic, key=lambda j: self._fulfillment(alloc, j), reverse=True):
+                if self._load(alloc, snap) <= self.max_load:
+                    break
+                if alloc.count(job.key) > job.lo:
+                    alloc.shrink(job, alloc.count(job.key) - 1)
+                    changed = True
+            if not changed:
+                return
