@@ -7,7 +7,9 @@
      ``min`` trainers if they fit, else elastic jobs are shrunk towards their ``min`` (least marginal
      loss first), and only then are jobs later in the order preempted; what cannot fit waits, with
      the reason;
-  3. the capacity left is handed out one trainer at a time to the job with the largest marginal
+  3. in the same order every job is topped up to the trainer count it asked for, taking trainers
+     back from jobs later in the order (never below their min);
+  4. the capacity left is handed out one trainer at a time to the job with the largest marginal
      speedup (``rate(n + 1) - rate(n)``), up to each job's ``max``, beside its own trainers when
      possible; a running job is not grown again within ``resize_cooldown`` seconds of its last
      resize (shrinking to admit a job is always allowed).
@@ -78,6 +80,7 @@ class ElasticPolicy:
             preempted |= victims
             running -= victims
         if self.grow and self.elastic:
+            self._top_up(alloc, jobs, preempted)
             self._grow(alloc, snap, jobs, set(admitted), preempted)
         self._emit(plan, snap, alloc, admitted, preempted)
         return plan
@@ -114,6 +117,23 @@ class ElasticPolicy:
             trial.shrink(other, n)
             if n > self._lo(other):
                 heapq.heappush(soft, (other.rate(n) - other.rate(n - 1), key))
+
+    def _top_up(self, alloc: Allocation, jobs: list[JobRequest], gone: set[str]) -> None:
+        """In priority / least-served order, bring every job up to the count its user asked for,
+        taking trainers back from jobs later in that order (down to their min) when nothing is free."""
+        for i, job in enumerate(jobs):
+            n = alloc.count(job.key)
+            target = min(job.trainers, self._hi(job))
+            while job.key not in gone and 0 < n < target:
+                if not alloc.grow(job, 1):
+                    donor = next(
+                        (d for d in reversed(jobs[i + 1 :]) if alloc.count(d.key) > self._lo(d)), None
+                    )
+                    if donor is None:
+                        break
+                    alloc.shrink(donor, alloc.count(donor.key) - 1)
+                    continue
+                n += 1
 
     def _grow(
         self, alloc: Allocation, snap: Snapshot, jobs: list[JobRequest], fresh: set[str], gone: set[str]
