@@ -15,6 +15,7 @@ from paddlecloud.api.errors import PaddleCloudError, ServerUnreachable
 from paddlecloud.cli.account import admin, config, login
 from paddlecloud.cli.jobs import describe, get, kill, logs, submit
 from paddlecloud.cli.pfs import pfs
+from paddlecloud.cli.sim import sim
 from paddlecloud.cli.system import up, version
 
 __all__ = ["cli", "main"]
@@ -25,7 +26,7 @@ def cli() -> None:
     """PaddleCloud: run distributed training jobs (parameter servers + trainers, collective, PyTorch)."""
 
 
-for command in (up, submit, get, describe, logs, kill, pfs, login, config, admin, version):
+for command in (up, submit, get, describe, logs, kill, pfs, login, config, admin, sim, version):
     cli.add_command(command)
 
 

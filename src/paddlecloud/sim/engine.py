@@ -150,7 +150,7 @@ def simulate(
         used = 0
         for name in list(running):
             r = runs[name]
-            used += r.n * r.job.gpus_per_replica
+            used += r.n * _units(r.job)
             _advance(r, t, end, models)
             if r.finished is not None:
                 running.remove(name)
@@ -169,8 +169,13 @@ def simulate(
     return result
 
 
+def _units(job: SimJob) -> int:
+    """What utilisation counts per replica: GPUs, or whole CPU cores on a CPU cluster."""
+    return job.gpus_per_replica or max(job.cpu_m_per_replica // 1000, 1)
+
+
 def _advance(r: _Run, t: float, end: float, models: Mapping[str, ThroughputModel]) -> None:
-    r.attained += r.n * r.job.gpus_per_replica * (end - t)
+    r.attained += r.n * _units(r.job) * (end - t)
     start = max(t, r.paused_until)
     if start >= end or r.n == 0:
         return
