@@ -7,6 +7,7 @@ Never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -58,3 +59,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as exc:  # a bug: still one line, unless PADDLECLOUD_DEBUG asks for the traceback
+        if os.environ.get("PADDLECLOUD_DEBUG"):
+            raise
+        click.echo(f"error: internal error ({type(exc).__name__}: {exc}); rerun with PADDLECLOUD_DEBUG=1 "
+                   "for the traceback and please report it", err=True)  # fmt: skip
+        sys.exit(1)

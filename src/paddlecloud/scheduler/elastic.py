@@ -219,25 +219,31 @@ class EdlPolicy:
             alloc = trial
             admitted[job.key] = pservers
         jobs = [*snap.running, *(j for j in snap.queue if j.key in admitted)]
-        self._scale(alloc, snap, jobs)
+        # as in the seed, a waiting job's minimum counts towards the load (its pods are pending), so a
+        # full cluster sheds trainers and the job is admitted in a following cycle
+        waiting = Resources()
+        for j in snap.queue:
+            if j.key not in admitted:
+                waiting = waiting + j.trainer.times(j.lo) + j.pserver.times(j.pservers)
+        self._scale(alloc, snap, jobs, waiting)
         ElasticPolicy()._emit(plan, snap, alloc, admitted, set())
         return plan
 
-    def _load(self, alloc: Allocation, snap: Snapshot) -> float:
+    def _load(self, alloc: Allocation, snap: Snapshot, waiting: Resources) -> float:
         cap = Resources()
         for n in snap.nodes:
             cap = cap + n.capacity
-        free = alloc.cap.total()
+        used = cap - alloc.cap.total() + waiting
         if cap.gpu:
-            return 1 - free.gpu / cap.gpu
-        return 1 - free.cpu_m / cap.cpu_m if cap.cpu_m else 0.0
+            return used.gpu / cap.gpu
+        return used.cpu_m / cap.cpu_m if cap.cpu_m else 0.0
 
     def _fulfillment(self, alloc: Allocation, job: JobRequest) -> tuple[float, int, int, int]:
         span = job.hi - job.lo
         f = (alloc.count(job.key) - job.lo) / span if span else 1.0
         return (f, job.trainer.gpu, job.trainer.cpu_m, job.trainer.memory)
 
-    def _scale(self, alloc: Allocation, snap: Snapshot, jobs: list[JobRequest]) -> None:
+    def _scale(self, alloc: Allocation, snap: Snapshot, jobs: list[JobRequest], waiting: Resources) -> None:
         elastic = [j for j in jobs if j.elastic]
         for _ in range(10_000):  # dry-run passes until nothing changes (bounded)
             changed = False
@@ -245,11 +251,11 @@ class EdlPolicy:
                 if alloc.count(job.key) >= job.hi:
                     continue
                 trial = alloc.copy()
-                if trial.grow(job, 1) and self._load(trial, snap) <= self.max_load:
+                if trial.grow(job, 1) and self._load(trial, snap, waiting) <= self.max_load:
                     alloc.grow(job, 1)
                     changed = True
             for job in sorted(elastic, key=lambda j: self._fulfillment(alloc, j), reverse=True):
-                if self._load(alloc, snap) <= self.max_load:
+                if self._load(alloc, snap, waiting) <= self.max_load:
                     break
                 if alloc.count(job.key) > job.lo:
                     alloc.shrink(job, alloc.count(job.key) - 1)

@@ -6,6 +6,7 @@ workloads (files or the EDL scenario) ─▶ SimJob lists ─▶ simulate(policy
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,8 +88,7 @@ def run(spec: RunSpec) -> dict[str, dict[str, Summary]]:
             cap = cluster.nodes * (cluster.node.gpu or 64)
             js = widen(jobs, models, cap) if name in ELASTIC_POLICIES and spec.format != "edl" else jobs
             if name not in ELASTIC_POLICIES and spec.format == "edl":  # static: the minimum, fixed
-                js = [j.__class__(**{**j.__dict__, "min_replicas": 0, "max_replicas": 0,
-                                     "num_replicas": j.lo}) for j in jobs]  # fmt: skip
+                js = [dataclasses.replace(j, min_replicas=0, max_replicas=0, num_replicas=j.lo) for j in jobs]
             units = capacity if cluster.node.gpu else cluster.nodes * cluster.node.cpu_m // 1000
             per[wl] = simulate(js, models, pol, SimConfig(cluster)).summary(units)
         keys = next(iter(per.values())).keys()
