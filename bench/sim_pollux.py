@@ -1,0 +1,70 @@
+"""Benchmark: the scheduler policies on the Pollux workloads, next to the paper's numbers.
+
+Runs fifo / tiresias / edl / elastic through the simulator (the live scheduler package, unchanged)
+on the 8 Pollux workloads at job load 1.0 and 1.5 (16 nodes x 4 GPUs) and prints the mean over the
+workloads of avg JCT, p99 JCT, avg queueing delay and GPU utilisation, with the paper's mean avg
+JCT for Pollux / Tiresias / Optimus; then the EDL scenario (static vs edl vs elastic).
+
+    .venv/bin/python bench/sim_pollux.py [--loads 1.0 1.5] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from paddlecloud.sim import load_result
+from paddlecloud.sim.runner import RunSpec, run
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
+FOLDERS = {0.5: "workloads-0.5", 1.0: "workloads", 1.5: "workloads-1.5"}
+POLICIES = ("fifo", "tiresias", "edl", "elastic")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--loads", type=float, nargs="+", default=[1.0, 1.5])
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    everything: dict[str, object] = {}
+    for load in args.loads:
+        files = sorted(str(p) for p in (DATA / FOLDERS[load]).glob("workload-*.csv"))
+        t = time.perf_counter()
+        res = run(RunSpec(files, list(POLICIES)))
+        paper = {
+            p: load_result(DATA / "results-jobload", p, load).mean_avg_jct
+            for p in ("pollux", "tiresias", "optimus")
+        }
+        print(
+            f"\nload {load}: mean over {len(files)} workloads ({time.perf_counter() - t:.0f} s to simulate)"
+        )
+        print(
+            f"  {'policy':<10}{'avg JCT s':>11}{'p99 JCT s':>11}{'avg queue s':>13}"
+            f"{'GPU util':>10}{'resizes':>9}{'preempt':>9}"
+        )
+        for pol, per in res.items():
+            m = per["mean"]
+            print(f"  {pol:<10}{m['avg_jct_s']:>11.0f}{m['p99_jct_s']:>11.0f}{m['avg_queue_s']:>13.0f}"
+                  f"{m['gpu_util']:>10.2f}{m['resizes']:>9.0f}{m['preemptions']:>9.0f}")  # fmt: skip
+        print("  paper (mean avg JCT): " + ", ".join(f"{p} {v:.0f} s" for p, v in paper.items()))
+        tir = {w: res["tiresias"][w.replace(".csv", "")]["avg_jct_s"] for w in res["tiresias"] if w != "mean"}
+        ref = load_result(DATA / "results-jobload", "tiresias", load).avg_jct
+        gaps = ", ".join(f"{w.split('-')[-1]} {100 * (tir[w] / ref[w] - 1):+.0f}%" for w in sorted(tir))
+        print(f"  tiresias calibration vs paper, per workload: {gaps}")
+        everything[str(load)] = {"ours": res, "paper_mean_avg_jct": paper}
+    edl = run(RunSpec([], ["fifo", "edl", "elastic"], format="edl"))
+    print("\nEDL scenario (20 jobs x 2..60 trainers of 5 CPU / 8 GiB, 10 s apart, 24 x 64-core nodes):")
+    for pol, per in edl.items():
+        m = per["mean"]
+        label = "static" if pol == "fifo" else pol
+        print(f"  {label:<8} avg pending {m['avg_queue_s']:6.0f} s   avg JCT {m['avg_jct_s']:7.0f} s   "
+              f"CPU util {m['gpu_util']:.2f}   resizes {m['resizes']:.0f}")  # fmt: skip
+    everything["edl"] = edl
+    if args.json:
+        args.json.write_text(json.dumps(everything, indent=2))
+
+
+if __name__ == "__main__":
+    main()
