@@ -30,17 +30,28 @@ class Allocation:
     #: job key -> its trainers' placement (index order) in this what-if
     trainers: dict[str, list[WorkerPlacement]] = field(default_factory=dict)
     jobs: dict[str, JobRequest] = field(default_factory=dict)
+    #: free capacity summed over nodes (a necessary condition, checked before any scan)
+    total: Resources = field(default_factory=Resources)
+    #: nodes that got capacity back, newest last: where the next trainer most likely fits
+    hints: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, snap: Snapshot) -> Allocation:
         alloc = cls(FreeCapacity.of(snap.nodes))
+        alloc.total = alloc.cap.total()
         for job in snap.running:
             alloc.jobs[job.key] = job
             alloc.trainers[job.key] = [p for p in job.placement if p.role == "trainer"]
         return alloc
 
     def copy(self) -> Allocation:
-        return Allocation(self.cap.copy(), {k: list(v) for k, v in self.trainers.items()}, dict(self.jobs))
+        return Allocation(
+            self.cap.copy(),
+            {k: list(v) for k, v in self.trainers.items()},
+            dict(self.jobs),
+            self.total,
+            list(self.hints[-64:]),
+        )
 
     def count(self, key: str) -> int:
         return len(self.trainers.get(key, ()))
@@ -48,6 +59,15 @@ class Allocation:
     def _give_back(self, job: JobRequest, p: WorkerPlacement) -> None:
         self.cap.free[p.node] = self.cap.free[p.node] + job.trainer
         self.cap.gpus[p.node].extend(p.gpus)
+        self.total = self.total + job.trainer
+        self.hints.append(p.node)
+
+    def _take(self, job: JobRequest, node: str) -> WorkerPlacement:
+        gpus = tuple(self.cap.gpus[node][: job.trainer.gpu])
+        del self.cap.gpus[node][: job.trainer.gpu]
+        self.cap.free[node] = self.cap.free[node] - job.trainer
+        self.total = self.total - job.trainer
+        return WorkerPlacement("trainer", len(self.trainers.setdefault(job.key, [])), node, gpus)
 
     def shrink(self, job: JobRequest, to: int) -> None:
         """Release trainers above ``to`` (highest index first)."""
@@ -59,9 +79,13 @@ class Allocation:
         for p in job.placement:
             if p.role == "pserver":
                 self.cap.free[p.node] = self.cap.free[p.node] + job.pserver
+                self.total = self.total + job.pserver
+                self.hints.append(p.node)
 
     def fits(self, need: Resources, n: int) -> bool:
         """Could ``n`` workers of ``need`` be placed now (ignoring which job)?"""
+        if not need.times(n).fits_in(self.total):
+            return False
         total = 0
         for node in self.cap.order:
             total += _how_many(self.cap.free[node], need)
@@ -73,15 +97,14 @@ class Allocation:
         """Add ``n`` trainers, all or none; nodes the job already uses first, then the fullest fit."""
         if n <= 0:
             return True
+        if not job.trainer.times(n).fits_in(self.total):
+            return False
         held = self.trainers.setdefault(job.key, [])
         used = {p.node for p in held}
-        if n == 1:  # the common elastic step: beside its own trainers, else the first node that fits
-            for node in [*used, *self.cap.order]:
+        if n == 1:  # the common elastic step: beside its own trainers, recently freed nodes, first fit
+            for node in [*used, *reversed(self.hints), *self.cap.order]:
                 if job.trainer.fits_in(self.cap.free[node]):
-                    gpus = tuple(self.cap.gpus[node][: job.trainer.gpu])
-                    del self.cap.gpus[node][: job.trainer.gpu]
-                    self.cap.free[node] = self.cap.free[node] - job.trainer
-                    held.append(WorkerPlacement("trainer", len(held), node, gpus))
+                    held.append(self._take(job, node))
                     self.jobs.setdefault(job.key, job)
                     return True
             return False
@@ -92,10 +115,8 @@ class Allocation:
         added: list[WorkerPlacement] = []
         for node in order:
             while len(added) < n and job.trainer.fits_in(self.cap.free[node]):
-                gpus = tuple(self.cap.gpus[node][: job.trainer.gpu])
-                del self.cap.gpus[node][: job.trainer.gpu]
-                self.cap.free[node] = self.cap.free[node] - job.trainer
-                added.append(WorkerPlacement("trainer", len(held) + len(added), node, gpus))
+                p = self._take(job, node)
+                added.append(WorkerPlacement("trainer", len(held) + len(added), node, p.gpus))
             if len(added) == n:
                 held.extend(added)
                 self.jobs.setdefault(job.key, job)
@@ -111,8 +132,10 @@ class Allocation:
             if node is None:
                 for p in out:
                     self.cap.free[p.node] = self.cap.free[p.node] + job.pserver
+                    self.total = self.total + job.pserver
                 return None
             self.cap.free[node] = self.cap.free[node] - job.pserver
+            self.total = self.total - job.pserver
             out.append(WorkerPlacement("pserver", i, node))
         return out
 

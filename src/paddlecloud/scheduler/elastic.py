@@ -21,6 +21,7 @@ and -1 passes in descending fulfillment while it is over.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass
 
@@ -62,17 +63,34 @@ class ElasticPolicy:
         running = {j.key for j in snap.running}
         preempted: set[str] = set()
         admitted: dict[str, list[WorkerPlacement]] = {}
+        ranked_running = [j for j in jobs if j.key in running]
+        running_ranks = [rank[j.key] for j in ranked_running]
+        impossible_of: dict[tuple[Resources, Resources, int], str | None] = {}
+        # Within a cycle, room only shrinks for later jobs (admissions consume; fewer jobs are later in
+        # the order to take from), so once a shape failed at some count every later need as large fails
+        failed: dict[tuple[Resources, Resources, int], int] = {}
         for job in jobs:
             if job.key in running:
                 continue
-            impossible = never_fits(snap.nodes, job)
+            shape = (job.trainer, job.pserver, job.pservers)
+            if shape not in impossible_of:
+                impossible_of[shape] = never_fits(snap.nodes, job)
+            impossible = impossible_of[shape]
             if impossible:
                 plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
                 continue
-            trial = self._admit(
-                alloc, job, [j for j in jobs if j.key in running and rank[j.key] > rank[job.key]]
-            )
+            need = self._lo(job)
+            if need >= failed.get(shape, 1 << 30):
+                plan.wait.append(self._why(alloc, job, rank[job.key]))
+                continue
+            direct = self._direct(alloc, job, need)
+            if direct is not None:  # it fits as things are: no what-if copy needed
+                admitted[job.key] = direct
+                continue
+            later = ranked_running[bisect.bisect_right(running_ranks, rank[job.key]) :]
+            trial = self._admit(alloc, job, [j for j in later if j.key in running])
             if trial is None:
+                failed[shape] = min(failed.get(shape, 1 << 30), need)
                 plan.wait.append(self._why(alloc, job, rank[job.key]))
                 continue
             alloc, pservers, victims = trial
@@ -84,6 +102,17 @@ class ElasticPolicy:
             self._grow(alloc, snap, jobs, set(admitted), preempted)
         self._emit(plan, snap, alloc, admitted, preempted)
         return plan
+
+    def _direct(self, alloc: Allocation, job: JobRequest, need: int) -> list[WorkerPlacement] | None:
+        pservers = alloc.place_pservers(job)
+        if pservers is None:
+            return None
+        if alloc.grow(job, need):
+            return pservers
+        for p in pservers:
+            alloc.cap.free[p.node] = alloc.cap.free[p.node] + job.pserver
+            alloc.total = alloc.total + job.pserver
+        return None
 
     def _admit(
         self, alloc: Allocation, job: JobRequest, later_running: list[JobRequest]
@@ -121,19 +150,19 @@ class ElasticPolicy:
     def _top_up(self, alloc: Allocation, jobs: list[JobRequest], gone: set[str]) -> None:
         """In priority / least-served order, bring every job up to the count its user asked for,
         taking trainers back from jobs later in that order (down to their min) when nothing is free."""
+        last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
         for i, job in enumerate(jobs):
             n = alloc.count(job.key)
             target = min(job.trainers, self._hi(job))
             while job.key not in gone and 0 < n < target:
-                if not alloc.grow(job, 1):
-                    donor = next(
-                        (d for d in reversed(jobs[i + 1 :]) if alloc.count(d.key) > self._lo(d)), None
-                    )
-                    if donor is None:
-                        break
-                    alloc.shrink(donor, alloc.count(donor.key) - 1)
+                if alloc.grow(job, 1):
+                    n += 1
                     continue
-                n += 1
+                while last > i and alloc.count(jobs[last].key) <= self._lo(jobs[last]):
+                    last -= 1
+                if last <= i:
+                    break
+                alloc.shrink(jobs[last], alloc.count(jobs[last].key) - 1)
 
     def _grow(
         self, alloc: Allocation, snap: Snapshot, jobs: list[JobRequest], fresh: set[str], gone: set[str]
@@ -146,11 +175,15 @@ class ElasticPolicy:
             if job.key not in fresh and snap.now - job.resized_at < self.resize_cooldown:
                 continue
             heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, job.key))
+        exhausted: set[Resources] = set()  # in this phase free capacity only shrinks
         while heap:
             _, i, key = heapq.heappop(heap)
             job = jobs[i]
+            if job.trainer in exhausted:
+                continue
             if not alloc.grow(job, 1):
-                continue  # no node can host one more of this job's trainers
+                exhausted.add(job.trainer)  # no node can host one more trainer of this shape
+                continue
             n = alloc.count(key)
             if n < self._hi(job):
                 heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, key))
