@@ -135,4 +135,10 @@ def evaluate(model, test_set, rank, world, loss_fn):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Exit without running interpreter teardown: gloo's background threads can abort the process
+    # ("terminate called without an active exception") while Python destroys them, turning a
+    # finished, successful run into a failed one.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -75,6 +75,28 @@ class Allocation:
         while len(held) > to:
             self._give_back(job, held.pop())
 
+    def restore(self, job: JobRequest) -> bool:
+        """Give a released job exactly its old placement back, if all of it is still free."""
+        need: dict[str, Resources] = {}
+        for p in job.placement:
+            need[p.node] = need.get(p.node, Resources()) + (
+                job.trainer if p.role == "trainer" else job.pserver
+            )
+        gpus_free = {n: set(g) for n, g in self.cap.gpus.items()}
+        if not all(r.fits_in(self.cap.free[n]) for n, r in need.items()) or not all(
+            set(p.gpus) <= gpus_free[p.node] for p in job.placement
+        ):
+            return False
+        for n, r in need.items():
+            self.cap.free[n] = self.cap.free[n] - r
+            self.total = self.total - r
+        for p in job.placement:
+            for g in p.gpus:
+                self.cap.gpus[p.node].remove(g)
+        self.trainers[job.key] = [p for p in job.placement if p.role == "trainer"]
+        self.jobs[job.key] = job
+        return True
+
     def release_pservers(self, job: JobRequest) -> None:
         for p in job.placement:
             if p.role == "pserver":
@@ -100,7 +122,7 @@ class Allocation:
         if not job.trainer.times(n).fits_in(self.total):
             return False
         held = self.trainers.setdefault(job.key, [])
-        used = {p.node for p in held}
+        used = list(dict.fromkeys(p.node for p in held))  # ordered: results must not depend on hashing
         if n == 1:  # the common elastic step: beside its own trainers, recently freed nodes, first fit
             for node in [*used, *reversed(self.hints), *self.cap.order]:
                 if job.trainer.fits_in(self.cap.free[node]):

@@ -64,13 +64,20 @@ class ElasticPolicy:
         preempted: set[str] = set()
         admitted: dict[str, list[WorkerPlacement]] = {}
         ranked_running = [j for j in jobs if j.key in running]
+        # what the running jobs ahead of each position hold (for the wait reasons)
+        self_ahead: list[Resources] = [Resources()]
+        for j in jobs:
+            held = (
+                j.trainer.times(j.running) + j.pserver.times(j.pservers) if j.key in running else Resources()
+            )
+            self_ahead.append(self_ahead[-1] + held)
         running_ranks = [rank[j.key] for j in ranked_running]
         impossible_of: dict[tuple[Resources, Resources, int], str | None] = {}
         # Within a cycle, room only shrinks for later jobs (admissions consume; fewer jobs are later in
         # the order to take from), so once a shape failed at some count every later need as large fails
         failed: dict[tuple[Resources, Resources, int], int] = {}
         for job in jobs:
-            if job.key in running:
+            if job.key in running or job.key in preempted:
                 continue
             shape = (job.trainer, job.pserver, job.pservers)
             if shape not in impossible_of:
@@ -81,7 +88,7 @@ class ElasticPolicy:
                 continue
             need = self._lo(job)
             if need >= failed.get(shape, 1 << 30):
-                plan.wait.append(self._why(alloc, job, rank[job.key]))
+                plan.wait.append(self._why(alloc, job, rank[job.key], self_ahead[rank[job.key]]))
                 continue
             direct = self._direct(alloc, job, need)
             if direct is not None:  # it fits as things are: no what-if copy needed
@@ -91,7 +98,7 @@ class ElasticPolicy:
             trial = self._admit(alloc, job, [j for j in later if j.key in running])
             if trial is None:
                 failed[shape] = min(failed.get(shape, 1 << 30), need)
-                plan.wait.append(self._why(alloc, job, rank[job.key]))
+                plan.wait.append(self._why(alloc, job, rank[job.key], self_ahead[rank[job.key]]))
                 continue
             alloc, pservers, victims = trial
             admitted[job.key] = pservers
@@ -129,10 +136,17 @@ class ElasticPolicy:
                 trial.shrink(other, 0)
                 trial.release_pservers(other)
                 victims.add(other.key)
+        # keep only the victims that are needed: give one back its old placement if the job still fits
+        for other in later_running:  # most important first
+            if other.key in victims and trial.restore(other):
+                if trial.fits(job.trainer, need) and _pservers_fit(trial, job):
+                    victims.discard(other.key)
+                else:
+                    trial.shrink(other, 0)
+                    trial.release_pservers(other)
         pservers = trial.place_pservers(job)
         if pservers is None or not trial.grow(job, need):
             return None
-        # keep only the victims that were needed: a shrink or preemption that did not help is undone
         return trial, pservers, victims
 
     def _shrink_for(self, trial: Allocation, job: JobRequest, need: int) -> None:
@@ -174,7 +188,8 @@ class ElasticPolicy:
                 continue
             if job.key not in fresh and snap.now - job.resized_at < self.resize_cooldown:
                 continue
-            heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, job.key))
+            if job.rate(n + 1) > job.rate(n):  # never grow a job into a slowdown
+                heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, job.key))
         exhausted: set[Resources] = set()  # in this phase free capacity only shrinks
         while heap:
             _, i, key = heapq.heappop(heap)
@@ -185,16 +200,19 @@ class ElasticPolicy:
                 exhausted.add(job.trainer)  # no node can host one more trainer of this shape
                 continue
             n = alloc.count(key)
-            if n < self._hi(job):
+            if n < self._hi(job) and job.rate(n + 1) > job.rate(n):
                 heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, key))
 
-    def _why(self, alloc: Allocation, job: JobRequest, position: int) -> Wait:
+    def _why(self, alloc: Allocation, job: JobRequest, position: int, held_ahead: Resources) -> Wait:
         need = self._lo(job)
         what = "trainer" if need == 1 else "trainers"
         msg = f"needs {need} {what} ({job.trainer.describe()} each)"
-        if position > 0:
+        if held_ahead.gpu + held_ahead.cpu_m > 0 and job.trainer.times(need).fits_in(
+            alloc.total + held_ahead
+        ):
             msg += f"; {position} job(s) ahead of it in priority / least-attained-service order hold the rest"
-        return Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg)
+            return Wait(job.key, WaitReason.LOWER_PRIORITY, msg)
+        return Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg + f"; {alloc.total.describe()} free")
 
     def _emit(
         self,
@@ -256,8 +274,8 @@ class EdlPolicy:
         # full cluster sheds trainers and the job is admitted in a following cycle
         waiting = Resources()
         for j in snap.queue:
-            if j.key not in admitted:
-                waiting = waiting + j.trainer.times(j.lo) + j.pserver.times(j.pservers)
+            if j.key not in admitted and never_fits(snap.nodes, j) is None:  # a job that can never
+                waiting = waiting + j.trainer.times(j.lo) + j.pserver.times(j.pservers)  # run sheds nothing
         self._scale(alloc, snap, jobs, waiting)
         ElasticPolicy()._emit(plan, snap, alloc, admitted, set())
         return plan
