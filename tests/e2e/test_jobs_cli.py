@@ -186,3 +186,29 @@ def test_submit_with_a_missing_input_fails_before_running(server: Server, tmp_pa
                    "pfs:does/not/exist", check=False)  # fmt: skip
     assert r.returncode == 1
     assert "input /pfs/local/home/default/does/not/exist does not exist" in r.stderr
+
+
+def test_a_job_over_its_users_quota_waits_with_the_reason(server: Server, tmp_path: Path) -> None:
+    pkg = write_package(tmp_path / "q", {"main.py": "import time\ntime.sleep(30)\n"})
+    server.cli("admin", "set-quota", "default", "--cpu", "1")
+    try:
+        quota = server.cli("get", "quota").stdout
+        assert "cpu" in quota and " 1 " in quota
+        server.cli("submit", str(pkg), "--name", "q-first", "--entry", "python main.py", "--cpu", "600m")
+        server.wait_phase("q-first", {"Running"}, timeout=30)
+        server.cli("submit", str(pkg), "--name", "q-second", "--entry", "python main.py", "--cpu", "600m")
+        job = server.job("q-second")
+        for _ in range(50):
+            if job["reason"] == "QuotaExceeded":
+                break
+            time.sleep(0.2)
+            job = server.job("q-second")
+        assert job["phase"] == "Queued" and job["reason"] == "QuotaExceeded"
+        assert "cpu 600m/1 used" in job["message"]
+        assert "QuotaExceeded" in server.cli("get", "jobs").stdout
+        server.cli("kill", "q-first", "--rm", "--grace", "1")  # frees the quota: the second one starts
+        server.wait_phase("q-second", {"Running"}, timeout=30)
+    finally:
+        server.cli("admin", "set-quota", "default", "--cpu", "none")
+        for name in ("q-first", "q-second"):
+            server.cli("kill", name, "--rm", "--grace", "1", check=False)

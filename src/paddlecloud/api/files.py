@@ -83,9 +83,13 @@ class ChecksumView(_Model):
 
 
 class QuotaUpdate(_Model):
-    """``storage``: a memory quantity (``500Gi``) or None for the platform default."""
+    """Only the fields present change. ``storage``: a quantity (``500Gi``) or None for the platform
+    default; ``cpu`` / ``memory`` (quantities) and ``gpu`` (a count): None removes that limit."""
 
     storage: str | None = None
+    cpu: str | None = None
+    memory: str | None = None
+    gpu: int | None = Field(None, ge=0)
 
 
 class StorageUsage(_Model):

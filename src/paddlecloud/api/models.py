@@ -206,6 +206,8 @@ class JobDetail(JobView):
 
 
 class ResourceView(_Model):
+    """In a limit, ``cpu`` / ``memory`` may be ``"unlimited"`` and ``gpu`` -1 (no limit)."""
+
     cpu: str
     memory: str
     gpu: int

@@ -221,8 +221,26 @@ def rotate_token(name: str, fmt: str) -> None:
 
 @admin.command("set-quota")
 @click.argument("name")
-@click.argument("storage")
-def set_quota(name: str, storage: str) -> None:
-    """Set NAME's PFS storage limit, e.g. 500Gi; 'default' restores the platform default."""
-    Client().set_storage_quota(name, None if storage == "default" else storage)
-    click.echo(f"storage quota of {name}: {storage}")
+@click.option("--storage", help="PFS storage, e.g. 500Gi; 'default': the platform default")
+@click.option("--cpu", help="cpu for running jobs, e.g. 16; 'none': no limit")
+@click.option("--memory", help="memory for running jobs, e.g. 64Gi; 'none': no limit")
+@click.option("--gpu", help="GPUs for running jobs, e.g. 8; 'none': no limit")
+def set_quota(name: str, storage: str | None, cpu: str | None, memory: str | None, gpu: str | None) -> None:
+    """Set NAME's limits; jobs over a compute limit wait with QuotaExceeded (others go on)."""
+    limits: dict[str, str | int | None] = {}
+    if storage is not None:
+        limits["storage"] = None if storage == "default" else storage
+    for key, value in (("cpu", cpu), ("memory", memory)):
+        if value is not None:
+            limits[key] = None if value == "none" else value
+    if gpu is not None:
+        if gpu != "none" and not gpu.isdigit():
+            raise click.BadParameter(f"{gpu!r} is not a whole number or 'none'", param_hint="--gpu")
+        limits["gpu"] = None if gpu == "none" else int(gpu)
+    if not limits:
+        raise click.UsageError("name at least one of --storage, --cpu, --memory, --gpu")
+    Client().set_quotas(name, **limits)
+    click.echo(
+        f"quotas of {name} set: "
+        + ", ".join(f"{k}={'unlimited' if v is None else v}" for k, v in limits.items())
+    )

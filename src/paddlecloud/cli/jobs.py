@@ -171,7 +171,9 @@ def get_quota(fmt: str) -> None:
         [
             res,
             str(getattr(q.used, res)),
-            str(getattr(limit, res)) if limit else "unlimited",
+            "unlimited"
+            if limit is None or str(getattr(limit, res)) in ("-1", "unlimited")
+            else str(getattr(limit, res)),
             str(getattr(q.cluster, res)),
         ]
         for res in ("cpu", "memory", "gpu")

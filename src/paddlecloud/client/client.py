@@ -313,9 +313,14 @@ class Client:
         r = self._request("POST", "/users", json={"name": name, "admin": admin})
         return TokenView.model_validate_json(r.content)
 
+    def set_quotas(self, name: str, **limits: str | int | None) -> None:
+        """Admins: change ``name``'s limits: ``storage="500Gi"``, ``cpu="8"``, ``memory="32Gi"``,
+        ``gpu=4``; None removes a limit (storage: back to the platform default). Others stay."""
+        self._request("PUT", f"/users/{name}/quota", json=limits)
+
     def set_storage_quota(self, name: str, storage: str | None) -> None:
         """Admins: ``name``'s PFS storage limit (``"500Gi"``), or None for the platform default."""
-        self._request("PUT", f"/users/{name}/quota", json={"storage": storage})
+        self.set_quotas(name, storage=storage)
 
     def rotate_token(self, name: str) -> TokenView:
         """Issue a new token for ``name`` (admins only); the old one stops working at once."""

@@ -21,17 +21,28 @@ from paddlecloud.api.models import JobDetail, JobSpec, JobView, QuotaView, Resou
 from paddlecloud.backends.base import LogRequest
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.packages import check_entry, inspect_package
+from paddlecloud.controller.quotas import compute_quota
 from paddlecloud.controller.records import job_request, record_workers
 from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.controller.views import RoleTally, detail_view, job_view, worker_view
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 from paddlecloud.core.quantity import format_cpu, format_memory
 from paddlecloud.core.resources import Resources
-from paddlecloud.store.tables import JobRow, WorkerRow
+from paddlecloud.store.tables import JobRow, UserRow, WorkerRow
 
 __all__ = ["JobService"]
 
 ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING)
+
+
+def _limit_view(r: Resources) -> ResourceView:
+    """A limit for display: an unlimited dimension shows as 'unlimited'."""
+    huge = 1 << 60
+    return ResourceView(
+        cpu=format_cpu(r.cpu_m) if r.cpu_m < huge else "unlimited",
+        memory=format_memory(r.memory) if r.memory < huge else "unlimited",
+        gpu=r.gpu if r.gpu < huge else -1,
+    )
 
 
 def _resources_view(r: Resources) -> ResourceView:
@@ -117,9 +128,12 @@ class JobService:
         cluster = Resources()
         for n in self.ctx.backend.nodes():
             cluster = cluster + n.capacity
+        with self.ctx.session() as s:
+            user_row = s.scalar(select(UserRow).where(UserRow.name == who.name))
+            limit = compute_quota(user_row) if user_row is not None else None
         return QuotaView(
             user=who.name,
-            limit=None,
+            limit=_limit_view(limit) if limit is not None else None,
             used=_resources_view(used),
             cluster=_resources_view(cluster),
             jobs_running=running,

@@ -24,7 +24,8 @@ from sqlalchemy.orm import Session, selectinload
 
 from paddlecloud.backends.base import JobStatus
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.records import job_request, record_workers
+from paddlecloud.controller.quotas import compute_quotas
+from paddlecloud.controller.records import job_request, record_workers, running_request
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import Admit, NodeState, Policy, Snapshot, Wait
@@ -154,11 +155,14 @@ class Reconciler:
         ).all()
         if not queued:
             return
+        active = s.scalars(select(JobRow).where(JobRow.phase.in_(ACTIVE))).all()
         snap = Snapshot(
             cycle=self.cycle,
             now=self.ctx.clock.now(),
             nodes=self._nodes(s),
             queue=tuple(map(job_request, queued)),
+            running=tuple(running_request(r) for r in active),
+            quotas=compute_quotas(s),
         )
         plan = self.policy.schedule(snap)
         rows = {job_key(r.user, r.name): r for r in queued}

@@ -6,13 +6,15 @@ observed (worker states, backend events) onto a job row.
 
 from __future__ import annotations
 
+import dataclasses
+
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import JobStatus
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.scheduler import JobRequest
+from paddlecloud.scheduler import JobRequest, WorkerPlacement
 from paddlecloud.store.tables import JobRow, WorkerRow
 
-__all__ = ["job_request", "record_workers"]
+__all__ = ["job_request", "record_workers", "running_request"]
 
 
 def job_request(row: JobRow) -> JobRequest:
@@ -27,6 +29,16 @@ def job_request(row: JobRow) -> JobRequest:
         trainers=spec.trainers.count,
         trainer=spec.trainers.resources(),
     )
+
+
+def running_request(row: JobRow) -> JobRequest:
+    """A started job as the scheduler sees it: what it holds (its placement) and its trainer count."""
+    placement = tuple(
+        WorkerPlacement(p["role"], int(p["index"]), p["node"], tuple(p.get("gpus", ())))
+        for p in (row.placement or [])
+    )
+    trainers = sum(1 for p in placement if p.role == "trainer")
+    return dataclasses.replace(job_request(row), running=trainers, placement=placement)
 
 
 def record_workers(ctx: Context, row: JobRow, status: JobStatus) -> None:

@@ -17,6 +17,8 @@ class WaitReason(StrEnum):
     BEHIND_EARLIER_JOB = "BehindEarlierJob"
     #: Preemptive policies: jobs ahead of it in the policy's order hold what it needs.
     LOWER_PRIORITY = "LowerPriority"
+    #: Its user's quota would be exceeded (it waits without blocking other users' jobs).
+    QUOTA_EXCEEDED = "QuotaExceeded"
 
 
 @dataclass(frozen=True)

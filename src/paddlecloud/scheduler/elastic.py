@@ -29,6 +29,7 @@ from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
 from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.scheduler.placement import never_fits
+from paddlecloud.scheduler.quota import QuotaLedger
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
 __all__ = ["EdlPolicy", "ElasticPolicy"]
@@ -58,6 +59,7 @@ class ElasticPolicy:
     def schedule(self, snap: Snapshot) -> Plan:
         plan = Plan(cycle=snap.cycle)
         alloc = Allocation.of(snap)
+        ledger = QuotaLedger.of(snap)
         jobs = sorted([*snap.running, *snap.queue], key=self.order)
         rank = {j.key: i for i, j in enumerate(jobs)}
         running = {j.key for j in snap.running}
@@ -87,12 +89,17 @@ class ElasticPolicy:
                 plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
                 continue
             need = self._lo(job)
+            over = ledger.problem(job, need, pservers=True)
+            if over:  # waits without holding up other users' jobs
+                plan.wait.append(Wait(job.key, WaitReason.QUOTA_EXCEEDED, over))
+                continue
             if need >= failed.get(shape, 1 << 30):
                 plan.wait.append(self._why(alloc, job, rank[job.key], self_ahead[rank[job.key]]))
                 continue
             direct = self._direct(alloc, job, need)
             if direct is not None:  # it fits as things are: no what-if copy needed
                 admitted[job.key] = direct
+                ledger.charge(job, need, pservers=True)
                 continue
             later = ranked_running[bisect.bisect_right(running_ranks, rank[job.key]) :]
             trial = self._admit(alloc, job, [j for j in later if j.key in running])
@@ -102,11 +109,15 @@ class ElasticPolicy:
                 continue
             alloc, pservers, victims = trial
             admitted[job.key] = pservers
+            ledger.charge(job, need, pservers=True)
+            for v in later:
+                if v.key in victims:
+                    ledger.credit(v, v.running, pservers=True)
             preempted |= victims
             running -= victims
         if self.grow and self.elastic:
-            self._top_up(alloc, jobs, preempted)
-            self._grow(alloc, snap, jobs, set(admitted), preempted)
+            self._top_up(alloc, jobs, preempted, ledger)
+            self._grow(alloc, snap, jobs, set(admitted), preempted, ledger)
         self._emit(plan, snap, alloc, admitted, preempted)
         return plan
 
@@ -161,15 +172,16 @@ class ElasticPolicy:
             if n > self._lo(other):
                 heapq.heappush(soft, (other.rate(n) - other.rate(n - 1), key))
 
-    def _top_up(self, alloc: Allocation, jobs: list[JobRequest], gone: set[str]) -> None:
+    def _top_up(self, alloc: Allocation, jobs: list[JobRequest], gone: set[str], ledger: QuotaLedger) -> None:
         """In priority / least-served order, bring every job up to the count its user asked for,
         taking trainers back from jobs later in that order (down to their min) when nothing is free."""
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
         for i, job in enumerate(jobs):
             n = alloc.count(job.key)
             target = min(job.trainers, self._hi(job))
-            while job.key not in gone and 0 < n < target:
+            while job.key not in gone and 0 < n < target and ledger.problem(job, 1) is None:
                 if alloc.grow(job, 1):
+                    ledger.charge(job, 1)
                     n += 1
                     continue
                 while last > i and alloc.count(jobs[last].key) <= self._lo(jobs[last]):
@@ -177,9 +189,16 @@ class ElasticPolicy:
                 if last <= i:
                     break
                 alloc.shrink(jobs[last], alloc.count(jobs[last].key) - 1)
+                ledger.credit(jobs[last], 1)
 
     def _grow(
-        self, alloc: Allocation, snap: Snapshot, jobs: list[JobRequest], fresh: set[str], gone: set[str]
+        self,
+        alloc: Allocation,
+        snap: Snapshot,
+        jobs: list[JobRequest],
+        fresh: set[str],
+        gone: set[str],
+        ledger: QuotaLedger,
     ) -> None:
         heap: list[tuple[float, int, str]] = []
         for i, job in enumerate(jobs):
@@ -194,11 +213,12 @@ class ElasticPolicy:
         while heap:
             _, i, key = heapq.heappop(heap)
             job = jobs[i]
-            if job.trainer in exhausted:
+            if job.trainer in exhausted or ledger.problem(job, 1):
                 continue
             if not alloc.grow(job, 1):
                 exhausted.add(job.trainer)  # no node can host one more trainer of this shape
                 continue
+            ledger.charge(job, 1)
             n = alloc.count(key)
             if n < self._hi(job) and job.rate(n + 1) > job.rate(n):
                 heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, key))
@@ -256,10 +276,15 @@ class EdlPolicy:
         plan = Plan(cycle=snap.cycle)
         alloc = Allocation.of(snap)
         admitted: dict[str, list[WorkerPlacement]] = {}
+        ledger = QuotaLedger.of(snap)
         for job in sorted(snap.queue, key=lambda j: (-j.priority, j.submitted_at, j.key)):
             impossible = never_fits(snap.nodes, job)
             if impossible:
                 plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
+                continue
+            over = ledger.problem(job, job.lo, pservers=True)
+            if over:
+                plan.wait.append(Wait(job.key, WaitReason.QUOTA_EXCEEDED, over))
                 continue
             trial = alloc.copy()
             pservers = trial.place_pservers(job)
@@ -269,6 +294,7 @@ class EdlPolicy:
                 continue
             alloc = trial
             admitted[job.key] = pservers
+            ledger.charge(job, job.lo, pservers=True)
         jobs = [*snap.running, *(j for j in snap.queue if j.key in admitted)]
         # as in the seed, a waiting job's minimum counts towards the load (its pods are pending), so a
         # full cluster sheds trainers and the job is admitted in a following cycle
@@ -276,7 +302,7 @@ class EdlPolicy:
         for j in snap.queue:
             if j.key not in admitted and never_fits(snap.nodes, j) is None:  # a job that can never
                 waiting = waiting + j.trainer.times(j.lo) + j.pserver.times(j.pservers)  # run sheds nothing
-        self._scale(alloc, snap, jobs, waiting)
+        self._scale(alloc, snap, jobs, waiting, ledger)
         ElasticPolicy()._emit(plan, snap, alloc, admitted, set())
         return plan
 
@@ -294,22 +320,31 @@ class EdlPolicy:
         f = (alloc.count(job.key) - job.lo) / span if span else 1.0
         return (f, job.trainer.gpu, job.trainer.cpu_m, job.trainer.memory)
 
-    def _scale(self, alloc: Allocation, snap: Snapshot, jobs: list[JobRequest], waiting: Resources) -> None:
+    def _scale(
+        self,
+        alloc: Allocation,
+        snap: Snapshot,
+        jobs: list[JobRequest],
+        waiting: Resources,
+        ledger: QuotaLedger,
+    ) -> None:
         elastic = [j for j in jobs if j.elastic]
         for _ in range(10_000):  # dry-run passes until nothing changes (bounded)
             changed = False
             for job in sorted(elastic, key=lambda j: self._fulfillment(alloc, j)):
-                if alloc.count(job.key) >= job.hi:
+                if alloc.count(job.key) >= job.hi or ledger.problem(job, 1):
                     continue
                 trial = alloc.copy()
                 if trial.grow(job, 1) and self._load(trial, snap, waiting) <= self.max_load:
                     alloc.grow(job, 1)
+                    ledger.charge(job, 1)
                     changed = True
             for job in sorted(elastic, key=lambda j: self._fulfillment(alloc, j), reverse=True):
                 if self._load(alloc, snap, waiting) <= self.max_load:
                     break
                 if alloc.count(job.key) > job.lo:
                     alloc.shrink(job, alloc.count(job.key) - 1)
+                    ledger.credit(job, 1)
                     changed = True
             if not changed:
                 return

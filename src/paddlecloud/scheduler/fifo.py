@@ -5,7 +5,8 @@ Each cycle:
   2. for each job: if some worker can never fit any node, it waits (``ExceedsNodeCapacity``) without
      blocking the queue; else try to place all its workers on the free capacity left by the jobs
      admitted before it in this cycle;
-  3. a job that fits is admitted; the first job that does not fit waits (``InsufficientResources``)
+  3. a job over its user's quota waits (``QuotaExceeded``) without blocking the queue; a job that
+     fits is admitted; the first job that does not fit waits (``InsufficientResources``)
      and, unless ``backfill`` is on, every later job waits behind it (``BehindEarlierJob``).
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import Admit, Plan, Wait, WaitReason
 from paddlecloud.scheduler.placement import never_fits, place_job
+from paddlecloud.scheduler.quota import QuotaLedger
 from paddlecloud.scheduler.snapshot import FreeCapacity, JobRequest, Snapshot
 
 __all__ = ["FifoPolicy", "queue_order"]
@@ -37,11 +39,16 @@ class FifoPolicy:
     def schedule(self, snap: Snapshot) -> Plan:
         plan = Plan(cycle=snap.cycle)
         cap = FreeCapacity.of(snap.nodes)
+        ledger = QuotaLedger.of(snap)
         head: JobRequest | None = None
         for job in sorted(snap.queue, key=queue_order):
             impossible = never_fits(snap.nodes, job)
             if impossible:
                 plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
+                continue
+            over = ledger.problem(job, job.trainers, pservers=True)
+            if over:  # inadmissible for now, but it does not hold up other users' jobs
+                plan.wait.append(Wait(job.key, WaitReason.QUOTA_EXCEEDED, over))
                 continue
             if head is not None and not self.backfill:
                 plan.wait.append(
@@ -50,6 +57,7 @@ class FifoPolicy:
                 continue
             placement = place_job(cap, job)
             if placement is not None:
+                ledger.charge(job, job.trainers, pservers=True)
                 nodes = sorted({p.node for p in placement})
                 plan.admit.append(Admit(job.key, placement, f"admitted on {', '.join(nodes)}"))
                 continue

@@ -7,6 +7,7 @@ placement works on a private copy (:class:`FreeCapacity`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
@@ -83,6 +84,8 @@ class Snapshot:
     queue: tuple[JobRequest, ...]
     #: jobs holding resources now (their ``placement``); ``nodes[].allocated`` includes them
     running: tuple[JobRequest, ...] = ()
+    #: per-user limits (a user without an entry is unlimited); usage is what ``running`` holds
+    quotas: Mapping[str, Resources] = field(default_factory=dict)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response
 
 from paddlecloud.api.files import QuotaUpdate
 from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
-from paddlecloud.controller.quotas import update_storage_quota
+from paddlecloud.controller.quotas import update_quotas
 from paddlecloud.server.deps import Caller, PlatformDep
 
 __all__ = ["router"]
@@ -39,9 +39,9 @@ def create_user(spec: UserCreate, who: Caller, platform: PlatformDep) -> TokenVi
 
 @router.put("/users/{name}/quota", status_code=204, tags=["users"])
 def set_quota(name: str, update: QuotaUpdate, who: Caller, platform: PlatformDep) -> Response:
-    """Set a user's storage quota (admins only); ``{"storage": null}`` restores the default."""
+    """Set a user's quotas (admins only): the fields given change (see QuotaUpdate)."""
     with platform.ctx.session() as s:
-        update_storage_quota(s, who, name, update.storage)
+        update_quotas(s, who, name, update)
     return Response(status_code=204)
 
 

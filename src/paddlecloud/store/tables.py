@@ -38,6 +38,10 @@ class UserRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     #: PFS storage limit in bytes; None: the platform's default
     storage_quota: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: compute limits for the scheduler (None: unlimited in that dimension)
+    cpu_quota_m: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    memory_quota: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    gpu_quota: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class JobRow(Base):
