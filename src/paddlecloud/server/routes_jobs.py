@@ -1,4 +1,4 @@
-"""``/api/v1`` job, package, log and quota routes. Thin: parse, call the JobService, return a view."""
+"""``/api/v1`` job, log and quota routes. Thin: parse, call the JobService, return a view."""
 
 from __future__ import annotations
 
