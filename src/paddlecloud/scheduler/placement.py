@@ -15,6 +15,8 @@ __all__ = ["never_fits", "place_job"]
 
 def _place_role(cap: FreeCapacity, role: str, count: int, need: Resources) -> list[WorkerPlacement] | None:
     out: list[WorkerPlacement] = []
+    if count == 0:
+        return out
 
     # Fill one node before opening another: the one that fits the most of these workers first.
     # Workers without GPUs go to nodes without GPUs first, so they do not fragment the GPU nodes.
@@ -28,7 +30,8 @@ def _place_role(cap: FreeCapacity, role: str, count: int, need: Resources) -> li
         on_gpu_node = 1 if (need.gpu == 0 and cap.gpus[n]) else 0
         return (on_gpu_node, -min(fits, count), -free.cpu_m, -free.memory)
 
-    nodes = sorted(cap.order, key=key)
+    # only nodes that can take at least one worker are ranked (a busy cluster has few)
+    nodes = sorted((n for n in cap.order if need.fits_in(cap.free[n])), key=key)
     index = 0
     for node in nodes:
         while index < count and need.fits_in(cap.free[node]):
