@@ -306,11 +306,8 @@ class EdlPolicy:
         ElasticPolicy()._emit(plan, snap, alloc, admitted, set())
         return plan
 
-    def _load(self, alloc: Allocation, snap: Snapshot, waiting: Resources) -> float:
-        cap = Resources()
-        for n in snap.nodes:
-            cap = cap + n.capacity
-        used = cap - alloc.cap.total() + waiting
+    def _load(self, alloc: Allocation, cap: Resources, waiting: Resources) -> float:
+        used = cap - alloc.total + waiting
         if cap.gpu:
             return used.gpu / cap.gpu
         return used.cpu_m / cap.cpu_m if cap.cpu_m else 0.0
@@ -329,18 +326,23 @@ class EdlPolicy:
         ledger: QuotaLedger,
     ) -> None:
         elastic = [j for j in jobs if j.elastic]
+        cap = Resources()
+        for n in snap.nodes:
+            cap = cap + n.capacity
         for _ in range(10_000):  # dry-run passes until nothing changes (bounded)
             changed = False
             for job in sorted(elastic, key=lambda j: self._fulfillment(alloc, j)):
                 if alloc.count(job.key) >= job.hi or ledger.problem(job, 1):
                     continue
-                trial = alloc.copy()
-                if trial.grow(job, 1) and self._load(trial, snap, waiting) <= self.max_load:
-                    alloc.grow(job, 1)
+                if not alloc.grow(job, 1):
+                    continue
+                if self._load(alloc, cap, waiting) <= self.max_load:
                     ledger.charge(job, 1)
                     changed = True
+                else:  # one more would pass max_load: give it back
+                    alloc.shrink(job, alloc.count(job.key) - 1)
             for job in sorted(elastic, key=lambda j: self._fulfillment(alloc, j), reverse=True):
-                if self._load(alloc, snap, waiting) <= self.max_load:
+                if self._load(alloc, cap, waiting) <= self.max_load:
                     break
                 if alloc.count(job.key) > job.lo:
                     alloc.shrink(job, alloc.count(job.key) - 1)
