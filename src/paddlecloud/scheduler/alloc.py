@@ -82,7 +82,7 @@ class Allocation:
             need[p.node] = need.get(p.node, Resources()) + (
                 job.trainer if p.role == "trainer" else job.pserver
             )
-        gpus_free = {n: set(g) for n, g in self.cap.gpus.items()}
+        gpus_free = {n: set(self.cap.gpus[n]) for n in need}
         if not all(r.fits_in(self.cap.free[n]) for n, r in need.items()) or not all(
             set(p.gpus) <= gpus_free[p.node] for p in job.placement
         ):
@@ -130,8 +130,9 @@ class Allocation:
                     self.jobs.setdefault(job.key, job)
                     return True
             return False
+        room = (name for name in self.cap.order if job.trainer.fits_in(self.cap.free[name]))
         order = sorted(
-            self.cap.order,
+            room,  # only nodes that can take one: a busy cluster has few to rank
             key=lambda name: (name not in used, -_how_many(self.cap.free[name], job.trainer)),
         )
         added: list[WorkerPlacement] = []
