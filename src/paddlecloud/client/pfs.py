@@ -14,6 +14,7 @@ is reported as bytes through a callback (the CLI draws one Rich bar for the whol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat as st
@@ -201,10 +202,9 @@ class Pfs:
         stats = TransferStats(files=1)
         fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            try:  # allocate the blocks at once (a sparse file makes every chunk write slower)
-                os.posix_fallocate(fd, 0, size) if size else None
-            except OSError:
-                os.ftruncate(fd, size)
+            if size:  # allocate the blocks at once (a sparse file makes every chunk write slower);
+                with contextlib.suppress(OSError):  # without fallocate, the truncate below makes it sparse
+                    os.posix_fallocate(fd, 0, size)
             os.ftruncate(fd, size)
 
             def fetch(i: int) -> None:
