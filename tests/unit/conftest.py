@@ -185,3 +185,14 @@ def _wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
 @pytest.fixture
 def wait_gone() -> Callable[..., list[int]]:
     return _wait_gone
+
+
+@pytest.fixture
+def root(platform: Platform, client_for: Callable[..., Client]) -> Client:
+    """An admin's SDK client (user ``root``)."""
+    return client_for(None, token=platform.ensure_user("root", admin=True))
+
+
+@pytest.fixture
+def bob(client_for: Callable[..., Client]) -> Client:
+    return client_for("bob")
