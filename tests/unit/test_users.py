@@ -35,17 +35,6 @@ HELLO = {"main.py": "import os\nprint('hello from', os.environ['PADDLECLOUD_WORK
 SLEEPER = {"main.py": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\n"}
 
 
-@pytest.fixture
-def root(platform: Platform, client_for: ClientFor) -> Client:
-    """An admin's client."""
-    return client_for(None, token=platform.ensure_user("root", admin=True))
-
-
-@pytest.fixture
-def bob(client_for: ClientFor) -> Client:
-    return client_for("bob")
-
-
 def submit(client: Client, package: Path, name: str) -> None:
     client.submit({"name": name, "entry": "python main.py", "trainers": {"cpu": "100m"}}, package_dir=package)
 
