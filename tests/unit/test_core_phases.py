@@ -87,12 +87,12 @@ def test_success_and_running_messages_mention_counts() -> None:
         (ST, OK, True),
         (ST, FA, True),
         (ST, KI, True),
-        (ST, Q, False),
+        (ST, Q, True),  # preempted: stopped and queued again
         (RU, OK, True),
         (RU, FA, True),
         (RU, KI, True),
         (RU, ST, False),
-        (RU, Q, False),
+        (RU, Q, True),  # preempted
         (OK, RU, False),
         (FA, Q, False),
         (KI, RU, False),

@@ -65,6 +65,9 @@ class JobLaunch:
     placement: tuple[WorkerPlacement, ...]
     env: dict[str, str] = field(default_factory=dict)
     files: JobFiles = field(default_factory=JobFiles)
+    #: 0 for the first start; a preempted job is started again with the next number (and its
+    #: earlier runs' logs are kept)
+    attempt: int = 0
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)
@@ -138,11 +141,14 @@ class Backend(Protocol):
         ...
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
-        """Start one more trainer of a running job (capability ``resize``)."""
+        """Start one more trainer of a started job at ``placement`` (capability ``resize``); it
+        gets the job's current endpoints. Returns at once."""
         ...
 
     def remove_trainer(self, key: str, grace: float) -> None:
-        """Gracefully stop the trainer with the highest id (capability ``resize``)."""
+        """Retire the trainer with the highest id (capability ``resize``): SIGTERM, ``grace`` seconds
+        to checkpoint, then SIGKILL, in the background. A retired trainer is reported as ``Stopped``
+        and never fails the job; its log is kept."""
         ...
 
     def read_log(self, req: LogRequest) -> Iterator[bytes]:

@@ -22,6 +22,9 @@ class PlatformConfig:
     tick_seconds: float = 1.0
     #: Default SIGTERM → SIGKILL grace when a user kills a job.
     kill_grace: float = 10.0
+    #: SIGTERM → SIGKILL grace for a trainer removed by a shrink and for a preempted job (time to
+    #: checkpoint).
+    shrink_grace: float = 10.0
     #: Name of the user created by ``paddlecloud up`` for the single-machine setup.
     default_user: str = "default"
     #: This datacenter's name: PFS paths are /pfs/<datacenter>/...

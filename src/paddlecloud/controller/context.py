@@ -68,6 +68,7 @@ class Context:
             files=JobFiles(
                 input_dir=str(input_dir or ""), input=input_path, output=str(spec.get("output") or "")
             ),
+            attempt=max(row.attempts - 1, 0),
         )
 
     def _local(self, pfs_path: str) -> Path:

@@ -124,7 +124,7 @@ class JobService:
                 elif row.phase in ACTIVE:
                     running += 1
                     req = job_request(row)
-                    used = used + req.pserver.times(req.pservers) + req.trainer.times(req.trainers)
+                    used = used + req.pserver.times(req.pservers) + req.trainer.times(req.running)
         cluster = Resources()
         for n in self.ctx.backend.nodes():
             cluster = cluster + n.capacity

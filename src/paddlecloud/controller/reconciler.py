@@ -3,13 +3,15 @@
 One cycle (``tick``), numbered, under the context mutex:
 
   1. sync every Starting/Running job with the backend; write worker states and backend events;
-     decide the phase with ``core.phases.next_phase`` (a terminal phase waits until the backend
-     reports every process ended);
-  2. build a frozen ``scheduler.Snapshot`` (nodes, what admitted jobs hold, the queue, the clock);
+     account the service it received; decide the phase with ``core.phases.next_phase`` over its
+     current trainers (a terminal phase waits until the backend reports every process ended);
+  2. build a frozen ``scheduler.Snapshot`` (nodes, what started jobs hold, the queue, the running
+     jobs with attained service and elastic bounds, quotas, the clock);
   3. ask the policy for a ``Plan``;
-  4. apply it: admitted jobs become Starting (worker rows, event) and are committed *before* the
-     backend is asked to start them; waiting jobs get their reason and message (an event only when
-     the reason changes).
+  4. apply it with ``controller.effects.apply_plan`` (preempt, shrink, wait, admit, grow; each
+     decision a job event).
+
+Elastic bounds reach the policy only when the backend declares the ``resize`` capability.
 
 The loop runs in a thread, every ``tick_seconds`` or at once when something calls ``Context.wake``.
 """
@@ -18,18 +20,20 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from paddlecloud.backends.base import JobStatus
+from paddlecloud.backends.base import Capability, JobStatus
 from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.effects import apply_plan
 from paddlecloud.controller.quotas import compute_quotas
-from paddlecloud.controller.records import job_request, record_workers, running_request
+from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import Admit, NodeState, Policy, Snapshot, Wait
-from paddlecloud.store.tables import JobRow, WorkerRow
+from paddlecloud.scheduler import NodeState, Plan, Policy, Snapshot
+from paddlecloud.store.tables import JobRow
 
 __all__ = ["Reconciler"]
 
@@ -38,10 +42,11 @@ log = logging.getLogger("paddlecloud.reconciler")
 ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING)
 
 
-def _counts(status: JobStatus, role: str, desired: int) -> RoleCounts:
-    ws = [w for w in status.workers if w.role == role]
+def _counts(status: JobStatus, role: str, names: set[str]) -> RoleCounts:
+    """Counts over the job's current workers of ``role`` (trainers retired by a shrink excluded)."""
+    ws = [w for w in status.workers if w.role == role and w.name in names]
     return RoleCounts(
-        desired=desired,
+        desired=len(names),
         running=sum(w.state == WorkerState.RUNNING for w in ws),
         succeeded=sum(w.state == WorkerState.SUCCEEDED for w in ws),
         failed=sum(w.state in (WorkerState.FAILED, WorkerState.LOST) for w in ws),
@@ -53,6 +58,8 @@ class Reconciler:
         self.ctx = ctx
         self.policy = policy
         self.cycle = 0
+        #: the last cycle's snapshot and plan (for tests and for comparing with the simulator)
+        self.last: tuple[Snapshot, Plan] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -118,8 +125,10 @@ class Reconciler:
             .where(JobRow.phase.in_(ACTIVE), JobRow.stop_requested.is_(False))
             .options(selectinload(JobRow.workers), selectinload(JobRow.events))
         ).all()
+        now = self.ctx.clock.now()
         for row in rows:
             status = self.ctx.backend.sync(job_key(row.user, row.name))
+            account(row, now)
             self.apply_status(row, status)
             s.commit()
 
@@ -127,11 +136,11 @@ class Reconciler:
         record_workers(self.ctx, row, status)
         if row.phase == JobPhase.STARTING and status.events:  # say what the start is waiting on
             row.reason, row.message = status.events[-1].reason, status.events[-1].message
-        spec = row.spec
+        pservers = {f"pserver-{i}" for i in range(int(row.spec["pservers"]["count"]))}
         change = next_phase(
             JobPhase(row.phase),
-            _counts(status, "pserver", int(spec["pservers"]["count"])),
-            _counts(status, "trainer", int(spec["trainers"]["count"])),
+            _counts(status, "pserver", pservers),
+            _counts(status, "trainer", trainer_names(row)),
             status.failure,
         )
         if change is None and status.finished and JobPhase(row.phase) not in TERMINAL_PHASES:
@@ -153,29 +162,26 @@ class Reconciler:
         queued = s.scalars(
             select(JobRow).where(JobRow.phase == JobPhase.QUEUED, JobRow.stop_requested.is_(False))
         ).all()
-        if not queued:
-            return
         active = s.scalars(select(JobRow).where(JobRow.phase.in_(ACTIVE))).all()
+        elastic = Capability.RESIZE in self.ctx.backend.capabilities
+        if not queued and not (elastic and active):
+            return
         snap = Snapshot(
             cycle=self.cycle,
             now=self.ctx.clock.now(),
-            nodes=self._nodes(s),
-            queue=tuple(map(job_request, queued)),
-            running=tuple(running_request(r) for r in active),
+            nodes=self._nodes(active),
+            queue=tuple(job_request(r, elastic) for r in queued),
+            running=tuple(job_request(r, elastic) for r in active if not r.stop_requested),
             quotas=compute_quotas(s),
         )
         plan = self.policy.schedule(snap)
-        rows = {job_key(r.user, r.name): r for r in queued}
-        for wait in plan.wait:
-            self._wait(rows[wait.job], wait)
-        s.commit()
-        for admit in plan.admit:
-            self._admit(s, rows[admit.job], admit)
+        self.last = (snap, plan)
+        rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
+        apply_plan(self.ctx, s, plan, rows)
 
-    def _nodes(self, s: Session) -> tuple[NodeState, ...]:
+    def _nodes(self, active: Sequence[JobRow]) -> tuple[NodeState, ...]:
         used: dict[str, Resources] = {}
         gpus_used: dict[str, set[int]] = {}
-        active = s.scalars(select(JobRow).where(JobRow.phase.in_(ACTIVE))).all()
         for row in active:
             req = job_request(row)
             for p in row.placement or []:
@@ -191,37 +197,3 @@ class Reconciler:
             )
             for n in self.ctx.backend.nodes()
         )
-
-    def _wait(self, row: JobRow, wait: Wait) -> None:
-        if row.reason != wait.reason:
-            self.ctx.event(row, "Normal", str(wait.reason), wait.message)
-        row.reason, row.message = str(wait.reason), wait.message
-
-    def _admit(self, s: Session, row: JobRow, admit: Admit) -> None:
-        row.phase = JobPhase.STARTING
-        row.reason, row.message = "Admitted", admit.message
-        row.started_at = self.ctx.clock.now()
-        row.placement = [
-            {"role": p.role, "index": p.index, "node": p.node, "gpus": list(p.gpus)} for p in admit.placement
-        ]
-        for p in admit.placement:
-            row.workers.append(
-                WorkerRow(
-                    name=f"{p.role}-{p.index}",
-                    role=p.role,
-                    index=p.index,
-                    state=WorkerState.PENDING,
-                    node=p.node,
-                )
-            )
-        self.ctx.event(row, "Normal", "Admitted", admit.message)
-        s.commit()  # the decision is durable before any process starts
-        try:
-            self.ctx.backend.start(self.ctx.launch(row))
-        except Exception as exc:  # the backend could not even begin: the job fails with its reason
-            log.exception("starting %s failed", admit.job)
-            row.phase, row.reason = JobPhase.FAILED, "StartFailed"
-            row.message = f"the backend could not start the job: {exc}"
-            row.finished_at = self.ctx.clock.now()
-            self.ctx.event(row, "Warning", "StartFailed", row.message)
-            s.commit()

@@ -1,12 +1,13 @@
-"""Small translations shared by the reconciler and the job service.
+"""Small translations shared by the reconciler, the plan's effects and the job service.
 
-``job_request``: a job row as the scheduler sees it. ``record_workers``: write what the backend
-observed (worker states, backend events) onto a job row.
+``job_request``: a job row as the scheduler sees it (elastic bounds only where the backend can
+resize). ``placement_of`` / ``trainer_names``: a job's recorded placement. ``record_workers``: write
+what the backend observed (worker states, backend events) onto a job row. ``account``: add the
+service a started job received since it was last accounted (trainer-seconds; GPU-seconds for GPU
+jobs), which the least-attained-service policies order by.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import JobStatus
@@ -14,11 +15,29 @@ from paddlecloud.controller.context import Context, job_key
 from paddlecloud.scheduler import JobRequest, WorkerPlacement
 from paddlecloud.store.tables import JobRow, WorkerRow
 
-__all__ = ["job_request", "record_workers", "running_request"]
+__all__ = ["account", "job_request", "placement_of", "record_workers", "trainer_names"]
 
 
-def job_request(row: JobRow) -> JobRequest:
+def placement_of(row: JobRow) -> tuple[WorkerPlacement, ...]:
+    return tuple(
+        WorkerPlacement(p["role"], int(p["index"]), p["node"], tuple(p.get("gpus", ())))
+        for p in (row.placement or [])
+    )
+
+
+def trainer_names(row: JobRow) -> set[str]:
+    """The trainers the job has now (a resize changes them; retired ones are not among them)."""
+    return {f"trainer-{p['index']}" for p in (row.placement or []) if p["role"] == "trainer"}
+
+
+def job_request(row: JobRow, elastic: bool = True) -> JobRequest:
+    """The scheduler's view of a job; a started job's ``running`` and ``placement`` are what it holds.
+
+    ``elastic=False`` (a backend without the resize capability) pins min and max to the requested
+    count so no policy plans a resize the backend cannot do.
+    """
     spec = JobSpec.model_validate(row.spec)
+    placement = placement_of(row)
     return JobRequest(
         key=job_key(row.user, row.name),
         user=row.user,
@@ -28,17 +47,21 @@ def job_request(row: JobRow) -> JobRequest:
         pserver=spec.pservers.resources(),
         trainers=spec.trainers.count,
         trainer=spec.trainers.resources(),
+        min_trainers=(spec.trainers.min or 0) if elastic else 0,
+        max_trainers=(spec.trainers.max or 0) if elastic else 0,
+        attained=row.attained,
+        running=sum(1 for p in placement if p.role == "trainer"),
+        placement=placement,
+        resized_at=row.resized_at if row.resized_at is not None else float("-inf"),
     )
 
 
-def running_request(row: JobRow) -> JobRequest:
-    """A started job as the scheduler sees it: what it holds (its placement) and its trainer count."""
-    placement = tuple(
-        WorkerPlacement(p["role"], int(p["index"]), p["node"], tuple(p.get("gpus", ())))
-        for p in (row.placement or [])
-    )
-    trainers = sum(1 for p in placement if p.role == "trainer")
-    return dataclasses.replace(job_request(row), running=trainers, placement=placement)
+def account(row: JobRow, now: float) -> None:
+    if row.accounted_at is not None and row.placement:
+        spec = JobSpec.model_validate(row.spec)
+        units = max(spec.trainers.resources().gpu, 1) * len(trainer_names(row))
+        row.attained += units * max(now - row.accounted_at, 0.0)
+    row.accounted_at = now
 
 
 def record_workers(ctx: Context, row: JobRow, status: JobStatus) -> None:
@@ -48,6 +71,7 @@ def record_workers(ctx: Context, row: JobRow, status: JobStatus) -> None:
         if w is None:
             w = WorkerRow(name=ws.name, role=ws.role, index=ws.index, state=ws.state)
             row.workers.append(w)
+            by_name[ws.name] = w
         w.state, w.node, w.endpoint, w.pid = ws.state, ws.node, ws.endpoint, ws.pid
         w.restarts, w.exit_code, w.log_path = ws.restarts, ws.exit_code, ws.log_path
         w.started_at, w.finished_at = ws.started_at, ws.finished_at

@@ -45,6 +45,13 @@ def _role(counts: RoleTally, role: str, desired: int) -> RoleStatus:
     )
 
 
+def _trainers(row: JobRow) -> int:
+    """A placed job's current trainer count (an elastic job's changes), else the requested one."""
+    if row.placement:
+        return sum(1 for p in row.placement if p["role"] == "trainer")
+    return int(row.spec.get("trainers", {}).get("count", 1))
+
+
 def job_view(row: JobRow, counts: RoleTally) -> JobView:
     spec = row.spec
     submitted = ts(row.submitted_at)
@@ -55,7 +62,7 @@ def job_view(row: JobRow, counts: RoleTally) -> JobView:
         phase=JobPhase(row.phase),
         framework=Framework(row.framework),
         pservers=_role(counts, "pserver", int(spec.get("pservers", {}).get("count", 0))),
-        trainers=_role(counts, "trainer", int(spec.get("trainers", {}).get("count", 1))),
+        trainers=_role(counts, "trainer", _trainers(row)),
         priority=row.priority,
         submitted_at=submitted,
         started_at=ts(row.started_at),

@@ -1,9 +1,10 @@
 """Job and worker phases and the job state machine.
 
     Queued ──admit──▶ Starting ──all trainers running──▶ Running ──all trainers succeeded──▶ Succeeded
-       │                 │                                  │
-       └──kill──▶ Killed ◀┴──────────────kill───────────────┤
-                         └──────────────failure──────────────┴──▶ Failed
+     ▲ │                 │                                  │
+     │ └──kill──▶ Killed ◀┴──────────────kill───────────────┤
+     │                   └──────────────failure──────────────┴──▶ Failed
+     └────────preempt (Starting or Running: stopped, queued again)
 
 ``next_phase`` is the one place that decides a job's phase from what the backend observed; the
 controller applies its result. Terminal phases never change again.
@@ -38,8 +39,10 @@ TERMINAL_PHASES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLE
 
 _ALLOWED: dict[JobPhase, frozenset[JobPhase]] = {
     JobPhase.QUEUED: frozenset({JobPhase.STARTING, JobPhase.KILLED, JobPhase.FAILED}),
-    JobPhase.STARTING: frozenset({JobPhase.RUNNING, JobPhase.FAILED, JobPhase.KILLED, JobPhase.SUCCEEDED}),
-    JobPhase.RUNNING: frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLED}),
+    JobPhase.STARTING: frozenset(
+        {JobPhase.RUNNING, JobPhase.FAILED, JobPhase.KILLED, JobPhase.SUCCEEDED, JobPhase.QUEUED}
+    ),
+    JobPhase.RUNNING: frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLED, JobPhase.QUEUED}),
     JobPhase.SUCCEEDED: frozenset(),
     JobPhase.FAILED: frozenset(),
     JobPhase.KILLED: frozenset(),

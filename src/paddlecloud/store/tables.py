@@ -68,6 +68,13 @@ class JobRow(Base):
     stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     placement: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     output_dir: Mapped[str] = mapped_column(Text, default="")
+    #: how many times the job was started (a preempted job is started again)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: service received so far, trainer-seconds (GPU-seconds for GPU jobs), up to ``accounted_at``
+    attained: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    accounted_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: when the scheduler last changed its trainer count (None: never)
+    resized_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     workers: Mapped[list[WorkerRow]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="WorkerRow.id"

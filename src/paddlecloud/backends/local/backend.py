@@ -2,9 +2,10 @@
 
 Per job, under ``<root>/jobs/<user>/<name>/``::
 
-    launch.json          endpoints and placement, written at start (re-adoption reads it back)
+    launch.json          ports per worker and placement, rewritten on every resize (re-adoption
+                         reads it back)
     package/             the unpacked job package;  workers/<worker>/  a private copy per worker
-    logs/<worker>.<restart>.log, logs/prepare.log
+    logs/<worker>.<run>.log, logs/prepare.<run>.log   one file per run, kept across preemptions
     run/<worker>.pid.json, run/<worker>.exit.json
 
 Start sequence (driven by ``sync``, effects applied under the job's lock)::
@@ -12,10 +13,16 @@ Start sequence (driven by ``sync``, effects applied under the job's lock)::
     PREPARING ──(thread: unpack, build venv, copy package)──▶ PSERVERS ──every pserver listens──▶
     TRAINERS ──all trainers succeeded──▶ STOPPING (pservers) ──▶ DONE
         └───────────── any failure ───────────▶ STOPPING (everything) ──▶ DONE
+
+Resize (capability ``resize``): ``add_trainer`` starts one more trainer with the job's current
+endpoints (at once when trainers run, else with the others); ``remove_trainer`` retires the highest
+trainer: it leaves the job's workers (so it never decides success or failure), is stopped gracefully
+in the background and stays in the status as ``Stopped`` with its log.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -36,7 +43,7 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache
-from paddlecloud.backends.local.logs import read_logs
+from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.nodes import NodeShape, make_nodes
 from paddlecloud.backends.local.ports import PortAllocator, is_listening
 from paddlecloud.backends.local.process import WorkerProc, stop_group
@@ -81,6 +88,8 @@ class _Job:
     env_dir: Path | None = None
     failure: str | None = None
     events: list[BackendEvent] = field(default_factory=list)
+    #: trainers removed by a shrink (stopping or stopped), reported as Stopped
+    retired: dict[str, WorkerProc] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
     stopper: threading.Thread | None = None
     prepared: threading.Event = field(default_factory=threading.Event)
@@ -88,12 +97,20 @@ class _Job:
     def role(self, role: str) -> list[WorkerProc]:
         return [w for w in self.workers.values() if w.role == role]
 
+    def worker_ports(self) -> dict[str, int]:
+        return {name: w.port for name, w in self.workers.items()}
+
 
 class LocalBackend:
     name = "local"
-    # RESIZE is not declared yet: add_trainer / remove_trainer arrive with the elastic scheduler.
     capabilities = frozenset(
-        {Capability.GPU, Capability.ADOPT, Capability.LOGS_PREVIOUS, Capability.LOGS_FOLLOW}
+        {
+            Capability.GPU,
+            Capability.RESIZE,
+            Capability.ADOPT,
+            Capability.LOGS_PREVIOUS,
+            Capability.LOGS_FOLLOW,
+        }
     )
 
     def __init__(self, config: LocalConfig, clock: Callable[[], float], wake: Callable[[], None]) -> None:
@@ -115,22 +132,22 @@ class LocalBackend:
 
     def start(self, launch: JobLaunch) -> None:
         jdir = self._job_dir(launch.key)
-        if jdir.exists():
-            shutil.rmtree(jdir)  # a leftover of an earlier job with the same name
+        if launch.attempt == 0:
+            shutil.rmtree(jdir, ignore_errors=True)  # a leftover of an earlier job with the same name
+        else:  # started again after a preemption: earlier runs' logs (and the package) stay
+            for sub in ("run", "workers"):
+                shutil.rmtree(jdir / sub, ignore_errors=True)
         for sub in ("logs", "run", "workers"):
             (jdir / sub).mkdir(parents=True, exist_ok=True)
         launch.output_dir.mkdir(parents=True, exist_ok=True)
         ports = [self._ports.allocate() for _ in range(len(launch.placement) + 2)]
-        job = self._build(launch, jdir, ports)
+        job = self._build(launch, jdir, ports, {})
         job.events.append(
             BackendEvent(
                 "Normal", "Preparing", "unpacking the package and building its environment (logs -w prepare)"
             )
         )
-        write_json_atomic(
-            str(jdir / "launch.json"),
-            {"ports": ports, "placement": [p.__dict__ for p in launch.placement]},
-        )
+        self._record_launch(job)
         with self._lock:
             self._jobs[launch.key] = job
         self._prepare_async(job)
@@ -138,12 +155,14 @@ class LocalBackend:
     def adopt(self, launch: JobLaunch) -> None:
         jdir = self._job_dir(launch.key)
         try:
-            ports = list(json.loads((jdir / "launch.json").read_text())["ports"])
-        except (OSError, ValueError, KeyError):
+            recorded = json.loads((jdir / "launch.json").read_text())
+            ports = [int(p) for p in recorded["ports"]]
+            by_name = {str(k): int(v) for k, v in recorded.get("worker_ports", {}).items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             self.start(launch)  # never got as far as recording its launch: start afresh
             return
         self._ports.reserve(ports)
-        job = self._build(launch, jdir, ports)
+        job = self._build(launch, jdir, ports, by_name)
         adopted = [w for w in job.workers.values() if w.load_pid_file()]
         if any(w.role == "trainer" for w in adopted):
             job.stage = Stage.TRAINERS
@@ -180,15 +199,50 @@ class LocalBackend:
             return
         with job.lock:
             job.stage = Stage.STOPPING
-        stop_group(list(job.workers.values()), grace)
+            workers = [*job.workers.values(), *job.retired.values()]
+        stop_group(workers, grace)
         with job.lock:
             self._finish(job)
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
-        raise NotImplementedError("live resize arrives with the elastic scheduler (issue 5)")
+        job = self._get(key)
+        if job is None or placement.role != "trainer":
+            raise ValueError(f"cannot add {placement.role}-{placement.index} to {key}")
+        with job.lock:
+            if job.stage in (Stage.STOPPING, Stage.DONE):
+                return  # the job is ending: nothing to grow
+            name = f"trainer-{placement.index}"
+            port = self._ports.allocate()
+            job.ports.append(port)
+            job.retired.pop(name, None)
+            w = self._worker(job, placement, f"127.0.0.1:{port}")
+            job.workers[name] = w
+            self._retopology(job)
+            job.events.append(BackendEvent("Normal", "TrainerAdded", f"{name} added on {placement.node}"))
+            if job.stage == Stage.TRAINERS:
+                self._spawn(job, [w])
 
     def remove_trainer(self, key: str, grace: float) -> None:
-        raise NotImplementedError("live resize arrives with the elastic scheduler (issue 5)")
+        job = self._get(key)
+        if job is None:
+            return
+        with job.lock:
+            trainers = sorted(job.role("trainer"), key=lambda w: w.index)
+            if len(trainers) <= 1 or job.stage in (Stage.STOPPING, Stage.DONE):
+                return  # never below one trainer; an ending job is stopped whole
+            w = trainers[-1]
+            del job.workers[w.name]
+            job.retired[w.name] = w
+            w.stopped = True
+            self._retopology(job)
+            job.events.append(BackendEvent("Normal", "TrainerRemoved", f"{w.name} retired (graceful stop)"))
+
+        def run() -> None:
+            stop_group([w], grace)
+            self._ports.release([w.port])
+            self._wake()
+
+        threading.Thread(target=run, name=f"retire-{key}-{w.name}", daemon=True).start()
 
     def read_log(self, req: LogRequest) -> Iterator[bytes]:
         jdir = self._job_dir(req.key)
@@ -199,10 +253,9 @@ class LocalBackend:
                 return True
             if worker == "prepare":
                 return job.prepared.is_set()
-            if worker not in job.workers:
-                return True
             with job.lock:
-                return job.workers[worker].state(self._now()) in _ENDED or job.stage == Stage.DONE
+                w = job.workers.get(worker) or job.retired.get(worker)
+                return w is None or w.state(self._now()) in _ENDED or job.stage == Stage.DONE
 
         return read_logs(jdir / "logs", req, ended)
 
@@ -230,24 +283,59 @@ class LocalBackend:
         user, _, name = key.partition("/")
         return self.config.root / "jobs" / user / name
 
-    def _build(self, launch: JobLaunch, jdir: Path, ports: list[int]) -> _Job:
+    def _build(self, launch: JobLaunch, jdir: Path, ports: list[int], by_name: dict[str, int]) -> _Job:
+        """The job's runtime record. Workers listen on ``by_name[worker]`` when recorded (a resized
+        job), else on ``ports`` in placement order; the last two ports are the gloo and master stores."""
         host = "127.0.0.1"
-        eps = {p: f"{host}:{port}" for p, port in zip(launch.placement, ports, strict=False)}
-        topology = Topology(
-            pserver_endpoints=[eps[p] for p in launch.placement if p.role == "pserver"],
-            trainer_endpoints=[eps[p] for p in launch.placement if p.role == "trainer"],
-            gloo_endpoint=f"{host}:{ports[-2]}",
-            master_endpoint=f"{host}:{ports[-1]}",
+        job = _Job(
+            launch=launch,
+            dir=jdir,
+            topology=Topology(
+                (), (), gloo_endpoint=f"{host}:{ports[-2]}", master_endpoint=f"{host}:{ports[-1]}"
+            ),
+            workers={},
+            ports=ports,
         )
-        workers = {}
-        for p in launch.placement:
+        for p, port in zip(launch.placement, ports, strict=False):
             name = f"{p.role}-{p.index}"
-            workers[name] = WorkerProc(
-                name=name, role=p.role, index=p.index, node=p.node, endpoint=eps[p], gpus=p.gpus,
-                cwd=jdir / "workers" / name, run_dir=jdir / "run",
-                log_path=jdir / "logs" / f"{name}.0.log",
-            )  # fmt: skip
-        return _Job(launch=launch, dir=jdir, topology=topology, workers=workers, ports=ports)
+            job.workers[name] = self._worker(job, p, f"{host}:{by_name.get(name, port)}")
+        self._retopology(job, record=False)
+        return job
+
+    @staticmethod
+    def _worker(job: _Job, p: WorkerPlacement, endpoint: str) -> WorkerProc:
+        """A worker whose log is the next run's file (earlier runs are kept)."""
+        name = f"{p.role}-{p.index}"
+        runs = log_runs(job.dir / "logs", name)
+        return WorkerProc(
+            name=name, role=p.role, index=p.index, node=p.node, endpoint=endpoint, gpus=p.gpus,
+            cwd=job.dir / "workers" / name, run_dir=job.dir / "run",
+            log_path=job.dir / "logs" / f"{name}.{runs[-1] + 1 if runs else 0}.log",
+            restart=runs[-1] + 1 if runs else 0,
+        )  # fmt: skip
+
+    def _retopology(self, job: _Job, record: bool = True) -> None:
+        """Endpoints from the current workers (by index); rewrite launch.json after a resize."""
+
+        def eps(role: str) -> list[str]:
+            return [w.endpoint for w in sorted(job.role(role), key=lambda w: w.index)]
+
+        job.topology = dataclasses.replace(
+            job.topology, pserver_endpoints=eps("pserver"), trainer_endpoints=eps("trainer")
+        )
+        if record:
+            self._record_launch(job)
+
+    @staticmethod
+    def _record_launch(job: _Job) -> None:
+        placement = [
+            {"role": w.role, "index": w.index, "node": w.node, "gpus": list(w.gpus)}
+            for w in job.workers.values()
+        ]
+        write_json_atomic(
+            str(job.dir / "launch.json"),
+            {"ports": job.ports, "worker_ports": job.worker_ports(), "placement": placement},
+        )
 
     def _requirements(self, job: _Job) -> str:
         req = job.dir / "package" / "requirements.txt"
@@ -262,8 +350,12 @@ class LocalBackend:
             pkg = job.dir / "package"
             if not pkg.exists():
                 safe_extract(job.launch.package, pkg)
-            job.env_dir = self._envs.ensure(self._requirements(job), job.dir / "logs" / "prepare.0.log")
-            for w in job.workers.values():
+            runs = log_runs(job.dir / "logs", "prepare")
+            prepare_log = job.dir / "logs" / f"prepare.{runs[-1] + 1 if runs else 0}.log"
+            job.env_dir = self._envs.ensure(self._requirements(job), prepare_log)
+            with job.lock:
+                workers = list(job.workers.values())
+            for w in workers:
                 if not w.cwd.exists():
                     shutil.copytree(pkg, w.cwd, symlinks=True)
         except (ArchiveError, EnvBuildError, OSError) as exc:
@@ -355,6 +447,8 @@ class LocalBackend:
         base["PYTHONPATH"] = str(self._pythonpath)
         now = self._now()
         for w in workers:
+            if not w.cwd.exists():  # added after the package was copied for the others
+                shutil.copytree(job.dir / "package", w.cwd, symlinks=True)
             ctx = WorkerContext(
                 job_name=job.launch.name, user=job.launch.user, framework=job.launch.framework,
                 role=w.role, index=w.index, topology=job.topology, output_dir=str(job.launch.output_dir),
@@ -365,12 +459,17 @@ class LocalBackend:
 
     def _statuses(self, job: _Job) -> tuple[WorkerStatus, ...]:
         now = self._now()
+
+        def state(w: WorkerProc) -> WorkerState:
+            s = w.state(now)
+            return WorkerState.STOPPED if w.name in job.retired and s in _ENDED else s
+
         return tuple(
             WorkerStatus(
                 name=w.name,
                 role=w.role,
                 index=w.index,
-                state=w.state(now),
+                state=state(w),
                 node=w.node,
                 endpoint=w.endpoint,
                 pid=w.pid,
@@ -380,7 +479,7 @@ class LocalBackend:
                 finished_at=w.finished_at,
                 log_path=str(w.log_path),
             )
-            for w in job.workers.values()
+            for w in [*job.workers.values(), *job.retired.values()]
         )
 
     @staticmethod

@@ -95,6 +95,7 @@ class WorkerProc:
         self.create_time = data.get("create_time")
         self.started_at = data.get("started_at")
         self.restart = int(data.get("restart", 0))
+        self.log_path = self.log_path.parent / f"{self.name}.{self.restart}.log"  # the adopted run's log
         return True
 
     def alive(self) -> bool:

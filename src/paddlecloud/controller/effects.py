@@ -1,0 +1,137 @@
+"""Apply a scheduler ``Plan``: the one place where decisions become database rows and backend calls.
+
+Order within a cycle (the plan was computed assuming it):
+
+  1. ``Preempt``: stop the job (SIGTERM, ``shrink_grace`` to checkpoint, SIGKILL); it goes back to
+     Queued with reason Preempted, its workers' logs kept for its next run;
+  2. ``Resize`` shrinks: the highest trainers are retired gracefully (in the background);
+  3. ``Wait``: the job's reason and message; an event only when the reason changes;
+  4. ``Admit``: Starting, worker rows and an event, committed *before* the backend starts anything;
+  5. ``Resize`` grows: new trainers are added to the running job.
+
+Every decision that changes a job is a job event, so ``describe`` shows the job's scheduling history.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.orm import Session
+
+from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.records import record_workers, trainer_names
+from paddlecloud.core.phases import JobPhase, WorkerState
+from paddlecloud.scheduler import Admit, Plan, Preempt, Resize, Wait, WorkerPlacement
+from paddlecloud.store.tables import JobRow, WorkerRow
+
+__all__ = ["apply_plan"]
+
+log = logging.getLogger("paddlecloud.effects")
+
+
+def _as_json(p: WorkerPlacement) -> dict[str, object]:
+    return {"role": p.role, "index": p.index, "node": p.node, "gpus": list(p.gpus)}
+
+
+def _pending_worker(row: JobRow, p: WorkerPlacement) -> None:
+    """A worker row for a placed worker: a new row, or the row of its earlier run made Pending."""
+    name = f"{p.role}-{p.index}"
+    for w in row.workers:
+        if w.name == name:
+            w.state, w.node, w.pid, w.exit_code, w.endpoint = WorkerState.PENDING, p.node, None, None, ""
+            w.started_at = w.finished_at = None
+            return
+    row.workers.append(
+        WorkerRow(name=name, role=p.role, index=p.index, state=WorkerState.PENDING, node=p.node)
+    )
+
+
+def apply_plan(ctx: Context, s: Session, plan: Plan, rows: dict[str, JobRow]) -> None:
+    """Apply ``plan`` to the jobs in ``rows`` (every queued and started job, by key)."""
+    for p in plan.preempt:
+        _preempt(ctx, rows[p.job], p)
+        s.commit()
+    grows = []
+    for r in plan.resize:
+        if r.trainers < len(trainer_names(rows[r.job])):
+            _shrink(ctx, rows[r.job], r)
+        else:
+            grows.append(r)
+    for w in plan.wait:
+        _wait(ctx, rows[w.job], w)
+    s.commit()
+    for a in plan.admit:
+        _admit(ctx, s, rows[a.job], a)
+    for r in grows:
+        _grow(ctx, rows[r.job], r)
+    s.commit()
+
+
+def _wait(ctx: Context, row: JobRow, wait: Wait) -> None:
+    if row.reason != wait.reason:
+        ctx.event(row, "Normal", str(wait.reason), wait.message)
+    row.reason, row.message = str(wait.reason), wait.message
+
+
+def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
+    now = ctx.clock.now()
+    row.phase = JobPhase.STARTING
+    row.reason, row.message = "Admitted", admit.message
+    row.started_at = row.started_at if row.started_at is not None else now
+    row.accounted_at = now
+    row.attempts += 1
+    row.placement = [_as_json(p) for p in admit.placement]
+    for p in admit.placement:
+        _pending_worker(row, p)
+    again = f" (start {row.attempts})" if row.attempts > 1 else ""
+    ctx.event(row, "Normal", "Admitted", admit.message + again)
+    s.commit()  # the decision is durable before any process starts
+    try:
+        ctx.backend.start(ctx.launch(row))
+    except Exception as exc:  # the backend could not even begin: the job fails with its reason
+        log.exception("starting %s failed", admit.job)
+        row.phase, row.reason = JobPhase.FAILED, "StartFailed"
+        row.message = f"the backend could not start the job: {exc}"
+        row.finished_at = ctx.clock.now()
+        ctx.event(row, "Warning", "StartFailed", row.message)
+        s.commit()
+
+
+def _preempt(ctx: Context, row: JobRow, p: Preempt) -> None:
+    key = job_key(row.user, row.name)
+    ctx.backend.stop(key, ctx.config.shrink_grace)
+    record_workers(ctx, row, ctx.backend.sync(key))
+    row.phase, row.reason, row.message = JobPhase.QUEUED, "Preempted", p.message
+    row.placement = None
+    ctx.event(row, "Warning", "Preempted", f"{p.message}; queued again, logs of this run kept")
+
+
+def _shrink(ctx: Context, row: JobRow, r: Resize) -> None:
+    key = job_key(row.user, row.name)
+    before = len(trainer_names(row))
+    for _ in range(before - r.trainers):
+        ctx.backend.remove_trainer(key, ctx.config.shrink_grace)
+    _record_resize(ctx, row, r, before)
+
+
+def _grow(ctx: Context, row: JobRow, r: Resize) -> None:
+    key = job_key(row.user, row.name)
+    have = trainer_names(row)
+    added = [p for p in r.placement if f"trainer-{p.index}" not in have]
+    try:
+        for p in added:
+            ctx.backend.add_trainer(key, p)
+    except Exception as exc:  # the job keeps what it has; the next cycle may try again
+        log.exception("growing %s failed", r.job)
+        ctx.event(row, "Warning", "ResizeFailed", f"adding trainers failed: {exc}")
+        return
+    for p in added:
+        _pending_worker(row, p)
+    _record_resize(ctx, row, r, len(have))
+
+
+def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int) -> None:
+    pservers = [p for p in row.placement or [] if p["role"] != "trainer"]
+    row.placement = pservers + [_as_json(p) for p in r.placement]
+    row.resized_at = ctx.clock.now()
+    ctx.event(row, "Normal", "Resized", f"trainers {before} -> {r.trainers}: {r.message}")

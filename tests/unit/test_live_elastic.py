@@ -1,0 +1,174 @@
+"""The live elastic loop: the scheduler's resize and preempt decisions applied to real processes.
+
+In-process platform (real controller, local backend, OS processes) on one 4-CPU virtual node, the
+reconcile loop ticked by hand. Trainers run ``worker.py`` below: they record which trainer count
+they started with, and on SIGTERM (a graceful shrink or a preemption) print ``retiring`` and exit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from paddlecloud.api.models import JobDetail
+from paddlecloud.backends.local import NodeShape
+from paddlecloud.client import Client
+from paddlecloud.controller import Platform
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.scheduler import Snapshot
+from paddlecloud.scheduler import policy as make_policy
+
+pytestmark = pytest.mark.timeout(90)
+
+MakePackage = Callable[[dict[str, str]], Path]
+Asgi = Callable[[Platform], httpx.Client]
+
+WORKER = {
+    "worker.py": """\
+import os, signal, sys, time
+
+def retire(signum, frame):
+    print("retiring", os.environ["PADDLECLOUD_WORKER"], flush=True)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, retire)
+print("started", os.environ["PADDLECLOUD_WORKER"], "of", os.environ["PADDLECLOUD_TRAINERS"], flush=True)
+seconds = float(sys.argv[1])
+deadline = time.time() + seconds
+while time.time() < deadline:
+    time.sleep(0.05)
+print("done", flush=True)
+"""
+}
+CPU4 = NodeShape(count=1, cpu_m=4000, memory=8 * 2**30)
+
+
+def _alice(platform: Platform, asgi: Asgi) -> Client:
+    return Client(endpoint="http://testserver", token=platform.ensure_user("alice"), http=asgi(platform))
+
+
+def _submit(client: Client, package: Path, name: str, seconds: float, **trainers: int) -> None:
+    spec = {"name": name, "entry": f"python worker.py {seconds}", "trainers": {"cpu": "1", **trainers}}
+    client.submit(spec, package_dir=package)
+
+
+def _until(platform: Platform, client: Client, name: str, check: Callable[[JobDetail], bool]) -> JobDetail:
+    """Tick until ``check(job)`` holds (bounded)."""
+    deadline = time.monotonic() + 30
+    while True:
+        platform.reconciler.tick()
+        job = client.job(name)
+        if check(job):
+            return job
+        assert time.monotonic() < deadline, f"{name}: {job.phase} {job.reason} {job.message} {job.events}"
+        time.sleep(0.1)
+
+
+def _started(client: Client, job: str, worker: str) -> bool:
+    return any(line.startswith("started") for line in client.logs(job, worker=worker))
+
+
+def _reasons(job: JobDetail) -> list[str]:
+    return [e.reason for e in job.events]
+
+
+def _running(job: JobDetail) -> set[str]:
+    return {w.name for w in job.workers if w.state == WorkerState.RUNNING}
+
+
+def test_elastic_job_grows_when_capacity_frees_and_shrinks_for_a_new_job(
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+) -> None:
+    platform = platform_factory(nodes=CPU4, policy="elastic", shrink_grace=5.0)
+    alice = _alice(platform, asgi)
+    pkg = make_package(WORKER)
+    _submit(alice, pkg, "fixed", 2.0, count=3)
+    _until(platform, alice, "fixed", lambda j: j.phase == "Running")
+    _submit(alice, pkg, "flex", 60.0, count=1, min=1, max=4)
+    flex = _until(platform, alice, "flex", lambda j: j.phase == "Running")
+    assert flex.trainers.desired == 1  # only one CPU was free
+
+    # "fixed" ends: the elastic job takes the freed CPUs without restarting its first trainer
+    first_pid = next(w.pid for w in flex.workers if w.name == "trainer-0")
+    flex = _until(platform, alice, "flex", lambda j: len(_running(j)) == 4)
+    assert flex.trainers.desired == 4
+    assert next(w.pid for w in flex.workers if w.name == "trainer-0") == first_pid
+    assert "Resized" in _reasons(flex)
+    assert any(e.message.startswith("trainers 1 -> 4") for e in flex.events)
+    _until(platform, alice, "flex", lambda j: _started(alice, "flex", "trainer-3"))
+    assert "started trainer-3 of 4\n" in list(alice.logs("flex", worker="trainer-3"))
+
+    # a new fixed job of 2 trainers: the elastic job is shrunk (not preempted) to make room
+    _submit(alice, pkg, "second", 2.0, count=2)
+    second = _until(platform, alice, "second", lambda j: j.phase == "Running")
+    flex = _until(platform, alice, "flex", lambda j: {"trainer-2", "trainer-3"}.isdisjoint(_running(j)))
+    assert flex.phase == "Running" and "Preempted" not in _reasons(flex)
+    assert flex.trainers.desired == 2
+    assert any(e.message.startswith("trainers 4 -> 2") for e in flex.events)
+    flex = _until(
+        platform,
+        alice,
+        "flex",
+        lambda j: (
+            {w.state for w in j.workers if w.name in ("trainer-2", "trainer-3")} == {WorkerState.STOPPED}
+        ),
+    )
+    # the retired trainer stopped gracefully and its log is still there
+    assert list(alice.logs("flex", worker="trainer-3"))[-1] == "retiring trainer-3\n"
+    assert second.trainers.desired == 2
+    quota = alice.quota()
+    assert quota.used.cpu == "4"  # 2 (flex, shrunk) + 2 (second)
+
+
+def test_preempted_job_is_queued_again_and_keeps_its_earlier_logs(
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+) -> None:
+    platform = platform_factory(nodes=CPU4, policy="tiresias", shrink_grace=5.0)
+    alice = _alice(platform, asgi)
+    pkg = make_package(WORKER)
+    _submit(alice, pkg, "low", 2.5, count=4)
+    _until(platform, alice, "low", lambda j: len(_running(j)) == 4)
+    _until(
+        platform, alice, "low", lambda j: _started(alice, "low", "trainer-0")
+    )  # its SIGTERM handler is set
+    spec = {
+        "name": "urgent",
+        "entry": "python worker.py 1",
+        "trainers": {"cpu": "1", "count": 2},
+        "priority": 10,
+    }
+    alice.submit(spec, package_dir=pkg)
+    low = _until(platform, alice, "low", lambda j: j.phase == "Queued")
+    assert "Preempted" in _reasons(low)
+    assert low.reason in ("Preempted", "InsufficientResources", "LowerPriority")
+    urgent = _until(platform, alice, "urgent", lambda j: j.phase == "Succeeded")
+    assert urgent.trainers.succeeded == 2
+    low = _until(platform, alice, "low", lambda j: j.phase == "Succeeded")
+    assert _reasons(low).count("Admitted") == 2
+    assert any(e.message.endswith("(start 2)") for e in low.events)
+    # the run before the preemption is `logs --previous`; the last run ran to the end
+    assert list(alice.logs("low", worker="trainer-0", previous=True))[-1] == "retiring trainer-0\n"
+    assert list(alice.logs("low", worker="trainer-0"))[-1] == "done\n"
+
+
+def test_live_snapshot_gives_the_same_plan_to_the_simulator_policy(
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+) -> None:
+    """The live loop's own snapshot, handed to the policy the simulator constructs, yields the same plan."""
+    platform = platform_factory(nodes=CPU4, policy="elastic")
+    alice = _alice(platform, asgi)
+    pkg = make_package(WORKER)
+    _submit(alice, pkg, "a", 30.0, count=2, min=1, max=3)
+    _submit(alice, pkg, "b", 30.0, count=2)
+    _submit(alice, pkg, "c", 30.0, count=3)
+    platform.reconciler.tick()
+    assert platform.reconciler.last is not None
+    snap, live_plan = platform.reconciler.last
+    assert isinstance(snap, Snapshot) and len(snap.queue) == 3
+    assert make_policy("elastic").schedule(snap) == live_plan
+    assert {a.job for a in live_plan.admit} == {"alice/a", "alice/b"}
+    assert [(w.job, str(w.reason)) for w in live_plan.wait] == [("alice/c", "InsufficientResources")]
