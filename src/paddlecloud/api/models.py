@@ -22,6 +22,7 @@ from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 from paddlecloud.core.resources import Resources
 
 __all__ = [
+    "PRIORITY_CLASSES",
     "EventView",
     "Framework",
     "JobDetail",
@@ -42,6 +43,11 @@ __all__ = [
     "WorkerList",
     "WorkerView",
 ]
+
+
+#: Named priorities (``--priority high``); higher runs first and may preempt lower under the
+#: preemptive policies.
+PRIORITY_CLASSES: dict[str, int] = {"low": -100, "normal": 0, "high": 100}
 
 
 class Framework(StrEnum):
@@ -126,7 +132,19 @@ class JobSpec(_Strict):
     pservers: PserverSpec = PserverSpec()
     trainers: TrainerSpec = TrainerSpec()
     env: dict[str, str] = Field(default_factory=dict)
-    priority: int = Field(0, ge=-1000, le=1000)
+    priority: int = Field(
+        0, ge=-1000, le=1000, description="-1000..1000, or a class name: " + ", ".join(PRIORITY_CLASSES)
+    )
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority_class(cls, v: object) -> object:
+        if isinstance(v, str) and not v.lstrip("-").isdigit():
+            if v not in PRIORITY_CLASSES:
+                known = ", ".join(f"{k} ({n})" for k, n in PRIORITY_CLASSES.items())
+                raise ValueError(f"unknown priority class {v!r}; known: {known}, or a number")
+            return PRIORITY_CLASSES[v]
+        return v
 
     @field_validator("env")
     @classmethod

@@ -58,7 +58,9 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--input", "input_", help="PFS path the workers read (/pfs/... or pfs:REL)")
 @click.option("--output", help="PFS path the workers write (default: pfs:jobs/<name>/output)")
 @click.option("--env", "env", multiple=True, help="KEY=VALUE, repeatable")
-@click.option("--priority", type=int, default=0, show_default=True)
+@click.option(
+    "--priority", default="normal", show_default=True, help="low, normal, high, or a number -1000..1000"
+)
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
 @click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
 def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opts: Any) -> None:

@@ -24,6 +24,26 @@ def _quantity(parse: object, value: str | None, flag: str) -> int | None:
         raise click.BadParameter(str(exc), param_hint=flag) from None
 
 
+def _limits(text: str) -> dict[str, int]:
+    """``cpu=8,memory=32Gi,gpu=2`` (any subset) as ComputeLimits fields."""
+    parsers = {"cpu": ("cpu_m", parse_cpu), "memory": ("memory", parse_memory), "gpu": ("gpu", None)}
+    out: dict[str, int] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key not in parsers:
+            raise click.BadParameter(
+                f"{item!r}: expected cpu=N, memory=Q or gpu=N", param_hint="--default-quota"
+            )
+        field, parse = parsers[key]
+        if parse is None:
+            if not value.isdigit():
+                raise click.BadParameter(f"gpu={value!r} is not a whole number", param_hint="--default-quota")
+            out[field] = int(value)
+        else:
+            out[field] = _quantity(parse, value, "--default-quota") or 0
+    return out
+
+
 def _datacenter(name: str) -> str:
     try:
         return check_dns1123_label(name)
@@ -44,7 +64,13 @@ def _datacenter(name: str) -> str:
 @click.option("--node-cpu", help="cpu per node (default: this machine's cores)")
 @click.option("--node-memory", help="memory per node (default: this machine's memory)")
 @click.option("--node-gpu", type=click.IntRange(0, 64), help="GPUs per node (default: from nvidia-smi)")
-@click.option("--policy", type=click.Choice(["fifo", "fifo-backfill"]), default="fifo", show_default=True)
+@click.option(
+    "--policy",
+    type=click.Choice(["elastic", "tiresias", "edl", "fifo", "fifo-backfill"]),
+    default="elastic",
+    show_default=True,
+    help="scheduling policy (docs/architecture.md)",
+)
 @click.option("--max-package-size", default="100Mi", show_default=True, help="largest job package accepted")
 @click.option(
     "--datacenter", default="local", show_default=True, help="name in PFS paths: /pfs/<datacenter>/..."
@@ -55,13 +81,19 @@ def _datacenter(name: str) -> str:
     show_default=True,
     help="default PFS quota per user ('none': no limit)",
 )
+@click.option(
+    "--default-quota",
+    default="",
+    metavar="cpu=N,memory=Q,gpu=N",
+    help="compute limits each new non-admin user starts with (default: none)",
+)
 def up(
     host: str, port: int, data_dir: Path, database: str | None, nodes: int, node_cpu: str | None,
     node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, datacenter: str,
-    storage_quota: str,
+    storage_quota: str, default_quota: str,
 ) -> None:  # fmt: skip
     """Run the whole platform on this machine, in the foreground (Ctrl-C stops it; jobs keep running)."""
-    from paddlecloud.server.main import NodeShape, PlatformConfig, prepare, serve
+    from paddlecloud.server.main import ComputeLimits, NodeShape, PlatformConfig, prepare, serve
 
     config = PlatformConfig(
         data_dir=data_dir.expanduser().resolve(),
@@ -78,6 +110,7 @@ def up(
         storage_quota=None
         if storage_quota == "none"
         else _quantity(parse_memory, storage_quota, "--storage-quota"),
+        default_quota=ComputeLimits(**_limits(default_quota)),
     )
     app, token = prepare(config)
     endpoint = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"

@@ -6,9 +6,9 @@ phases; :class:`Platform` wires both to a database and a backend.
 
 from __future__ import annotations
 
-from paddlecloud.controller.config import PlatformConfig
+from paddlecloud.controller.config import ComputeLimits, PlatformConfig
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.platform import Platform
 from paddlecloud.controller.users import Identity
 
-__all__ = ["Identity", "JobService", "Platform", "PlatformConfig"]
+__all__ = ["ComputeLimits", "Identity", "JobService", "Platform", "PlatformConfig"]

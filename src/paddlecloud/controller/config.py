@@ -7,7 +7,16 @@ from pathlib import Path
 
 from paddlecloud.backends.local import NodeShape
 
-__all__ = ["PlatformConfig"]
+__all__ = ["ComputeLimits", "PlatformConfig"]
+
+
+@dataclass(frozen=True)
+class ComputeLimits:
+    """Per-user limits on what running jobs hold; None in a dimension: no limit there."""
+
+    cpu_m: int | None = None
+    memory: int | None = None
+    gpu: int | None = None
 
 
 @dataclass(frozen=True)
@@ -16,7 +25,8 @@ class PlatformConfig:
     #: SQLAlchemy URL; default: SQLite in WAL mode at ``<data_dir>/paddlecloud.db``.
     database_url: str | None = None
     nodes: NodeShape = field(default_factory=NodeShape)
-    policy: str = "fifo"
+    #: scheduling policy (``scheduler.policy``): elastic, tiresias, edl, fifo, fifo-backfill
+    policy: str = "elastic"
     max_package_bytes: int = 100 * 2**20
     #: Seconds between reconcile cycles when nothing wakes the loop earlier.
     tick_seconds: float = 1.0
@@ -31,6 +41,8 @@ class PlatformConfig:
     datacenter: str = "local"
     #: Default per-user PFS storage limit in bytes (None: unlimited); users.storage_quota overrides.
     storage_quota: int | None = 100 * 2**30
+    #: compute limits given to each new non-admin user (``admin set-quota`` changes them later)
+    default_quota: ComputeLimits = field(default_factory=ComputeLimits)
 
     @property
     def db_url(self) -> str:

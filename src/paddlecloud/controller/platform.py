@@ -63,7 +63,7 @@ class Platform:
         return cls(
             ctx=ctx,
             jobs=JobService(ctx),
-            users=UserDirectory(clock),
+            users=UserDirectory(clock, config.default_quota),
             reconciler=Reconciler(ctx, make_policy(config.policy)),
             files=files,
         )

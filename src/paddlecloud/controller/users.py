@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, NotFound, Unauthorized
 from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
+from paddlecloud.controller.config import ComputeLimits
 from paddlecloud.core.clock import Clock
 from paddlecloud.store.tables import UserRow
 
@@ -45,8 +46,17 @@ def require_admin(who: Identity, what: str) -> None:
 
 
 class UserDirectory:
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, default_quota: ComputeLimits | None = None) -> None:
         self.clock = clock
+        self.default_quota = default_quota or ComputeLimits()
+
+    def _new_row(self, name: str, token: str, admin: bool) -> UserRow:
+        """A new user; non-admins start with the platform's default compute quota."""
+        q = ComputeLimits() if admin else self.default_quota
+        return UserRow(
+            name=name, token_sha256=_hash(token), is_admin=admin, created_at=self.clock.now(),
+            cpu_quota_m=q.cpu_m, memory_quota=q.memory, gpu_quota=q.gpu,
+        )  # fmt: skip
 
     def create_or_rotate(self, session: Session, name: str, *, admin: bool = False) -> str:
         """Create ``name`` (or give it a new token); returns the token, which is never stored.
@@ -56,9 +66,7 @@ class UserDirectory:
         token = _new_token()
         row = session.scalar(select(UserRow).where(UserRow.name == name))
         if row is None:
-            session.add(
-                UserRow(name=name, token_sha256=_hash(token), is_admin=admin, created_at=self.clock.now())
-            )
+            session.add(self._new_row(name, token, admin))
         else:
             row.token_sha256 = _hash(token)
         session.commit()
@@ -94,11 +102,7 @@ class UserDirectory:
         if session.scalar(select(UserRow.id).where(UserRow.name == spec.name)) is not None:
             raise exists
         token = _new_token()
-        session.add(
-            UserRow(
-                name=spec.name, token_sha256=_hash(token), is_admin=spec.admin, created_at=self.clock.now()
-            )
-        )
+        session.add(self._new_row(spec.name, token, spec.admin))
         try:
             session.commit()
         except IntegrityError:  # created concurrently

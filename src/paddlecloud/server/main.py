@@ -14,10 +14,10 @@ import uvicorn
 from fastapi import FastAPI
 
 from paddlecloud.backends.local import NodeShape
-from paddlecloud.controller import Platform, PlatformConfig
+from paddlecloud.controller import ComputeLimits, Platform, PlatformConfig
 from paddlecloud.server.app import create_app
 
-__all__ = ["NodeShape", "PlatformConfig", "prepare", "serve"]
+__all__ = ["ComputeLimits", "NodeShape", "PlatformConfig", "prepare", "serve"]
 
 TOKEN_FILE = "default-user.token"
 
