@@ -5,7 +5,10 @@ on the 8 Pollux workloads at job load 1.0 and 1.5 (16 nodes x 4 GPUs) and prints
 workloads of avg JCT, p99 JCT, avg queueing delay and GPU utilisation, with the paper's mean avg
 JCT for Pollux / Tiresias / Optimus; then the EDL scenario (static vs edl vs elastic).
 
-    .venv/bin/python bench/sim_pollux.py [--loads 1.0 1.5] [--json FILE]
+    .venv/bin/python bench/sim_pollux.py [--loads 1.0 1.5] [--json FILE] [--plot PREFIX]
+
+``--plot PREFIX`` writes ``PREFIX-load<L>.png`` per load (utilisation and queue length over time,
+one line per policy; needs matplotlib, ``pip install 'paddlecloud[plot]'``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import time
 from pathlib import Path
 
 from paddlecloud.sim import load_result
-from paddlecloud.sim.runner import RunSpec, run
+from paddlecloud.sim.plot import plot_series
+from paddlecloud.sim.runner import RunSpec, run, run_report
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
 FOLDERS = {0.5: "workloads-0.5", 1.0: "workloads", 1.5: "workloads-1.5"}
@@ -27,12 +31,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--loads", type=float, nargs="+", default=[1.0, 1.5])
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--plot", type=Path, metavar="PREFIX")
     args = ap.parse_args()
     everything: dict[str, object] = {}
     for load in args.loads:
         files = sorted(str(p) for p in (DATA / FOLDERS[load]).glob("workload-*.csv"))
         t = time.perf_counter()
-        res = run(RunSpec(files, list(POLICIES)))
+        report = run_report(RunSpec(files, list(POLICIES)))
+        res = report.summaries
+        if args.plot:
+            png = args.plot.with_name(f"{args.plot.name}-load{load}.png")
+            title = f"Pollux workloads at load {load}: mean of {len(files)}, 16 nodes x 4 GPUs"
+            plot_series(report.policy_series(), report.capacity, png, title=title)
         paper = {
             p: load_result(DATA / "results-jobload", p, load).mean_avg_jct
             for p in ("pollux", "tiresias", "optimus")

@@ -1,26 +1,57 @@
 """``paddlecloud sim``: replay workloads on a virtual cluster with the live scheduler's policies.
 
-Runs in the client process (no server needed); the work is ``paddlecloud.sim.runner``.
+Runs in the client process (no server needed):
+
+options ─▶ sim.runner.run_report (every policy x every workload) ─▶ table of the means on stdout
+    ─▶ ``--summary-json FILE``: Report.to_json (``--series N`` adds N-point time series per run)
+    ─▶ ``--plot FILE.png``: sim.plot over Report.policy_series (needs the optional matplotlib)
+
+The JSON is written before the plot is drawn, so a missing matplotlib still leaves the summary.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from paddlecloud.cli.output import print_table
 
+if TYPE_CHECKING:
+    from paddlecloud.sim.runner import Report
+
 __all__ = ["sim"]
 
 POLICIES = ["fifo", "fifo-backfill", "tiresias", "edl", "elastic"]
+PLOT_BINS = 400
+_COLUMNS = [
+    ("AVG JCT s", "avg_jct_s", ".0f"), ("MEDIAN JCT s", "median_jct_s", ".0f"),
+    ("P99 JCT s", "p99_jct_s", ".0f"),
+    ("AVG QUEUE s", "avg_queue_s", ".0f"), ("P99 QUEUE s", "p99_queue_s", ".0f"),
+    ("MAKESPAN s", "makespan_s", ".0f"), ("UTIL", "gpu_util", ".2f"), ("USEFUL", "useful_gpu_util", ".2f"),
+    ("RESIZES", "resizes", ".0f"), ("PREEMPT", "preemptions", ".0f"),
+]  # fmt: skip
+
+
+def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> list[str]:
+    """``--policy a --policy b`` and ``--policy a,b`` alike; order kept, repeats dropped."""
+    names: list[str] = []
+    for item in value:
+        for name in (n.strip() for n in item.split(",")):
+            if name not in POLICIES:
+                raise click.BadParameter(f"{name!r} is not one of {', '.join(POLICIES)}")
+            if name not in names:
+                names.append(name)
+    return names
 
 
 @click.command()
 @click.argument("workloads", nargs=-1)
-@click.option("--policy", "policies", multiple=True, type=click.Choice(POLICIES), default=["elastic"],
-              show_default=True, help="repeat to compare")  # fmt: skip
+@click.option("--policy", "policies", multiple=True, default=["elastic"], show_default=True,
+              callback=_policies, metavar="NAME[,NAME...]",
+              help=f"one of {', '.join(POLICIES)}; repeat or comma-separate to compare")  # fmt: skip
 @click.option(
     "--format", "fmt", type=click.Choice(["pollux", "philly", "edl"]), default="pollux", show_default=True
 )
@@ -31,30 +62,67 @@ POLICIES = ["fifo", "fifo-backfill", "tiresias", "edl", "elastic"]
 @click.option(
     "--summary-json", type=click.Path(dir_okay=False, path_type=Path), help="write all figures here"
 )
+@click.option("--series", "series_points", type=click.IntRange(0, 100_000), default=0, show_default=True,
+              help="also put each run's time series, in N bins, into the JSON")  # fmt: skip
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="PNG of utilisation and queue length over time, one line per policy "
+                   "(needs matplotlib)")  # fmt: skip
 def sim(
-    workloads: tuple[str, ...], policies: tuple[str, ...], fmt: str, nodes: int | None,
-    gpus_per_node: int | None, traces: str | None, limit: int, summary_json: Path | None,
+    workloads: tuple[str, ...], policies: list[str], fmt: str, nodes: int | None, gpus_per_node: int | None,
+    traces: str | None, limit: int, summary_json: Path | None, series_points: int, plot: Path | None,
 ) -> None:  # fmt: skip
     """Simulate WORKLOAD files (Pollux CSVs, philly.csv) or the EDL scenario (--format edl)."""
-    from paddlecloud.sim.runner import RunSpec, run
+    from paddlecloud.sim.runner import RunSpec, run_report
 
     for w in workloads:
         if not Path(w).is_file():
             raise click.BadParameter(f"{w}: no such file", param_hint="WORKLOADS")
     try:
-        results = run(RunSpec(list(workloads), list(policies), fmt, traces, nodes, gpus_per_node, limit))
+        report = run_report(RunSpec(list(workloads), policies, fmt, traces, nodes, gpus_per_node, limit))
     except (ValueError, KeyError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    rows = []
-    for pol, per in results.items():
-        m = per["mean"]
-        rows.append([pol, f"{m['avg_jct_s']:.0f}", f"{m['p99_jct_s']:.0f}", f"{m['avg_queue_s']:.0f}",
-                     f"{m['makespan_s']:.0f}", f"{m['gpu_util']:.2f}", f"{m['resizes']:.0f}",
-                     f"{m['preemptions']:.0f}"])  # fmt: skip
-    click.echo(f"mean over {len(next(iter(results.values()))) - 1} workload(s):")
-    print_table(
-        ["POLICY", "AVG JCT s", "P99 JCT s", "AVG QUEUE s", "MAKESPAN s", "UTIL", "RESIZES", "PREEMPT"], rows
+    _print_means(report)
+    try:
+        if summary_json:
+            summary_json.write_text(json.dumps(report.to_json(series_points), indent=2) + "\n")
+            click.echo(f"summary: {summary_json}")
+        if plot:
+            _plot(report, plot)
+            click.echo(f"plot: {plot}")
+    except OSError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _print_means(report: Report) -> None:
+    rows = [[pol] + [format(per["mean"][key], spec) for _, key, spec in _COLUMNS]
+            for pol, per in report.summaries.items()]  # fmt: skip
+    unit = "GPUs" if report.util_unit == "gpu" else "CPU cores"
+    click.echo(
+        f"mean over {len(report.workloads)} workload(s); UTIL / USEFUL: share of {report.capacity} {unit}:"
     )
-    if summary_json:
-        summary_json.write_text(json.dumps(results, indent=2))
-        click.echo(f"summary: {summary_json}")
+    print_table(["POLICY"] + [head for head, _, _ in _COLUMNS], rows)
+    for pol, per in report.summaries.items():
+        left = sum(s["unfinished"] for wl, s in per.items() if wl != "mean")
+        if left:
+            click.echo(
+                f"note: {pol}: {left:.0f} job(s) unfinished at the 30-day horizon, not in the JCT figures"
+            )
+
+
+def _plot(report: Report, path: Path) -> None:
+    from paddlecloud.sim.plot import PlotUnavailable, plot_series
+
+    names = list(report.workloads)
+    what = names[0] if len(names) == 1 else f"mean of {len(names)} workloads"
+    c = report.cluster
+    shape = (
+        f"{c.nodes} nodes x {c.node.gpu} GPUs"
+        if c.node.gpu
+        else f"{c.nodes} nodes x {c.node.cpu_m // 1000} cores"
+    )
+    try:
+        plot_series(report.policy_series(PLOT_BINS), report.capacity, path,
+                    title=f"{report.spec.format}: {what}, {shape}",
+                    unit="GPU" if report.util_unit == "gpu" else "CPU")  # fmt: skip
+    except PlotUnavailable as exc:
+        raise click.ClickException(str(exc)) from None

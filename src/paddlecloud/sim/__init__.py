@@ -8,6 +8,11 @@ Pure Python, no I/O beyond the loaders that read the shared data files (``../sha
 - :mod:`paddlecloud.sim.workload`: :class:`SimJob` and the Pollux, Philly and EDL workloads;
 - :mod:`paddlecloud.sim.paper`: the Pollux paper's simulated JCTs, as reference numbers.
 
+and the simulation itself: :mod:`~paddlecloud.sim.engine` (virtual clock driving the live scheduler
+package; records a :class:`~paddlecloud.sim.series.Series` per run), :mod:`~paddlecloud.sim.runner`
+(policies x workloads -> summaries, series, JSON) and :mod:`~paddlecloud.sim.plot` (the optional
+matplotlib PNG, the only module that writes a file).
+
 This package must not import the server, store, storage, backends, controller, client or CLI
 (import-linter enforces it).
 """

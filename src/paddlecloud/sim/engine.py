@@ -9,20 +9,33 @@ Every ``round_s`` seconds of virtual time (60 s, as Pollux's simulator):
      to the queue keeping their progress (they checkpoint); every start, resize or resume costs
      ``restart_s`` seconds without progress;
   4. running jobs progress at their measured throughput for their trainer count and placement
-     (``sim.profiles``); a job that finishes inside the round finishes at the exact moment.
+     (``sim.profiles``); a job that finishes inside the round finishes at the exact moment;
+  5. the round becomes one row of :class:`~paddlecloud.sim.series.Series`: units allocated, units
+     useful, jobs queued, jobs running. When nothing waits or runs the clock jumps to the next
+     arrival and the gap is one empty row.
 The global batch size never changes: a resize only re-splits it (gradient accumulation in the model).
+
+Utilisation counts GPUs, or whole CPU cores of CPU-only jobs. *Allocated* is what running jobs hold
+for the whole round (a job that finishes mid-round holds its GPUs until the next round, as the
+scheduler only reallocates then). *Useful* is the part that trained at single-replica speed: per job,
+``GPUs x seconds progressing (not restarting, not finished) x parallel efficiency``, where the
+efficiency is ``throughput(n replicas, placement) / (n x throughput(1 replica))`` at the job's fixed
+global batch (capped at 1). Both summary ratios divide by ``capacity x busy time`` (rounds in which a
+job waited or ran).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import JobRequest, NodeState, Policy, Snapshot, WorkerPlacement
+from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot, WorkerPlacement
 from paddlecloud.sim.profiles import ThroughputModel
+from paddlecloud.sim.series import Series
 from paddlecloud.sim.workload import ClusterSpec, SimJob, job_work, speedup_table
 
 __all__ = ["SimConfig", "SimResult", "simulate", "widen"]
@@ -50,6 +63,8 @@ class _Run:
     paused_until: float = 0.0
     resizes: int = 0
     preemptions: int = 0
+    #: throughput of one replica at the job's global batch (set on first progress)
+    base_rate: float = 0.0
 
     @property
     def n(self) -> int:
@@ -62,27 +77,30 @@ class SimResult:
     jct: dict[str, float] = field(default_factory=dict)
     queue_delay: dict[str, float] = field(default_factory=dict)
     unfinished: list[str] = field(default_factory=list)
+    #: first submission to last completion
     makespan: float = 0.0
     allocated_gpu_s: float = 0.0
+    useful_gpu_s: float = 0.0
     busy_s: float = 0.0  # time while any job waited or ran
     resizes: int = 0
     preemptions: int = 0
-    #: (time, allocated GPUs, queued jobs) per round
-    timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    series: Series = field(default_factory=Series)
 
     def summary(self, capacity_gpus: int) -> dict[str, float]:
         jcts = sorted(self.jct.values())
         waits = sorted(self.queue_delay.values())
+        busy = capacity_gpus * self.busy_s
         return {
             "jobs": float(len(jcts)),
             "unfinished": float(len(self.unfinished)),
             "avg_jct_s": _mean(jcts),
-            "median_jct_s": _pct(jcts, 50),
+            "median_jct_s": statistics.median(jcts) if jcts else 0.0,
             "p99_jct_s": _pct(jcts, 99),
             "avg_queue_s": _mean(waits),
             "p99_queue_s": _pct(waits, 99),
             "makespan_s": self.makespan,
-            "gpu_util": self.allocated_gpu_s / (capacity_gpus * self.busy_s) if self.busy_s else 0.0,
+            "gpu_util": self.allocated_gpu_s / busy if busy else 0.0,
+            "useful_gpu_util": self.useful_gpu_s / busy if busy else 0.0,
             "resizes": float(self.resizes),
             "preemptions": float(self.preemptions),
         }
@@ -112,61 +130,98 @@ def widen(jobs: Sequence[SimJob], models: Mapping[str, ThroughputModel], cap: in
 def simulate(
     jobs: Sequence[SimJob], models: Mapping[str, ThroughputModel], policy: Policy, cfg: SimConfig
 ) -> SimResult:
-    spec = cfg.cluster
-    names = [f"node-{i}" for i in range(spec.nodes)]
-    runs = {j.name: _Run(j, job_work(j, models)) for j in jobs}
-    pending = sorted(jobs, key=lambda j: j.submit_time)
-    speedups: dict[tuple[str, int, int], tuple[float, ...]] = {}
+    """Replay ``jobs`` under ``policy`` until every job is done or ``cfg.horizon_s`` passes."""
+    w = _World(cfg, models, jobs)
     result = SimResult(policy=policy.name)
-    queued: list[str] = []
-    running: list[str] = []
-    t, cycle, nxt = 0.0, 0, 0
-    if pending:
-        t = pending[0].submit_time
-    while (nxt < len(pending) or queued or running) and t <= cfg.horizon_s:
-        while nxt < len(pending) and pending[nxt].submit_time <= t:
-            queued.append(pending[nxt].name)
-            nxt += 1
-        cycle += 1
-        snap = _snapshot(cycle, t, spec, names, runs, queued, running, models, speedups)
-        plan = policy.schedule(snap)
+    while w.active() and w.t <= cfg.horizon_s:
+        w.arrive()
+        w.cycle += 1
+        w.apply(policy.schedule(w.snapshot()))
+        w.progress(result)
+        w.skip_idle(result.series)
+    result.unfinished = [n for n, r in w.runs.items() if r.finished is None]
+    result.resizes = sum(r.resizes for r in w.runs.values())
+    result.preemptions = sum(r.preemptions for r in w.runs.values())
+    return result
+
+
+class _World:
+    """The virtual cluster's state between rounds: the clock, the queue, the running jobs."""
+
+    def __init__(self, cfg: SimConfig, models: Mapping[str, ThroughputModel], jobs: Sequence[SimJob]) -> None:
+        self.cfg, self.models = cfg, models
+        self.names = [f"node-{i}" for i in range(cfg.cluster.nodes)]
+        self.runs = {j.name: _Run(j, job_work(j, models)) for j in jobs}
+        self.pending = sorted(jobs, key=lambda j: j.submit_time)
+        self.speedups: dict[tuple[str, int, int], tuple[float, ...]] = {}
+        self.queued: list[str] = []
+        self.running: list[str] = []
+        self.t = self.pending[0].submit_time if self.pending else 0.0
+        self.first = self.t
+        self.cycle = self.nxt = 0
+
+    def active(self) -> bool:
+        return self.nxt < len(self.pending) or bool(self.queued) or bool(self.running)
+
+    def arrive(self) -> None:
+        while self.nxt < len(self.pending) and self.pending[self.nxt].submit_time <= self.t:
+            self.queued.append(self.pending[self.nxt].name)
+            self.nxt += 1
+
+    def snapshot(self) -> Snapshot:
+        return _snapshot(
+            self.cycle, self.t, self.cfg.cluster, self.names, self.runs, self.queued, self.running,
+            self.models, self.speedups,
+        )  # fmt: skip
+
+    def apply(self, plan: Plan) -> None:
+        """Admitted jobs start, resized ones change trainers (both pay ``restart_s``), preempted ones
+        go back to the queue with their progress."""
+        t, pause = self.t, self.t + self.cfg.restart_s
         for a in plan.admit:
-            r = runs[a.job]
+            r = self.runs[a.job]
             r.placement = tuple(p for p in a.placement if p.role == "trainer")
             r.first_start = t if r.first_start is None else r.first_start
-            r.paused_until, r.resized_at = t + cfg.restart_s, t
-            queued.remove(a.job)
-            running.append(a.job)
+            r.paused_until, r.resized_at = pause, t
+            self.queued.remove(a.job)
+            self.running.append(a.job)
         for z in plan.resize:
-            r = runs[z.job]
-            r.placement, r.resized_at, r.paused_until = z.placement, t, t + cfg.restart_s
+            r = self.runs[z.job]
+            r.placement, r.resized_at, r.paused_until = z.placement, t, pause
             r.resizes += 1
         for pre in plan.preempt:
-            r = runs[pre.job]
+            r = self.runs[pre.job]
             r.placement, r.preemptions = (), r.preemptions + 1
-            running.remove(pre.job)
-            queued.append(pre.job)
-        end = t + cfg.round_s
-        used = 0
-        for name in list(running):
-            r = runs[name]
+            self.running.remove(pre.job)
+            self.queued.append(pre.job)
+
+    def progress(self, result: SimResult) -> None:
+        """One round of progress; finished jobs leave; the round's row goes into the series."""
+        t, dt = self.t, self.cfg.round_s
+        used, useful, holding = 0, 0.0, len(self.running)
+        for name in list(self.running):
+            r = self.runs[name]
             used += r.n * _units(r.job)
-            _advance(r, t, end, models)
+            useful += _advance(r, t, t + dt, self.models)
             if r.finished is not None:
-                running.remove(name)
+                self.running.remove(name)
                 result.jct[name] = r.finished - r.job.submit_time
                 result.queue_delay[name] = (r.first_start or r.job.submit_time) - r.job.submit_time
-                result.makespan = max(result.makespan, r.finished)
-        result.allocated_gpu_s += used * cfg.round_s
-        result.busy_s += cfg.round_s if (queued or running or used) else 0.0
-        result.timeline.append((t, used, len(queued)))
-        t = end
-        if not queued and not running and nxt < len(pending):
-            t = max(t, pending[nxt].submit_time)  # idle: jump to the next arrival
-    result.unfinished = [n for n, r in runs.items() if r.finished is None]
-    result.resizes = sum(r.resizes for r in runs.values())
-    result.preemptions = sum(r.preemptions for r in runs.values())
-    return result
+                result.makespan = max(result.makespan, r.finished - self.first)
+        result.allocated_gpu_s += used * dt
+        result.useful_gpu_s += useful
+        result.busy_s += dt if (self.queued or holding) else 0.0
+        result.series.add(t, dt, float(used), useful / dt, len(self.queued), holding)
+        self.t = t + dt
+
+    def skip_idle(self, series: Series) -> None:
+        """Nothing waits or runs: jump to the next arrival (the gap is one empty row)."""
+        if self.queued or self.running or self.nxt >= len(self.pending):
+            return
+        nxt = self.pending[self.nxt].submit_time
+        if nxt > self.t:
+            series.add(self.t, nxt - self.t, 0.0, 0.0, 0, 0)
+            self.t = nxt
 
 
 def _units(job: SimJob) -> int:
@@ -174,19 +229,27 @@ def _units(job: SimJob) -> int:
     return job.gpus_per_replica or max(job.cpu_m_per_replica // 1000, 1)
 
 
-def _advance(r: _Run, t: float, end: float, models: Mapping[str, ThroughputModel]) -> None:
-    r.attained += r.n * _units(r.job) * (end - t)
+def _advance(r: _Run, t: float, end: float, models: Mapping[str, ThroughputModel]) -> float:
+    """Progress ``r`` over ``[t, end)``; returns the useful unit-seconds it did (see the module doc)."""
+    units = r.n * _units(r.job)
+    r.attained += units * (end - t)
     start = max(t, r.paused_until)
     if start >= end or r.n == 0:
-        return
+        return 0.0
+    model = models[r.job.app]
     nodes = len({p.node for p in r.placement})
-    rate = models[r.job.app].throughput(r.n, nodes, r.job.global_bsz)
+    rate = model.throughput(r.n, nodes, r.job.global_bsz)
     need = r.work - r.done
+    stop = end
     if rate * (end - start) >= need:
         r.done = r.work
-        r.finished = start + need / rate
+        r.finished = stop = start + need / rate
     else:
         r.done += rate * (end - start)
+    if r.base_rate <= 0.0:
+        r.base_rate = model.throughput(1, 1, r.job.global_bsz)
+    efficiency = min(1.0, rate / (r.n * r.base_rate)) if r.base_rate > 0 else 1.0
+    return units * efficiency * (stop - start)
 
 
 def _snapshot(

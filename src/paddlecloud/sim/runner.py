@@ -1,20 +1,29 @@
 """Run policies over workloads and summarise: what ``paddlecloud sim`` and ``bench/sim_*.py`` call.
 
 workloads (files or the EDL scenario) ─▶ SimJob lists ─▶ simulate(policy) per workload
-    ─▶ {policy: {workload: summary, "mean": summary}}   (summary keys: see SimResult.summary)
+    ─▶ :class:`Report`: summaries {policy: {workload: summary, "mean": summary}} (keys: see
+       SimResult.summary), the per-round :class:`~paddlecloud.sim.series.Series` of every run, and
+       what was simulated (cluster, utilisation unit, jobs per application, the speed-up model)
+    ─▶ :meth:`Report.to_json` (the ``--summary-json`` document) and :meth:`Report.policy_series`
+       (one series per policy, workloads averaged: the ``--plot`` lines)
+
+:func:`run` returns the summaries only, as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.sim.engine import SimConfig, simulate, widen
 from paddlecloud.sim.profiles import ElasticCpuModel, ThroughputModel, load_profiles
+from paddlecloud.sim.series import Series, combine
 from paddlecloud.sim.workload import (
     EDL_APP,
     EDL_CLUSTER,
@@ -26,10 +35,44 @@ from paddlecloud.sim.workload import (
     load_pollux,
 )
 
-__all__ = ["RunSpec", "run"]
+__all__ = ["Report", "RunSpec", "run", "run_report", "speedup_model"]
 
 ELASTIC_POLICIES = ("elastic", "edl")
 Summary = dict[str, float]
+
+_PROFILE_RULE = (
+    "a job runs at throughput(n GPUs over the k nodes it was placed on, global batch B), interpolated "
+    "piecewise-linearly in the measured step and all-reduce times of pollux/traces/<application> "
+    "(gradient accumulation above the largest measured per-GPU batch; B never changes with n); the "
+    "policies see speedup(n) = throughput(n GPUs packed {g} per node) / throughput(1 GPU) at B; elastic "
+    "policies (edl, elastic) may give 1 .. max(requested, floor(B / min_local_bsz)) GPUs, at most the "
+    "cluster's"
+)
+_PHILLY_RULE = (
+    "each Philly job stands for a measured Pollux application chosen by its GPU time (< 1 GPU-hour "
+    "cifar10 or ncf, < 10 deepspeech2 or bert, < 100 yolov3, else imagenet); B is the smallest "
+    "validated batch giving each traced GPU at least min_local_bsz; it requests its traced GPU count "
+    "(at most floor(B / min_local_bsz)) and its work is traced duration x throughput(those GPUs packed "
+    "4 per node, B), so that allocation reproduces the traced duration and any other runs at the "
+    "application's measured speed-up: "
+)
+
+
+def speedup_model(fmt: str, gpus_per_node: int = 4) -> str:
+    """How a job's speed depends on its allocation, for workload format ``fmt`` (the JSON's
+    ``speedup_model``)."""
+    if fmt == "edl":
+        m = ElasticCpuModel()
+        return (
+            f"synthetic near-linear CPU model (no measured profile): n trainers process "
+            f"n x {m.per_trainer:g} / (1 + {m.contention:g} x (n - 1)) samples/s whatever the nodes, "
+            f"{m.work_samples:,.0f} samples per job; static policies (fifo, fifo-backfill, tiresias) "
+            f"keep each job at its minimum trainers, edl and elastic may give it up to {m.trainer_cap}"
+        )
+    rule = _PROFILE_RULE.format(g=gpus_per_node or 4)
+    if fmt == "philly":
+        return _PHILLY_RULE + rule
+    return "measured Pollux profiles: " + rule
 
 
 @dataclass(frozen=True)
@@ -77,21 +120,85 @@ def _shape(base: ClusterSpec, spec: RunSpec) -> ClusterSpec:
     return ClusterSpec(nodes=spec.nodes or base.nodes, node=node)
 
 
-def run(spec: RunSpec) -> dict[str, dict[str, Summary]]:
+@dataclass
+class Report:
+    """Everything one ``paddlecloud sim`` produced."""
+
+    spec: RunSpec
+    cluster: ClusterSpec
+    #: utilisation units of the cluster: its GPUs, or its CPU cores when it has none
+    capacity: int
+    workloads: dict[str, list[SimJob]]
+    summaries: dict[str, dict[str, Summary]] = field(default_factory=dict)
+    #: policy -> workload -> one row per round
+    series: dict[str, dict[str, Series]] = field(default_factory=dict)
+
+    @property
+    def util_unit(self) -> str:
+        return "gpu" if self.cluster.node.gpu else "cpu_core"
+
+    def policy_series(self, bins: int = 400) -> dict[str, Series]:
+        """Per policy, its workloads' series averaged on one time axis (see ``series.combine``) that
+        runs to the end of the longest run of any policy."""
+        span = max((s.span for per in self.series.values() for s in per.values()), default=0.0)
+        return {pol: combine(list(per.values()), bins, span) for pol, per in self.series.items()}
+
+    def to_json(self, series_points: int = 0) -> dict[str, Any]:
+        """The summary document; ``series_points`` > 0 adds each run's series in that many bins."""
+        doc: dict[str, Any] = {
+            "format": self.spec.format,
+            "cluster": {
+                "nodes": self.cluster.nodes,
+                "gpus_per_node": self.cluster.node.gpu,
+                "capacity": self.capacity,
+                "util_unit": self.util_unit,
+            },
+            "speedup_model": speedup_model(self.spec.format, self.cluster.node.gpu),
+            "workloads": {
+                wl: {"jobs": len(jobs), "applications": dict(sorted(Counter(j.app for j in jobs).items()))}
+                for wl, jobs in self.workloads.items()
+            },
+            "policies": self.summaries,
+        }
+        if series_points > 0:
+            doc["series"] = {
+                pol: {wl: s.resample(series_points).to_json(self.capacity) for wl, s in per.items()}
+                for pol, per in self.series.items()
+            }
+        return doc
+
+
+def _jobs_for(policy: str, spec: RunSpec, jobs: list[SimJob], models: Mapping[str, ThroughputModel],
+              cluster: ClusterSpec) -> list[SimJob]:  # fmt: skip
+    """Elastic policies get elastic bounds; on the EDL scenario static ones run each job at its minimum."""
+    if policy in ELASTIC_POLICIES and spec.format != "edl":
+        return widen(jobs, models, cluster.nodes * (cluster.node.gpu or 64))
+    if policy not in ELASTIC_POLICIES and spec.format == "edl":
+        return [dataclasses.replace(j, min_replicas=0, max_replicas=0, num_replicas=j.lo) for j in jobs]
+    return jobs
+
+
+def run_report(spec: RunSpec) -> Report:
+    """Simulate every policy of ``spec`` on every workload."""
     loads, models, cluster = _inputs(spec)
-    capacity = cluster.nodes * (cluster.node.gpu or 1)
-    out: dict[str, dict[str, Summary]] = {}
+    capacity = (
+        cluster.nodes * cluster.node.gpu if cluster.node.gpu else cluster.nodes * cluster.node.cpu_m // 1000
+    )
+    report = Report(spec, cluster, capacity, loads)
     for name in spec.policies:
         pol = make_policy(name)
         per: dict[str, Summary] = {}
+        report.series[name] = {}
         for wl, jobs in loads.items():
-            cap = cluster.nodes * (cluster.node.gpu or 64)
-            js = widen(jobs, models, cap) if name in ELASTIC_POLICIES and spec.format != "edl" else jobs
-            if name not in ELASTIC_POLICIES and spec.format == "edl":  # static: the minimum, fixed
-                js = [dataclasses.replace(j, min_replicas=0, max_replicas=0, num_replicas=j.lo) for j in jobs]
-            units = capacity if cluster.node.gpu else cluster.nodes * cluster.node.cpu_m // 1000
-            per[wl] = simulate(js, models, pol, SimConfig(cluster)).summary(units)
+            res = simulate(_jobs_for(name, spec, jobs, models, cluster), models, pol, SimConfig(cluster))
+            per[wl] = res.summary(capacity)
+            report.series[name][wl] = res.series
         keys = next(iter(per.values())).keys()
         per["mean"] = {k: sum(s[k] for s in per.values()) / len(per) for k in keys}
-        out[name] = per
-    return out
+        report.summaries[name] = per
+    return report
+
+
+def run(spec: RunSpec) -> dict[str, dict[str, Summary]]:
+    """The summaries of :func:`run_report`: ``{policy: {workload: summary, "mean": summary}}``."""
+    return run_report(spec).summaries
