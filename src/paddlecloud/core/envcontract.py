@@ -78,6 +78,7 @@ def _platform(ctx: WorkerContext) -> dict[str, str]:
         c.POD_IP: host,
         c.OUTPUT_DIR: ctx.output_dir,
         c.OUTPUT: ctx.files.output,
+        c.CHECKPOINT_DIR: f"{ctx.output_dir}/checkpoints" if ctx.output_dir else "",
         c.INPUT_DIR: ctx.files.input_dir,
         c.INPUT: ctx.files.input,
         c.RESTART: str(ctx.restart),
