@@ -264,3 +264,19 @@ def test_runtime_env_reads_back_worker_env(context: WorkerContext, expected: Wor
 def test_runtime_env_outside_a_worker_raises_key_error() -> None:
     with pytest.raises(KeyError):
         env({})
+
+
+def test_elastic_torch_trainers_are_torchrun_agents_on_the_platform_store() -> None:
+    topo = Topology((), ("127.0.0.1:4001", "127.0.0.1:4002"), master_endpoint="127.0.0.1:4009")
+    ctx = WorkerContext(
+        job_name="el", user="alice", framework="torch", role="trainer", index=1, topology=topo,
+        output_dir="/out", trainer_range=(1, 4),
+    )  # fmt: skip
+    env = worker_env(ctx)
+    assert env["PET_NNODES"] == "1:4"
+    assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:4009"
+    assert "is_host=false" in env["PET_RDZV_CONF"]
+    assert env["PET_RDZV_ID"] == "alice-el"
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "RANK" not in env and "WORLD_SIZE" not in env  # torchrun assigns them per rendezvous round
+    assert env["PADDLECLOUD_CHECKPOINT_DIR"] == "/out/checkpoints"

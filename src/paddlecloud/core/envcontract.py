@@ -47,6 +47,8 @@ class WorkerContext:
     #: where the job's data lives: local directories and the PFS paths they are
     files: JobFiles = field(default_factory=lambda: JobFiles())
     gpus: Sequence[int] | None = None  # None: the backend has no GPUs to assign
+    #: elastic jobs: (min, max) trainers; torch jobs then run trainers as torchrun agents
+    trainer_range: tuple[int, int] | None = None
     user_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -134,7 +136,26 @@ def _paddle_collective(ctx: WorkerContext) -> dict[str, str]:
     return env
 
 
+def _torch_elastic(ctx: WorkerContext, lo: int, hi: int) -> dict[str, str]:
+    """torchrun reads its options from ``PET_*``: the entry is just ``torchrun train.py``. The
+    rendezvous store is the platform's (``runtime.rendezvous`` on the master endpoint), never a
+    trainer's; ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` lets new agents join a running job."""
+    return {
+        "PET_NNODES": f"{lo}:{hi}",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": ctx.topology.master_endpoint,
+        "PET_RDZV_ID": f"{ctx.user}-{ctx.job_name}",
+        "PET_RDZV_CONF": "is_host=false,last_call_timeout=3",
+        "PET_MAX_RESTARTS": "1000",
+        "PET_LOCAL_ADDR": _host_port(ctx.endpoint)[0],
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
+
+
 def _torch(ctx: WorkerContext) -> dict[str, str]:
+    if ctx.trainer_range is not None:
+        return _torch_elastic(ctx, *ctx.trainer_range)
     host, port = _host_port(ctx.topology.master_endpoint)
     return {
         "MASTER_ADDR": host,
