@@ -7,8 +7,20 @@ MLP ~0.99). The data is generated from a fixed seed, so every worker builds the
 identical data set. Each rank trains on its own shard via
 DistributedSampler; gradients are averaged by DistributedDataParallel.
 
-The platform supplies MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK, so the
-process group is initialised with the default env:// method.
+Two ways to run it, same code:
+- fixed size (``--entry "python train.py"``): the platform supplies MASTER_ADDR,
+  MASTER_PORT, WORLD_SIZE and RANK; the process group uses env://.
+- elastic (``--entry "torchrun train.py" --min-instance 1 --max-instance 4``):
+  every trainer is a torchrun agent on the platform's rendezvous store; when
+  trainers join, leave or die, torchrun restarts the worker group with the new
+  world size and this program resumes from its last checkpoint.
+
+The global batch (GLOBAL_BATCH rows per step) is the same at any world size:
+each rank takes GLOBAL_BATCH // world rows, so a resize never changes the
+training semantics. Rank 0 checkpoints model, optimizer and epoch after every
+epoch with paddlecloud.runtime.checkpoint (atomic, last 3 kept, in
+$PADDLECLOUD_CHECKPOINT_DIR); on start rank 0 loads the newest valid one and
+broadcasts it, so every rank resumes from the same state.
 
 Rank 0 prints ``final loss <float>`` and ``final accuracy <float>`` (accuracy
 on a held-out test set, evaluated by all ranks and all-reduced) and saves the
@@ -33,8 +45,8 @@ CLUSTERS_PER_CLASS = 3
 CLUSTER_SPREAD = 3.0  # scale of the cluster centres; cluster noise has std 1
 TRAIN_ROWS = 8000
 TEST_ROWS = 2000
-EPOCHS = 8
-BATCH_SIZE = 64  # per rank
+EPOCHS = int(os.environ.get("EPOCHS", "8"))
+GLOBAL_BATCH = 128  # rows per optimizer step, over all ranks
 LEARNING_RATE = 0.02
 TARGET_ACCURACY = 0.97
 
@@ -57,17 +69,47 @@ def make_dataset():
     return train, test
 
 
+def resume(model, optimizer, rank):
+    """Rank 0 reads the newest valid checkpoint and broadcasts it; returns the epoch to start at."""
+    state = [None]
+    if rank == 0:
+        try:
+            from paddlecloud.runtime import checkpoint
+        except ImportError:  # run outside PaddleCloud: no checkpoints
+            checkpoint = None
+        found = checkpoint.latest() if checkpoint else None
+        if found is not None:
+            state[0] = torch.load(found.path, weights_only=True)
+    dist.broadcast_object_list(state, src=0)
+    if state[0] is None:
+        return 0
+    model.module.load_state_dict(state[0]["model"])
+    optimizer.load_state_dict(state[0]["optimizer"])
+    log(f"rank {rank} resumed from checkpoint after epoch {state[0]['epoch'] - 1}")
+    return state[0]["epoch"]
+
+
+def save_checkpoint(model, optimizer, epoch):
+    try:
+        from paddlecloud.runtime import checkpoint
+    except ImportError:
+        return
+    state = {"epoch": epoch, "model": model.module.state_dict(), "optimizer": optimizer.state_dict()}
+    checkpoint.save(epoch, lambda f: torch.save(state, f))
+
+
 def main():
-    # Two workers share two cores: one intra-op thread each avoids oversubscription.
+    # Workers share two cores: one intra-op thread each avoids oversubscription.
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")  # env:// from MASTER_ADDR/PORT, WORLD_SIZE, RANK
+    dist.init_process_group("gloo")  # env:// from MASTER_ADDR/PORT, WORLD_SIZE, RANK (torchrun sets them too)
     rank, world = dist.get_rank(), dist.get_world_size()
     master = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-    log(f"rank {rank}/{world} started (master {master})")
+    restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    log(f"rank {rank}/{world} started (master {master}, group restart {restarts})")
 
     train_set, test_set = make_dataset()
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=SEED)
-    loader = DataLoader(train_set, batch_size=BATCH_SIZE, sampler=sampler)
+    loader = DataLoader(train_set, batch_size=max(GLOBAL_BATCH // world, 1), sampler=sampler)
 
     torch.manual_seed(SEED)  # same init everywhere (DDP also broadcasts rank 0's weights)
     model = DistributedDataParallel(
@@ -81,9 +123,11 @@ def main():
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
+    first = resume(model, optimizer, rank)
 
     start = time.time()
-    for epoch in range(EPOCHS):
+    train_loss = float("nan")
+    for epoch in range(first, EPOCHS):
         sampler.set_epoch(epoch)
         model.train()
         # [sum of loss, number of rows] over this rank's shard, summed over ranks below.
@@ -100,9 +144,11 @@ def main():
         if rank == 0:
             log(
                 f"epoch {epoch} loss {train_loss:.4f} test_loss {test_loss:.4f} "
-                f"test_accuracy {test_acc:.4f} ({time.time() - start:.1f}s)"
+                f"test_accuracy {test_acc:.4f} world {world} ({time.time() - start:.1f}s)"
             )
+            save_checkpoint(model, optimizer, epoch + 1)
 
+    test_loss, test_acc = evaluate(model, test_set, rank, world, loss_fn)
     ok = test_acc >= TARGET_ACCURACY
     if rank == 0:
         out_dir = os.environ.get("PADDLECLOUD_OUTPUT_DIR", ".")
@@ -110,7 +156,7 @@ def main():
         path = os.path.join(out_dir, "model.pt")
         torch.save(model.module.state_dict(), path)
         log(f"saved state_dict to {path}")
-        log(f"final loss {train_loss:.6f}")
+        log(f"final loss {train_loss:.6f}" if first < EPOCHS else f"final test_loss {test_loss:.6f}")
         log(f"final accuracy {test_acc:.4f}")
         if not ok:
             log(f"FAILED: accuracy {test_acc:.4f} below target {TARGET_ACCURACY}")
