@@ -155,6 +155,21 @@ def job_probes(method: str, suffix: str) -> Probe:
     return probe
 
 
+def task_probes(method: str, suffix: str, body: dict[str, str] | None = None) -> Probe:
+    """Like job_probes, for the task master's routes (trainers' requests carry a lease id)."""
+
+    def probe(w: World, t: Target) -> list[Request]:
+        return [
+            Request(method, f"/jobs/{t.job}/tasks{suffix}", json=body),
+            Request(method, f"/jobs/{t.job}/tasks{suffix}", params={"user": t.user}, json=body),
+        ]
+
+    return probe
+
+
+LEASE = {"lease": "bob-lease-0001"}
+
+
 def submit_probes(w: World, t: Target) -> list[Request]:
     spec = {"name": "stolen", "entry": "python main.py", "trainers": {"cpu": "100m"}}
     return [
@@ -191,6 +206,12 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/jobs/{name}/kill"): {"probe": job_probes("POST", "/kill")},
     ("GET", "/api/v1/jobs/{name}/workers"): {"probe": job_probes("GET", "/workers")},
     ("GET", "/api/v1/jobs/{name}/logs"): {"probe": job_probes("GET", "/logs")},
+    # the task master (job tokens: tests/unit/test_task_master.py)
+    ("GET", "/api/v1/jobs/{name}/tasks"): {"probe": task_probes("GET", "")},
+    ("POST", "/api/v1/jobs/{name}/tasks/lease"): {"probe": task_probes("POST", "/lease", LEASE)},
+    ("POST", "/api/v1/jobs/{name}/tasks/{index}/done"): {"probe": task_probes("POST", "/0/done", LEASE)},
+    ("POST", "/api/v1/jobs/{name}/tasks/{index}/fail"): {"probe": task_probes("POST", "/0/fail", LEASE)},
+    ("POST", "/api/v1/jobs/{name}/tasks/{index}/renew"): {"probe": task_probes("POST", "/0/renew", LEASE)},
     # files
     ("GET", "/api/v1/pfs/stat"): {"probe": lambda w, t: pfs_get("stat")(w, t) + pfs_get("stat", "dir")(w, t)},
     ("GET", "/api/v1/pfs/list"): {
@@ -331,8 +352,10 @@ def build_world(platform: Platform, new_http: Callable[[], httpx.Client], tmp: P
     pkg.mkdir()
     (pkg / "main.py").write_text("print('hi')\n")
     alice.submit(
-        {"name": "secret-job", "entry": "python main.py", "trainers": {"cpu": "100m"}}, package_dir=pkg
-    )
+        {"name": "secret-job", "entry": "python main.py", "trainers": {"cpu": "100m"},
+         "tasks": {"items": ["a", "b"]}},
+        package_dir=pkg,
+    )  # fmt: skip
     fs = alice.pfs
     fs.mkdir("pfs:private/inner", parents=True)
     (tmp / "data.txt").write_bytes(b"alice's secret data")
@@ -428,6 +451,7 @@ def alice_state(w: World) -> dict[str, Any]:
         "jobs": jobs,
         "upload": up.json()["received"],
         "users": sorted(u["name"] for u in w.call("root", Request("GET", "/users")).json()["items"]),
+        "tasks": w.call("alice", Request("GET", "/jobs/secret-job/tasks")).json(),
     }
 
 

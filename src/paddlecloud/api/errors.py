@@ -7,9 +7,11 @@
     ├── Unauthorized                 unauthorized          401
     ├── Forbidden                    forbidden, quota_exceeded                            403
     ├── NotFound                     job_not_found, package_not_found, worker_not_found,
-    │                                user_not_found, path_not_found, upload_not_found     404
+    │                                user_not_found, path_not_found, upload_not_found,
+    │                                no_task_master, task_not_found                       404
     ├── Conflict                     job_exists, job_not_running, user_exists, path_exists,
-    │                                not_a_directory, is_a_directory, directory_not_empty 409
+    │                                not_a_directory, is_a_directory, directory_not_empty,
+    │                                lease_lost                                           409
     ├── VersionMismatch              client_too_old, server_too_old                       426
     ├── ServerUnreachable            server_unreachable    (client side only)
     ├── InsufficientStorage          insufficient_storage  507
@@ -59,6 +61,8 @@ class ErrorCode(StrEnum):
     USER_NOT_FOUND = "user_not_found"
     PATH_NOT_FOUND = "path_not_found"
     UPLOAD_NOT_FOUND = "upload_not_found"
+    NO_TASK_MASTER = "no_task_master"
+    TASK_NOT_FOUND = "task_not_found"
     JOB_EXISTS = "job_exists"
     JOB_NOT_RUNNING = "job_not_running"
     USER_EXISTS = "user_exists"
@@ -66,6 +70,7 @@ class ErrorCode(StrEnum):
     NOT_A_DIRECTORY = "not_a_directory"
     IS_A_DIRECTORY = "is_a_directory"
     DIRECTORY_NOT_EMPTY = "directory_not_empty"
+    LEASE_LOST = "lease_lost"
     CLIENT_TOO_OLD = "client_too_old"
     SERVER_TOO_OLD = "server_too_old"
     SERVER_UNREACHABLE = "server_unreachable"
@@ -153,11 +158,14 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.USER_NOT_FOUND: NotFound,
     ErrorCode.PATH_NOT_FOUND: NotFound,
     ErrorCode.UPLOAD_NOT_FOUND: NotFound,
+    ErrorCode.NO_TASK_MASTER: NotFound,
+    ErrorCode.TASK_NOT_FOUND: NotFound,
     ErrorCode.USER_EXISTS: Conflict,
     ErrorCode.PATH_EXISTS: Conflict,
     ErrorCode.NOT_A_DIRECTORY: Conflict,
     ErrorCode.IS_A_DIRECTORY: Conflict,
     ErrorCode.DIRECTORY_NOT_EMPTY: Conflict,
+    ErrorCode.LEASE_LOST: Conflict,
     ErrorCode.PACKAGE_TOO_LARGE: PackageTooLarge,
     ErrorCode.UNAUTHORIZED: Unauthorized,
     ErrorCode.JOB_NOT_FOUND: NotFound,

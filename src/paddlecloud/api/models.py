@@ -16,6 +16,7 @@ from typing import Annotated, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from paddlecloud.api.tasks import TaskSpec
 from paddlecloud.core.names import check_dns1123_label, check_env_name
 from paddlecloud.core.phases import JobPhase, WorkerState
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
@@ -132,6 +133,8 @@ class JobSpec(_Strict):
     pservers: PserverSpec = PserverSpec()
     trainers: TrainerSpec = TrainerSpec()
     env: dict[str, str] = Field(default_factory=dict)
+    #: a data task master for the job (``api.tasks``): None, no task master
+    tasks: TaskSpec | None = None
     priority: int = Field(
         0, ge=-1000, le=1000, description="-1000..1000, or a class name: " + ", ".join(PRIORITY_CLASSES)
     )

@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
-from paddlecloud.core.envcontract import JobFiles
+from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
@@ -68,6 +68,8 @@ class JobLaunch:
     #: 0 for the first start; a preempted job is started again with the next number (and its
     #: earlier runs' logs are kept)
     attempt: int = 0
+    #: the platform's URL and the job's token, for the workers (``PADDLECLOUD_API``, ``_JOB_TOKEN``)
+    api: ApiAccess = field(default_factory=ApiAccess)
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)

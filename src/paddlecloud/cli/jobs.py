@@ -15,6 +15,7 @@ import click
 
 from paddlecloud.api.models import JobDetail
 from paddlecloud.cli.output import FORMATS, age, console, emit, jobs_table, print_table, role_cell
+from paddlecloud.cli.tasks import summary_line, task_options, task_spec
 from paddlecloud.client import Client
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 from paddlecloud.core.quantity import human_bytes
@@ -61,6 +62,7 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--priority", default="normal", show_default=True, help="low, normal, high, or a number -1000..1000"
 )
+@task_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
 @click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
 def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opts: Any) -> None:
@@ -85,6 +87,8 @@ def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opt
         spec["input"] = opts["input_"]
     if opts["output"]:
         spec["output"] = opts["output"]
+    if (tasks := task_spec(opts)) is not None:
+        spec["tasks"] = tasks
     client = Client()
     job = client.submit(spec, package_dir=package_dir)
     if as_json:
@@ -193,7 +197,8 @@ def get_quota(fmt: str) -> None:
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
 def describe(job: str, user: str | None, fmt: str) -> None:
     """A job's spec, state, workers and event history."""
-    d = Client().job(job, user=user)
+    client = Client()
+    d = client.job(job, user=user)
     if fmt in ("json", "yaml"):
         emit(d, fmt)
         return
@@ -210,6 +215,8 @@ def describe(job: str, user: str | None, fmt: str) -> None:
               f"{age(d.started_at)} ago   finished: {age(d.finished_at)} ago")  # fmt: skip
     if d.spec.input:
         out.print(f"[bold]Input:[/bold]      {d.spec.input}")
+    if d.spec.tasks is not None:
+        out.print(f"[bold]Tasks:[/bold]      {summary_line(client.tasks.status(job, user=user).summary)}")
     out.print(f"[bold]Output:[/bold]     {d.spec.output}   (fetch: paddlecloud pfs cp -r {d.spec.output} .)")
     if d.workers:
         out.print("\n[bold]Workers[/bold]")

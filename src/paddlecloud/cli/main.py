@@ -18,6 +18,7 @@ from paddlecloud.cli.jobs import describe, get, kill, logs, submit
 from paddlecloud.cli.pfs import pfs
 from paddlecloud.cli.sim import sim
 from paddlecloud.cli.system import up, version
+from paddlecloud.cli.tasks import get_tasks
 
 __all__ = ["cli", "main"]
 
@@ -29,6 +30,7 @@ def cli() -> None:
 
 for command in (up, submit, get, describe, logs, kill, pfs, login, config, admin, sim, version):
     cli.add_command(command)
+get.add_command(get_tasks)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -95,6 +95,7 @@ def up(
     """Run the whole platform on this machine, in the foreground (Ctrl-C stops it; jobs keep running)."""
     from paddlecloud.server.main import ComputeLimits, NodeShape, PlatformConfig, prepare, serve
 
+    endpoint = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
     config = PlatformConfig(
         data_dir=data_dir.expanduser().resolve(),
         database_url=database,
@@ -111,9 +112,9 @@ def up(
         if storage_quota == "none"
         else _quantity(parse_memory, storage_quota, "--storage-quota"),
         default_quota=ComputeLimits(**_limits(default_quota)),
+        api_url=endpoint,  # the workers' PADDLECLOUD_API (their task master)
     )
     app, token = prepare(config)
-    endpoint = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
     path = save_datacenter(
         Datacenter(name="local", endpoint=endpoint, username=config.default_user, token=token)
     )

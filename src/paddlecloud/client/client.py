@@ -46,6 +46,7 @@ from paddlecloud.api.models import (
 from paddlecloud.client.config import load_config
 from paddlecloud.client.package import check_package_dir, pack_directory
 from paddlecloud.client.pfs import Pfs
+from paddlecloud.client.tasks import TaskMaster
 from paddlecloud.core.phases import TERMINAL_PHASES
 
 __all__ = ["Client", "tls_context"]
@@ -154,6 +155,11 @@ class Client:
     def pfs(self) -> Pfs:
         """The file service (``client.pfs.cp([...], "pfs:data")``)."""
         return Pfs(self)
+
+    @property
+    def tasks(self) -> TaskMaster:
+        """Jobs' data task masters (``client.tasks.status("fit-a-line")``)."""
+        return TaskMaster(self)
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """One API call (``path`` below ``/api/v1``); errors raised as PaddleCloudError."""

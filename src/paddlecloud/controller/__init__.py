@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from paddlecloud.controller.config import ComputeLimits, PlatformConfig
 from paddlecloud.controller.jobs import JobService
+from paddlecloud.controller.jobtokens import JobIdentity, is_job_token
 from paddlecloud.controller.platform import Platform
 from paddlecloud.controller.users import Identity
 
-__all__ = ["ComputeLimits", "Identity", "JobService", "Platform", "PlatformConfig"]
+__all__ = [
+    "ComputeLimits",
+    "Identity",
+    "JobIdentity",
+    "JobService",
+    "Platform",
+    "PlatformConfig",
+    "is_job_token",
+]

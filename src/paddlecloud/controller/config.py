@@ -43,6 +43,8 @@ class PlatformConfig:
     storage_quota: int | None = 100 * 2**30
     #: compute limits given to each new non-admin user (``admin set-quota`` changes them later)
     default_quota: ComputeLimits = field(default_factory=ComputeLimits)
+    #: this server's URL as workers reach it (``PADDLECLOUD_API``: the task master); "" unknown
+    api_url: str = ""
 
     @property
     def db_url(self) -> str:

@@ -10,13 +10,14 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from paddlecloud.backends.base import Backend, JobLaunch
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
+from paddlecloud.controller.jobtokens import issue_job_token
 from paddlecloud.core.clock import Clock
-from paddlecloud.core.envcontract import JobFiles
+from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.scheduler import WorkerPlacement
 from paddlecloud.store.db import Database
 from paddlecloud.store.tables import EventRow, JobRow
@@ -69,7 +70,16 @@ class Context:
                 input_dir=str(input_dir or ""), input=input_path, output=str(spec.get("output") or "")
             ),
             attempt=max(row.attempts - 1, 0),
+            api=self._api(row),
         )
+
+    def _api(self, row: JobRow) -> ApiAccess:
+        """The server's URL and a fresh job token for this start of the job; the token's row joins
+        ``row``'s session (its caller commits before any worker can use it)."""
+        s = object_session(row)
+        if s is None:  # pragma: no cover - launch() is always given an attached row
+            raise RuntimeError("launch() needs a job row attached to a session")
+        return ApiAccess(url=self.config.api_url, token=issue_job_token(s, row.id, self.clock.now()))
 
     def _local(self, pfs_path: str) -> Path:
         local = self.files.local_path(self.files.parse(pfs_path))

@@ -23,6 +23,7 @@ from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.packages import check_entry, inspect_package
 from paddlecloud.controller.quotas import compute_quota
 from paddlecloud.controller.records import job_request, record_workers
+from paddlecloud.controller.tasks import add_queue, plan_tasks
 from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.controller.views import RoleTally, detail_view, job_view, worker_view
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
@@ -144,6 +145,7 @@ class JobService:
 
     def submit(self, who: Identity, spec: JobSpec) -> JobDetail:
         spec, output_dir = self._check_files(who, spec)
+        tasks = plan_tasks(self.ctx.files, who, spec)
         with self.ctx.session() as s:
             now = self.ctx.clock.now()
             row = JobRow(
@@ -160,9 +162,17 @@ class JobService:
                 output_dir=output_dir,
             )
             self.ctx.event(row, "Normal", "Submitted", f"submitted by {who.name}")
+            if tasks is not None and spec.tasks is not None:
+                passes = spec.tasks.num_passes
+                self.ctx.event(
+                    row, "Normal", "TasksPlanned", f"{len(tasks)} tasks, {passes} passes (get tasks)"
+                )
             with self.ctx.mutex:
                 s.add(row)
                 try:
+                    s.flush()
+                    if tasks is not None and spec.tasks is not None:
+                        add_queue(s, row.id, spec.tasks, tasks, now)
                     s.commit()
                 except IntegrityError:
                     s.rollback()

@@ -3,6 +3,7 @@
     Platform.open(config) ─┬─ store.open_database(url)   (Alembic upgrade to head)
                            ├─ LocalBackend(nodes, data dir)
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
+                           ├─ TaskService (the jobs' data task masters)
                            └─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
 
 The server holds one Platform; tests build one against a temp dir and a manual clock.
@@ -20,6 +21,7 @@ from paddlecloud.controller.files import FileService
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.quotas import storage_quota
 from paddlecloud.controller.reconciler import Reconciler
+from paddlecloud.controller.tasks import TaskService
 from paddlecloud.controller.users import Identity, UserDirectory
 from paddlecloud.core.clock import Clock, SystemClock
 from paddlecloud.scheduler import policy as make_policy
@@ -36,6 +38,7 @@ class Platform:
     users: UserDirectory
     reconciler: Reconciler
     files: FileService
+    tasks: TaskService
 
     @classmethod
     def open(
@@ -66,6 +69,7 @@ class Platform:
             users=UserDirectory(clock, config.default_quota),
             reconciler=Reconciler(ctx, make_policy(config.policy)),
             files=files,
+            tasks=TaskService(ctx),
         )
 
     def start(self) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from paddlecloud.runtime import contract as c
 
-__all__ = ["JobFiles", "Topology", "WorkerContext", "worker_env"]
+__all__ = ["ApiAccess", "JobFiles", "Topology", "WorkerContext", "worker_env"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,17 @@ class JobFiles:
 
 
 @dataclass(frozen=True)
+class ApiAccess:
+    """How a job's workers reach the platform's API (its task master): URL and the job's token."""
+
+    url: str = ""
+    token: str = ""
+
+    def __repr__(self) -> str:  # never print the token
+        return f"ApiAccess(url={self.url!r}, token={'***' if self.token else ''!r})"
+
+
+@dataclass(frozen=True)
 class WorkerContext:
     job_name: str
     user: str
@@ -50,6 +61,7 @@ class WorkerContext:
     #: elastic jobs: (min, max) trainers; torch jobs then run trainers as torchrun agents
     trainer_range: tuple[int, int] | None = None
     user_env: dict[str, str] = field(default_factory=dict)
+    api: ApiAccess = field(default_factory=lambda: ApiAccess())
 
     @property
     def endpoint(self) -> str:
@@ -84,6 +96,8 @@ def _platform(ctx: WorkerContext) -> dict[str, str]:
         c.INPUT_DIR: ctx.files.input_dir,
         c.INPUT: ctx.files.input,
         c.RESTART: str(ctx.restart),
+        c.API: ctx.api.url,
+        c.JOB_TOKEN: ctx.api.token,
         "PYTHONUNBUFFERED": "1",
     }
 

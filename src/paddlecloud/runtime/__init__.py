@@ -8,10 +8,32 @@ training programs inside their own virtual environments (the platform puts ``pad
     ctx = env()
     if ctx.role == "trainer" and ctx.trainer_id == 0:
         save(model, ctx.output_dir)
+
+A job submitted with tasks (``--tasks-from-input``) reads its data through its task master::
+
+    from paddlecloud.runtime import tasks
+    for task in tasks():            # leased, renewed, acknowledged when the body ends
+        train_on(task.local_path)
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from paddlecloud.runtime.env import WorkerEnv, env
 
-__all__ = ["WorkerEnv", "env"]
+if TYPE_CHECKING:
+    from paddlecloud.runtime.taskmaster import LeaseLost, Task, TaskMaster, TaskMasterError, tasks
+
+__all__ = ["LeaseLost", "Task", "TaskMaster", "TaskMasterError", "WorkerEnv", "env", "tasks"]
+
+_TASKMASTER = frozenset({"LeaseLost", "Task", "TaskMaster", "TaskMasterError", "tasks"})
+
+
+def __getattr__(name: str) -> Any:
+    """The task master client is imported on first use: the launcher (every worker) never needs it."""
+    if name in _TASKMASTER:
+        from paddlecloud.runtime import taskmaster
+
+        return getattr(taskmaster, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,11 +8,13 @@ documents each one. Standard library only: it is imported inside job virtual env
 from __future__ import annotations
 
 __all__ = [
+    "API",
     "CHECKPOINT_DIR",
     "CURRENT_ENDPOINT",
     "INPUT",
     "INPUT_DIR",
     "JOB_NAME",
+    "JOB_TOKEN",
     "JOB_USER",
     "OUTPUT",
     "OUTPUT_DIR",
@@ -47,3 +49,6 @@ INPUT_DIR = PREFIX + "INPUT_DIR"
 INPUT = PREFIX + "INPUT"
 CHECKPOINT_DIR = PREFIX + "CHECKPOINT_DIR"
 RESTART = PREFIX + "RESTART"
+#: the platform's API URL and this job's token: the data task master (``runtime.taskmaster``)
+API = PREFIX + "API"
+JOB_TOKEN = PREFIX + "JOB_TOKEN"

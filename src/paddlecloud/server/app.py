@@ -17,7 +17,7 @@ from paddlecloud._version import API_VERSION, MIN_CLIENT_API_VERSION, __version_
 from paddlecloud.api import API_PREFIX, HEADER_API_VERSION, HEADER_MIN_API_VERSION
 from paddlecloud.api.errors import ErrorCode, VersionMismatch
 from paddlecloud.controller import Platform
-from paddlecloud.server import routes_jobs, routes_pfs, routes_system, routes_users
+from paddlecloud.server import routes_jobs, routes_pfs, routes_system, routes_tasks, routes_users
 from paddlecloud.server.errors import install_error_handlers
 
 __all__ = ["ApiVersionMiddleware", "create_app"]
@@ -83,6 +83,7 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     app.add_middleware(ApiVersionMiddleware)
     app.include_router(routes_system.router, prefix=API_PREFIX)
     app.include_router(routes_jobs.router, prefix=API_PREFIX)
+    app.include_router(routes_tasks.router, prefix=API_PREFIX)
     app.include_router(routes_pfs.router, prefix=API_PREFIX)
     app.include_router(routes_users.router, prefix=API_PREFIX)
     return app

@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 ORM tables: users, jobs, workers, events.
+"""SQLAlchemy 2 ORM tables: users, jobs, workers, events; job tokens, task queues and tasks.
 
 Times are float seconds since the epoch from the controller's injected clock. The schema is created
 and upgraded only by Alembic (``store/migrations``); keep both in step.
@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Base", "EventRow", "JobRow", "UserRow", "WorkerRow"]
+__all__ = ["Base", "EventRow", "JobRow", "JobTokenRow", "TaskQueueRow", "TaskRow", "UserRow", "WorkerRow"]
 
 
 class Base(DeclarativeBase):
@@ -115,3 +115,55 @@ class EventRow(Base):
     message: Mapped[str] = mapped_column(Text)
 
     job: Mapped[JobRow] = relationship(back_populates="events")
+
+
+class JobTokenRow(Base):
+    """A job's API token (given to its workers at each start), stored only as its SHA-256."""
+
+    __tablename__ = "job_tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class TaskQueueRow(Base):
+    """A job's data task master: settings and the current pass (``controller/tasks.py``)."""
+
+    __tablename__ = "task_queues"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), unique=True)
+    #: the pass in progress, 0-based
+    pass_no: Mapped[int] = mapped_column(Integer, default=0)
+    num_passes: Mapped[int] = mapped_column(Integer, default=1)
+    lease_seconds: Mapped[float] = mapped_column(Float)
+    max_failures: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float)
+    #: when the last pass ended (None: not yet)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class TaskRow(Base):
+    """One task of a task queue and its lease state in the current pass (``core/tasks.py``)."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (
+        UniqueConstraint("queue_id", "index", name="uq_tasks_queue_index"),
+        Index("ix_tasks_queue_state", "queue_id", "state"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    queue_id: Mapped[int] = mapped_column(ForeignKey("task_queues.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(Text)
+    offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    length: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    state: Mapped[str] = mapped_column(String(8))
+    lease: Mapped[str] = mapped_column(String(64), default="")
+    holder: Mapped[str] = mapped_column(String(63), default="")
+    lease_expires: Mapped[float | None] = mapped_column(Float, nullable=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    leases: Mapped[int] = mapped_column(Integer, default=0)
+    done_passes: Mapped[int] = mapped_column(Integer, default=0)
+    done_lease: Mapped[str] = mapped_column(String(64), default="")
+    error: Mapped[str] = mapped_column(Text, default="")

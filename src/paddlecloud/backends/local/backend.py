@@ -453,7 +453,7 @@ class LocalBackend:
                 job_name=job.launch.name, user=job.launch.user, framework=job.launch.framework,
                 role=w.role, index=w.index, topology=job.topology, output_dir=str(job.launch.output_dir),
                 restart=w.restart, gpus=w.gpus if self._gpu_machine else None, user_env=job.launch.env,
-                files=job.launch.files,
+                files=job.launch.files, api=job.launch.api,
             )  # fmt: skip
             w.spawn(job.launch.entry, {**base, **worker_env(ctx)}, now)
 

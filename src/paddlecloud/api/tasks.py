@@ -1,0 +1,136 @@
+"""Wire models of a job's data task master (``/api/v1/jobs/{name}/tasks``).
+
+Request: :class:`TaskSpec` (the ``tasks`` field of a ``JobSpec``: how the input becomes tasks),
+:class:`LeaseRequest` and :class:`AckRequest` (what trainers send). Responses: :class:`TaskLease`
+(a lease, or wait, or finished), :class:`TaskView` (one task), :class:`TaskList` (a summary and
+every task: ``paddlecloud get tasks``). The runtime client (``paddlecloud.runtime.taskmaster``)
+reads these as plain JSON: the field names are the contract.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from paddlecloud.core.quantity import QuantityError, parse_memory
+from paddlecloud.core.tasks import TaskKind, TaskState
+
+__all__ = [
+    "MAX_TASKS",
+    "AckRequest",
+    "LeaseRequest",
+    "TaskLease",
+    "TaskList",
+    "TaskSpec",
+    "TaskSummary",
+    "TaskView",
+]
+
+#: the most tasks one job may have (a bigger input: use a larger chunk_size or a coarser list)
+MAX_TASKS = 100_000
+
+
+def _size(v: str) -> str:
+    try:
+        if parse_memory(v) < 1:
+            raise ValueError("chunk_size must be at least 1 byte")
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+    return v
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
+
+class _Strict(_Model):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+
+class TaskSpec(_Strict):
+    """How a job's data is handed to its trainers. Tasks are the files of the job's ``input`` (those
+    matching ``pattern``; with ``chunk_size``, files larger than it are split into byte ranges), or
+    the explicit ``items``."""
+
+    items: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        None, min_length=1, max_length=MAX_TASKS, description="explicit tasks (default: the input's files)"
+    )
+    pattern: str = Field("*", min_length=1, max_length=255, description="glob on the input's file names")
+    chunk_size: Annotated[str, AfterValidator(_size)] | None = Field(
+        None, description="split larger files into byte ranges of this size (e.g. 64Mi)"
+    )
+    num_passes: int = Field(1, ge=1, le=10_000, description="passes (epochs) over every task")
+    lease_timeout: float = Field(30.0, ge=1, le=86_400, description="seconds a lease lasts unless renewed")
+    max_failures: int = Field(
+        3, ge=1, le=1000, description="failures (or expired leases) before a task fails"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if self.items is not None and (self.chunk_size is not None or self.pattern != "*"):
+            raise ValueError("tasks: give either items or pattern/chunk_size (the input's files), not both")
+        return self
+
+
+class LeaseRequest(_Strict):
+    lease: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$", description="a random id chosen by the trainer")
+    worker: str = Field("", max_length=63, description="who asks (shown in get tasks)")
+
+
+class AckRequest(_Strict):
+    lease: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$")
+    error: str = Field("", max_length=4096, description="fail: what went wrong")
+
+
+class TaskView(_Model):
+    index: int
+    kind: TaskKind
+    #: relative to the job's input (file, range), or the item's text
+    path: str
+    offset: int = 0
+    length: int | None = None
+    state: TaskState
+    #: the pass this state belongs to (0-based)
+    pass_no: int = 0
+    holder: str = ""
+    expires_at: datetime | None = None
+    failures: int = 0
+    #: how many times the task was handed out, over every pass
+    leases: int = 0
+    #: in how many passes it was acknowledged done (each at most once)
+    done_passes: int = 0
+    error: str = ""
+
+
+class TaskLease(_Model):
+    """``leased``: ``task`` is yours under ``lease`` for ``lease_seconds`` (renew before then);
+    ``wait``: every remaining task of this pass is leased, ask again in ``retry_after`` seconds;
+    ``finished``: every pass is over."""
+
+    status: Literal["leased", "wait", "finished"]
+    task: TaskView | None = None
+    lease: str = ""
+    lease_seconds: float = 0.0
+    pass_no: int = 0
+    num_passes: int = 1
+    retry_after: float = 0.0
+
+
+class TaskSummary(_Model):
+    total: int
+    todo: int
+    leased: int
+    done: int
+    failed: int
+    pass_no: int
+    num_passes: int
+    finished: bool
+    lease_timeout: float
+    max_failures: int
+
+
+class TaskList(_Model):
+    summary: TaskSummary
+    items: list[TaskView]

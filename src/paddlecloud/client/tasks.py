@@ -1,0 +1,56 @@
+"""The SDK's view of a job's data task master: ``client.tasks`` (``paddlecloud get tasks``).
+
+    client.tasks.status("fit-a-line")            GET  /jobs/{name}/tasks        summary + tasks
+    client.tasks.lease(job, lease_id, worker)    POST /jobs/{name}/tasks/lease
+    client.tasks.done / fail / renew(job, index, lease_id)
+
+Users read their jobs' task state with their own token. The lease calls are what a trainer does;
+inside a job use the standard-library client ``paddlecloud.runtime.tasks()`` instead (it renews
+leases and retries), this one serves tools and tests (a ``Client`` built with a job token).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from paddlecloud.api.tasks import TaskLease, TaskList, TaskView
+
+if TYPE_CHECKING:
+    from paddlecloud.client.client import Client
+
+__all__ = ["TaskMaster"]
+
+
+def _user(user: str | None) -> dict[str, Any]:
+    return {"user": user} if user else {}
+
+
+class TaskMaster:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def status(self, job: str, *, user: str | None = None, state: str | None = None) -> TaskList:
+        """The summary (pass, counts) and the tasks (only those in ``state`` if given)."""
+        params = _user(user) | ({"state": state} if state else {})
+        return TaskList.model_validate_json(
+            self._c.request("GET", f"/jobs/{job}/tasks", params=params).content
+        )
+
+    def lease(self, job: str, lease: str, worker: str = "", *, user: str | None = None) -> TaskLease:
+        r = self._c.request(
+            "POST", f"/jobs/{job}/tasks/lease", json={"lease": lease, "worker": worker}, params=_user(user)
+        )
+        return TaskLease.model_validate_json(r.content)
+
+    def _ack(self, job: str, index: int, what: str, body: dict[str, str], user: str | None) -> TaskView:
+        r = self._c.request("POST", f"/jobs/{job}/tasks/{index}/{what}", json=body, params=_user(user))
+        return TaskView.model_validate_json(r.content)
+
+    def done(self, job: str, index: int, lease: str, *, user: str | None = None) -> TaskView:
+        return self._ack(job, index, "done", {"lease": lease}, user)
+
+    def fail(self, job: str, index: int, lease: str, error: str = "", *, user: str | None = None) -> TaskView:
+        return self._ack(job, index, "fail", {"lease": lease, "error": error}, user)
+
+    def renew(self, job: str, index: int, lease: str, *, user: str | None = None) -> TaskView:
+        return self._ack(job, index, "renew", {"lease": lease}, user)

@@ -1,0 +1,354 @@
+"""The data task master behind ``/api/v1/jobs/{name}/tasks``: one durable task queue per job.
+
+    submit ──plan_tasks (input's files or the spec's items; core.tasks.split_files)──▶
+             add_queue: task_queues row + one tasks row per task, in the submit's transaction
+    trainer (job token) ──lease──▶ TaskService.lease: reclaim expired leases, pass_step →
+             grant the first todo task | wait (retry_after) | next pass | finished
+             ──done / fail / renew (lease id)──▶ core.tasks.complete / fail / renew
+    owner (user token) ──GET tasks──▶ TaskService.status: summary + every task
+
+Every decision is a pure function of ``core.tasks``; this module loads rows, asks, writes them
+back and commits before it answers, so an acknowledged ``done`` survives a server restart and a
+lease survives it too (it simply expires if its trainer is gone). Time is ``ctx.clock``. Lease
+operations are serialised by one lock (they are short); they never take the reconciler's mutex.
+
+Who may call: a job token only for its own job (``forbidden`` otherwise); a user token for the
+user's own jobs, admins for anyone's (``?user=``); another user's job is ``job_not_found``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Literal
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound
+from paddlecloud.api.models import JobSpec
+from paddlecloud.api.tasks import (
+    MAX_TASKS,
+    AckRequest,
+    LeaseRequest,
+    TaskLease,
+    TaskList,
+    TaskSpec,
+    TaskSummary,
+    TaskView,
+)
+from paddlecloud.controller.context import Context
+from paddlecloud.controller.files import FileService
+from paddlecloud.controller.jobtokens import JobIdentity, authenticate_job
+from paddlecloud.controller.users import Identity, require_admin
+from paddlecloud.controller.views import ts
+from paddlecloud.core import tasks as logic
+from paddlecloud.core.quantity import parse_memory
+from paddlecloud.core.tasks import LeaseError, PassStep, TaskDef, TaskKind, TaskLimits, TaskSlot, TaskState
+from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow
+
+__all__ = ["Caller", "TaskService", "add_queue", "plan_tasks"]
+
+#: who calls a task route: a user (owner or admin) or a job's own workers
+Caller = Identity | JobIdentity
+
+
+# -- at submit ------------------------------------------------------------------------------------
+
+
+def plan_tasks(files: FileService, who: Identity, spec: JobSpec) -> list[TaskDef] | None:
+    """The job's tasks (None: the job has no task master). Bad specs raise ``InvalidInput``."""
+    ts_ = spec.tasks
+    if ts_ is None:
+        return None
+    if ts_.items is not None:
+        return logic.item_tasks(ts_.items)
+    if not spec.input:
+        raise InvalidInput("tasks from the input need an input (--input)", field="tasks")
+    top = spec.input.rstrip("/")
+    info = files.stat(who, top)
+    if info.type == "file":  # the input is one file: its tasks' path is "" (the input itself)
+        found = [("", info.size)]
+    else:
+        listing = files.listdir(who, top, recursive=True)
+        found = [(f.path[len(top) + 1 :], f.size) for f in listing if f.type == "file"]
+    chunk = parse_memory(ts_.chunk_size) if ts_.chunk_size else None
+    defs = logic.split_files(found, chunk, ts_.pattern)
+    if not defs:
+        raise InvalidInput(
+            f"input {spec.input} has no file matching {ts_.pattern!r}: no tasks", field="tasks"
+        )
+    if len(defs) > MAX_TASKS:
+        raise InvalidInput(
+            f"the input makes {len(defs)} tasks, more than {MAX_TASKS}: use a larger chunk_size",
+            field="tasks",
+        )
+    return defs
+
+
+def add_queue(s: Session, job_id: int, spec: TaskSpec, defs: list[TaskDef], now: float) -> None:
+    """The job's task queue and its tasks, all todo, added to the caller's transaction."""
+    q = TaskQueueRow(
+        job_id=job_id, pass_no=0, num_passes=spec.num_passes, lease_seconds=spec.lease_timeout,
+        max_failures=spec.max_failures, created_at=now,
+    )  # fmt: skip
+    s.add(q)
+    s.flush()
+    s.execute(
+        insert(TaskRow),
+        [
+            {
+                "queue_id": q.id,
+                "index": i,
+                "kind": str(d.kind),
+                "path": d.path,
+                "offset": d.offset,
+                "length": d.length,
+                "state": str(TaskState.TODO),
+                "lease": "",
+                "holder": "",
+                "failures": 0,
+                "leases": 0,
+                "done_passes": 0,
+                "done_lease": "",
+                "error": "",
+            }
+            for i, d in enumerate(defs)
+        ],
+    )
+
+
+# -- rows <-> values ------------------------------------------------------------------------------
+
+
+def _slot(t: TaskRow) -> TaskSlot:
+    return TaskSlot(
+        state=TaskState(t.state), lease=t.lease, holder=t.holder, expires=t.lease_expires,
+        failures=t.failures, done_lease=t.done_lease, error=t.error,
+    )  # fmt: skip
+
+
+def _store(t: TaskRow, slot: TaskSlot) -> None:
+    t.state, t.lease, t.holder, t.lease_expires = str(slot.state), slot.lease, slot.holder, slot.expires
+    t.failures, t.done_lease, t.error = slot.failures, slot.done_lease, slot.error
+
+
+def _limits(q: TaskQueueRow) -> TaskLimits:
+    return TaskLimits(lease_seconds=q.lease_seconds, max_failures=q.max_failures)
+
+
+def _view(q: TaskQueueRow, t: TaskRow) -> TaskView:
+    return TaskView(
+        index=t.index, kind=TaskKind(t.kind), path=t.path, offset=t.offset, length=t.length,
+        state=TaskState(t.state), pass_no=q.pass_no, holder=t.holder, expires_at=ts(t.lease_expires),
+        failures=t.failures, leases=t.leases, done_passes=t.done_passes, error=t.error,
+    )  # fmt: skip
+
+
+def _counts(s: Session, q: TaskQueueRow) -> Counter[TaskState]:
+    rows = s.execute(
+        select(TaskRow.state, func.count()).where(TaskRow.queue_id == q.id).group_by(TaskRow.state)
+    )
+    return Counter({TaskState(state): n for state, n in rows})
+
+
+def _lost(exc: LeaseError) -> Conflict:
+    return Conflict(str(exc), code=ErrorCode.LEASE_LOST)
+
+
+class TaskService:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._lock = threading.Lock()
+
+    def authenticate(self, token: str) -> JobIdentity:
+        with self.ctx.session() as s:
+            return authenticate_job(s, token)
+
+    # -- whose queue ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _job_id(s: Session, who: Caller, name: str, user: str | None) -> int:
+        if isinstance(who, JobIdentity):
+            if name != who.name or (user and user != who.user):
+                raise Forbidden(
+                    f"a job token acts only on its own job's tasks ({who.name!r}), not {name!r}",
+                    code=ErrorCode.FORBIDDEN,
+                )
+            return who.job_id
+        owner = who.name
+        if user and user != who.name:
+            require_admin(who, "acting on another user's jobs")
+            owner = user
+        job_id = s.scalar(select(JobRow.id).where(JobRow.user == owner, JobRow.name == name))
+        if job_id is None:
+            raise NotFound(
+                f"job {name!r} not found (see: paddlecloud get jobs -a)", code=ErrorCode.JOB_NOT_FOUND
+            )
+        return job_id
+
+    def _queue(self, s: Session, who: Caller, name: str, user: str | None) -> TaskQueueRow:
+        job_id = self._job_id(s, who, name, user)
+        q = s.scalar(select(TaskQueueRow).where(TaskQueueRow.job_id == job_id))
+        if q is None:
+            raise NotFound(
+                f"job {name!r} has no task master (submit it with tasks: --tasks-from-input or --task)",
+                code=ErrorCode.NO_TASK_MASTER,
+            )
+        return q
+
+    @staticmethod
+    def _task(s: Session, q: TaskQueueRow, index: int) -> TaskRow:
+        t = s.scalar(select(TaskRow).where(TaskRow.queue_id == q.id, TaskRow.index == index))
+        if t is None:
+            raise NotFound(f"no task {index} in this job", code=ErrorCode.TASK_NOT_FOUND)
+        return t
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    def status(self, who: Caller, name: str, user: str | None = None, state: str | None = None) -> TaskList:
+        with self.ctx.session() as s:
+            q = self._queue(s, who, name, user)
+            query = select(TaskRow).where(TaskRow.queue_id == q.id).order_by(TaskRow.index)
+            if state:
+                query = query.where(TaskRow.state == state)
+            items = [_view(q, t) for t in s.scalars(query)]
+            return TaskList(summary=self._summary(s, q), items=items)
+
+    def _summary(self, s: Session, q: TaskQueueRow) -> TaskSummary:
+        c = _counts(s, q)
+        ended = logic.pass_step(c, q.pass_no, q.num_passes) == PassStep.FINISHED
+        return TaskSummary(
+            total=sum(c.values()), todo=c[TaskState.TODO], leased=c[TaskState.LEASED], done=c[TaskState.DONE],
+            failed=c[TaskState.FAILED], pass_no=q.pass_no, num_passes=q.num_passes,
+            finished=q.finished_at is not None or ended, lease_timeout=q.lease_seconds,
+            max_failures=q.max_failures,
+        )  # fmt: skip
+
+    # -- trainers ---------------------------------------------------------------------------------
+
+    def lease(self, who: Caller, name: str, req: LeaseRequest, user: str | None = None) -> TaskLease:
+        """Hand out the first todo task of the current pass (or say wait / finished)."""
+        with self._lock, self.ctx.session() as s:
+            q = self._queue(s, who, name, user)
+            again = s.scalar(
+                select(TaskRow).where(
+                    TaskRow.queue_id == q.id, TaskRow.state == TaskState.LEASED, TaskRow.lease == req.lease
+                )
+            )
+            if again is not None:  # a retried request: the same answer
+                return self._leased(q, again)
+            now = self.ctx.clock.now()
+            self._reclaim(s, q, now)
+            answer = self._step(s, q, req, now)
+            s.commit()
+            return answer
+
+    def _step(self, s: Session, q: TaskQueueRow, req: LeaseRequest, now: float) -> TaskLease:
+        while True:  # at most num_passes rounds: every round returns or starts the next pass
+            step = logic.pass_step(_counts(s, q), q.pass_no, q.num_passes)
+            if step == PassStep.LEASE:
+                t = s.scalars(
+                    select(TaskRow)
+                    .where(TaskRow.queue_id == q.id, TaskRow.state == TaskState.TODO)
+                    .order_by(TaskRow.index)
+                    .limit(1)
+                ).one()
+                _store(t, logic.grant(_slot(t), req.lease, req.worker, now, _limits(q)))
+                t.leases += 1
+                return self._leased(q, t)
+            if step == PassStep.WAIT:
+                expiries = s.scalars(
+                    select(TaskRow.lease_expires).where(
+                        TaskRow.queue_id == q.id, TaskRow.state == TaskState.LEASED
+                    )
+                )
+                return self._answer(q, "wait", retry_after=logic.retry_after(expiries, now))
+            if step == PassStep.NEXT_PASS:
+                self._next_pass(s, q)
+                continue
+            if q.finished_at is None:
+                q.finished_at = now
+            return self._answer(q, "finished")
+
+    @staticmethod
+    def _reclaim(s: Session, q: TaskQueueRow, now: float) -> None:
+        """Expired leases back to todo (or failed at the limit), counted as failures."""
+        stale = s.scalars(
+            select(TaskRow).where(
+                TaskRow.queue_id == q.id, TaskRow.state == TaskState.LEASED, TaskRow.lease_expires <= now
+            )
+        )
+        for t in stale:
+            _store(t, logic.reclaim(_slot(t), now, _limits(q)))
+
+    @staticmethod
+    def _next_pass(s: Session, q: TaskQueueRow) -> None:
+        fresh = logic.next_pass(TaskSlot())  # done_lease is kept per row: not in the bulk update
+        s.execute(
+            update(TaskRow)
+            .where(TaskRow.queue_id == q.id)
+            .values(
+                state=str(fresh.state),
+                lease=fresh.lease,
+                holder=fresh.holder,
+                lease_expires=fresh.expires,
+                failures=fresh.failures,
+                error=fresh.error,
+            )
+        )
+        q.pass_no += 1
+        s.flush()
+
+    @staticmethod
+    def _answer(q: TaskQueueRow, status: Literal["wait", "finished"], retry_after: float = 0.0) -> TaskLease:
+        return TaskLease(
+            status=status, pass_no=q.pass_no, num_passes=q.num_passes, lease_seconds=q.lease_seconds,
+            retry_after=retry_after,
+        )  # fmt: skip
+
+    @staticmethod
+    def _leased(q: TaskQueueRow, t: TaskRow) -> TaskLease:
+        return TaskLease(
+            status="leased", task=_view(q, t), lease=t.lease, lease_seconds=q.lease_seconds,
+            pass_no=q.pass_no, num_passes=q.num_passes,
+        )  # fmt: skip
+
+    def done(self, who: Caller, name: str, index: int, req: AckRequest, user: str | None = None) -> TaskView:
+        """Acknowledge a task done (idempotent for the lease that did it)."""
+        with self._lock, self.ctx.session() as s:
+            q = self._queue(s, who, name, user)
+            t = self._task(s, q, index)
+            try:
+                slot, new = logic.complete(_slot(t), req.lease)
+            except LeaseError as exc:
+                raise _lost(exc) from None
+            if new:
+                _store(t, slot)
+                t.done_passes += 1
+                s.commit()
+            return _view(q, t)
+
+    def fail(self, who: Caller, name: str, index: int, req: AckRequest, user: str | None = None) -> TaskView:
+        """The holder gives the task back as failed: handed out again, or failed at the limit."""
+        with self._lock, self.ctx.session() as s:
+            q = self._queue(s, who, name, user)
+            t = self._task(s, q, index)
+            try:
+                _store(t, logic.fail(_slot(t), req.lease, _limits(q), req.error))
+            except LeaseError as exc:
+                raise _lost(exc) from None
+            s.commit()
+            return _view(q, t)
+
+    def renew(self, who: Caller, name: str, index: int, req: AckRequest, user: str | None = None) -> TaskView:
+        """Extend the holder's lease by the queue's lease time from now."""
+        with self._lock, self.ctx.session() as s:
+            q = self._queue(s, who, name, user)
+            t = self._task(s, q, index)
+            try:
+                _store(t, logic.renew(_slot(t), req.lease, self.ctx.clock.now(), _limits(q)))
+            except LeaseError as exc:
+                raise _lost(exc) from None
+            s.commit()
+            return _view(q, t)

@@ -1,0 +1,256 @@
+"""The data task master through the SDK in-process: splitting at submit, leases, expiry, failures,
+passes, who may touch which tasks, and durability across a platform restart (manual clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from task_helpers import Bench
+
+from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound, Unauthorized
+from paddlecloud.client import Client
+
+pytestmark = pytest.mark.timeout(60)
+
+FILES = {f"part-{i}.txt": "row\n" * (i + 1) for i in range(4)}  # 4, 8, 12, 16 bytes
+
+
+@pytest.fixture
+def bench(tmp_path: Path) -> Iterator[Bench]:
+    b = Bench(tmp_path)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def alice(bench: Bench) -> Client:
+    return bench.user("alice")
+
+
+def lease_id(n: int) -> str:
+    return f"lease-{n:06d}"
+
+
+# -- splitting at submit --------------------------------------------------------------------------
+
+
+def test_input_files_and_byte_ranges_become_tasks(bench: Bench, alice: Client) -> None:
+    bench.upload(alice, {**FILES, "notes/readme.md": "hi"})
+    bench.submit(alice, "ranges", {"chunk_size": "10", "pattern": "part-*"}, input="pfs:dataset")
+    got = alice.tasks.status("ranges")
+    assert [(t.kind, t.path, t.offset, t.length) for t in got.items] == [
+        ("file", "part-0.txt", 0, 4),
+        ("file", "part-1.txt", 0, 8),
+        ("range", "part-2.txt", 0, 10),
+        ("range", "part-2.txt", 10, 2),
+        ("range", "part-3.txt", 0, 10),
+        ("range", "part-3.txt", 10, 6),
+    ]
+    assert [t.index for t in got.items] == list(range(6))
+    s = got.summary
+    assert (s.total, s.todo, s.pass_no, s.num_passes, s.finished) == (6, 6, 0, 1, False)
+    events = [e.reason for e in alice.job("ranges").events]
+    assert "TasksPlanned" in events
+
+
+def test_explicit_items_need_no_input(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "items", {"items": ["shard-b", "shard-a"], "num_passes": 3})
+    got = alice.tasks.status("items")
+    assert [(t.kind, t.path) for t in got.items] == [("item", "shard-b"), ("item", "shard-a")]
+    assert got.summary.num_passes == 3
+
+
+@pytest.mark.parametrize(
+    ("tasks", "spec", "words"),
+    [
+        ({}, {}, "need an input"),
+        ({"pattern": "*.csv"}, {"input": "pfs:dataset"}, "no file matching"),
+        ({"items": ["a"], "chunk_size": "1Mi"}, {}, "either items or pattern"),
+        ({"chunk_size": "lots"}, {"input": "pfs:dataset"}, "chunk_size"),
+    ],
+    ids=["no-input", "no-match", "items-and-chunks", "bad-size"],
+)
+def test_bad_task_specs_are_refused_at_submit(
+    bench: Bench, alice: Client, tasks: dict[str, str], spec: dict[str, str], words: str
+) -> None:
+    bench.upload(alice, FILES)
+    with pytest.raises(InvalidInput) as err:
+        bench.submit(alice, "bad", tasks, **spec)
+    assert words in err.value.message
+    assert err.value.code == ErrorCode.INVALID_SPEC
+    assert alice.jobs(all=True) == []  # nothing half-created
+
+
+# -- leasing --------------------------------------------------------------------------------------
+
+
+def test_trainers_lease_distinct_tasks_and_every_pass_sees_every_task_once(
+    bench: Bench, alice: Client
+) -> None:
+    bench.submit(alice, "passes", {"items": ["a", "b", "c"], "num_passes": 2})
+    w0, w1 = bench.worker("alice", "passes"), bench.worker("alice", "passes")
+    n = 0
+
+    def lease(w: Client, who: str) -> tuple[str, int | None, int]:
+        nonlocal n
+        n += 1
+        r = w.tasks.lease("passes", lease_id(n), who)
+        return r.status, (r.task.index if r.task else None), r.pass_no
+
+    acks: list[tuple[int, int]] = []
+    for p in range(2):
+        a, b = lease(w0, "trainer-0"), lease(w1, "trainer-1")
+        assert (a[:2], b[:2]) == (("leased", 0), ("leased", 1)) and a[2] == b[2] == p
+        c = lease(w0, "trainer-0")
+        assert c[:2] == ("leased", 2)
+        assert lease(w1, "trainer-1")[0] == "wait"  # every remaining task is leased: wait, no new pass
+        for i, lid in ((0, n - 3), (1, n - 2), (2, n - 1)):
+            view = w0.tasks.done("passes", i, lease_id(lid))
+            acks.append((p, view.index))
+    assert lease(w0, "trainer-0")[0] == "finished"
+    status = alice.tasks.status("passes")
+    assert sorted(acks) == [(p, i) for p in range(2) for i in range(3)]
+    assert [(t.state, t.done_passes, t.leases) for t in status.items] == [("done", 2, 2)] * 3
+    assert status.summary.finished and status.summary.pass_no == 1
+
+
+def test_retried_requests_get_the_same_answer_and_count_once(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "retry", {"items": ["a", "b"]})
+    w = bench.worker("alice", "retry")
+    first = w.tasks.lease("retry", lease_id(1), "trainer-0")
+    again = w.tasks.lease("retry", lease_id(1), "trainer-0")  # the answer was lost: ask again
+    assert first.task is not None and again.task is not None
+    assert (again.task.index, again.lease) == (first.task.index, first.lease)
+    w.tasks.done("retry", 0, lease_id(1))
+    assert w.tasks.done("retry", 0, lease_id(1)).done_passes == 1  # a retried ack is not a second one
+    assert alice.tasks.status("retry").items[0].leases == 1
+
+
+def test_an_expired_lease_is_handed_out_again_and_the_old_holder_loses_it(
+    bench: Bench, alice: Client
+) -> None:
+    bench.submit(alice, "expiry", {"items": ["a"], "lease_timeout": 30})
+    w0, w1 = bench.worker("alice", "expiry"), bench.worker("alice", "expiry")
+    w0.tasks.lease("expiry", lease_id(1), "trainer-0")
+    bench.clock.advance(20)
+    w0.tasks.renew("expiry", 0, lease_id(1))  # renewed: lasts until t+50
+    bench.clock.advance(29)
+    assert w1.tasks.lease("expiry", lease_id(2), "trainer-1").status == "wait"
+    bench.clock.advance(2)  # t+51: expired
+    r = w1.tasks.lease("expiry", lease_id(2), "trainer-1")
+    assert r.status == "leased" and r.task is not None
+    assert (r.task.index, r.task.holder, r.task.failures, r.task.leases) == (0, "trainer-1", 1, 2)
+    with pytest.raises(Conflict) as err:
+        w0.tasks.done("expiry", 0, lease_id(1))
+    assert err.value.code == ErrorCode.LEASE_LOST
+    assert w1.tasks.done("expiry", 0, lease_id(2)).state == "done"
+
+
+def test_a_task_that_keeps_failing_is_recorded_failed_and_the_pass_goes_on(
+    bench: Bench, alice: Client
+) -> None:
+    bench.submit(alice, "bad-task", {"items": ["poison", "fine"], "max_failures": 2})
+    w = bench.worker("alice", "bad-task")
+    for n in (1, 2):
+        r = w.tasks.lease("bad-task", lease_id(n), "trainer-0")
+        assert r.task is not None and r.task.index == 0
+        w.tasks.fail("bad-task", 0, lease_id(n), "decoder crashed")
+    r = w.tasks.lease("bad-task", lease_id(3), "trainer-0")
+    assert r.task is not None and r.task.index == 1
+    w.tasks.done("bad-task", 1, lease_id(3))
+    assert w.tasks.lease("bad-task", lease_id(4), "trainer-0").status == "finished"
+    status = alice.tasks.status("bad-task")
+    assert [(t.state, t.failures, t.error) for t in status.items] == [
+        ("failed", 2, "decoder crashed"),
+        ("done", 0, ""),
+    ]
+    assert (status.summary.done, status.summary.failed) == (1, 1)
+    assert [t.index for t in alice.tasks.status("bad-task", state="failed").items] == [0]
+
+
+# -- who may touch which tasks --------------------------------------------------------------------
+
+
+def test_a_job_token_touches_only_its_own_jobs_tasks(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "mine", {"items": ["a"]})
+    bench.submit(alice, "other", {"items": ["b"]})
+    w = bench.worker("alice", "mine")
+    for call in (
+        lambda: w.tasks.status("other"),
+        lambda: w.tasks.lease("other", lease_id(1), "x"),
+        lambda: w.tasks.done("other", 0, lease_id(1)),
+        lambda: w.tasks.status("mine", user="bob"),
+    ):
+        with pytest.raises(Forbidden) as err:
+            call()
+        assert err.value.code == ErrorCode.FORBIDDEN
+    with pytest.raises(Unauthorized):  # a job token is no user token: the job API is closed to it
+        w.jobs()
+    assert w.tasks.status("mine").summary.total == 1
+
+
+def test_users_see_only_their_own_jobs_tasks(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "mine", {"items": ["a"]})
+    bench.submit(alice, "plain", {"items": ["a"]})
+    bob, root = bench.user("bob"), bench.user("root", admin=True)
+    with pytest.raises(NotFound) as err:
+        bob.tasks.status("mine")
+    assert err.value.code == ErrorCode.JOB_NOT_FOUND
+    with pytest.raises(Forbidden):
+        bob.tasks.status("mine", user="alice")
+    assert root.tasks.status("mine", user="alice").summary.total == 1
+    with pytest.raises(Unauthorized):
+        bench.client("pcj_not-a-real-token").tasks.status("mine")
+
+
+def test_errors_name_what_is_missing(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "tasks", {"items": ["a"]})
+    pkg = bench.root / "plain-pkg"
+    pkg.mkdir()
+    (pkg / "main.py").write_text("print(1)\n")
+    alice.submit({"name": "plain", "entry": "python main.py"}, package_dir=pkg)
+    with pytest.raises(NotFound) as err:
+        alice.tasks.status("plain")
+    assert err.value.code == ErrorCode.NO_TASK_MASTER
+    with pytest.raises(NotFound) as err:
+        alice.tasks.done("tasks", 7, lease_id(1))
+    assert err.value.code == ErrorCode.TASK_NOT_FOUND
+
+
+def test_removing_the_job_removes_its_tasks_and_tokens(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "gone", {"items": ["a"]})
+    w = bench.worker("alice", "gone")
+    alice.kill("gone")
+    alice.delete("gone")
+    with pytest.raises(Unauthorized):
+        w.tasks.status("gone")
+
+
+# -- durability -----------------------------------------------------------------------------------
+
+
+def test_a_restart_loses_no_task_and_repeats_none_acknowledged(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "durable", {"items": ["a", "b", "c", "d"], "lease_timeout": 30})
+    w = bench.worker("alice", "durable")
+    for n in range(1, 4):
+        w.tasks.lease("durable", lease_id(n), "trainer-0")
+    w.tasks.done("durable", 0, lease_id(1))
+    w.tasks.done("durable", 1, lease_id(2))  # task 2 stays leased by a trainer that will die
+
+    bench.restart()
+    alice, w = bench.user("alice"), bench.worker("alice", "durable")
+    status = alice.tasks.status("durable")
+    assert [t.state for t in status.items] == ["done", "done", "leased", "todo"]
+    assert w.tasks.done("durable", 1, lease_id(2)).done_passes == 1  # the ack survived; a retry is no new one
+    r = w.tasks.lease("durable", lease_id(4), "trainer-1")
+    assert r.task is not None and r.task.index == 3  # never a done task
+    w.tasks.done("durable", 3, lease_id(4))
+    assert w.tasks.lease("durable", lease_id(5), "trainer-1").status == "wait"  # task 2's lease still runs
+    bench.clock.advance(31)
+    r = w.tasks.lease("durable", lease_id(5), "trainer-1")
+    assert r.task is not None and (r.task.index, r.task.failures) == (2, 1)
+    w.tasks.done("durable", 2, lease_id(5))
+    assert w.tasks.lease("durable", lease_id(6), "trainer-1").status == "finished"
+    assert [(t.state, t.done_passes) for t in alice.tasks.status("durable").items] == [("done", 1)] * 4
