@@ -81,8 +81,10 @@ def platform_factory(tmp_path: Path) -> Iterator[Callable[..., Platform]]:
     opened: list[Platform] = []
 
     def make(**config: Any) -> Platform:
+        """A platform on a fresh data dir, or on ``data_dir=`` of an earlier one (a server restart)."""
         config.setdefault("nodes", NODE)
-        p = Platform.open(PlatformConfig(data_dir=tmp_path / f"data{len(opened)}", **config))
+        config.setdefault("data_dir", tmp_path / f"data{len(opened)}")
+        p = Platform.open(PlatformConfig(**config))
         opened.append(p)
         return p
 

@@ -29,6 +29,25 @@ def test_defaults() -> None:
     assert s.pservers.count == 0
     assert s.env == {}
     assert s.priority == 0
+    assert (s.trainers.restart, s.pservers.restart) == ("Never", "Never")
+    rules = s.restart_rules()
+    assert (rules.trainer, rules.max_restarts, rules.retry_exit_codes) == ("Never", 3, frozenset())
+    assert (rules.backoff_s, rules.backoff_max_s) == (1.0, 30.0)
+
+
+def test_restart_rules_from_the_spec() -> None:
+    s = JobSpec.model_validate(
+        spec(
+            trainers={"restart": "ExitCode"},
+            retry_exit_codes=[75, 3, 75],
+            max_restarts=5,
+            restart_backoff_s=0.5,
+        )
+    )
+    assert s.retry_exit_codes == [3, 75]
+    rules = s.restart_rules()
+    assert (rules.trainer, rules.pserver) == ("ExitCode", "Never")
+    assert (rules.max_restarts, rules.retry_exit_codes, rules.backoff_s) == (5, frozenset({3, 75}), 0.5)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +61,11 @@ def test_defaults() -> None:
         {"env": {"A": "1", "_B2": "x"}},
         {"priority": -1000},
         {"name": "a" * 63},
+        {"trainers": {"restart": "OnFailure"}, "max_restarts": 0},
+        {"trainers": {"restart": "ExitCode"}, "retry_exit_codes": [75, 1, 255]},
+        {"framework": "paddle-ps", "pservers": {"count": 1, "restart": "OnFailure"}},
+        {"pservers": {"count": 1, "restart": "ExitCode"}, "retry_exit_codes": [3]},
+        {"restart_backoff_s": 0, "restart_backoff_max_s": 0},
     ],
 )
 def test_valid_specs(over: dict[str, Any]) -> None:
@@ -76,6 +100,27 @@ def test_valid_specs(over: dict[str, Any]) -> None:
         ({"bogus": 1}, ("bogus",), "Extra inputs are not permitted"),
         ({"trainers": {"count": 1, "cpus": "1"}}, ("trainers", "cpus"), "Extra inputs"),
         ({"pservers": {"replicas": 1}}, ("pservers", "replicas"), "Extra inputs"),
+        ({"trainers": {"restart": "Always"}}, ("trainers", "restart"), "'Never', 'OnFailure' or 'ExitCode'"),
+        ({"pservers": {"restart": "never"}}, ("pservers", "restart"), "'Never', 'OnFailure' or 'ExitCode'"),
+        ({"max_restarts": -1}, ("max_restarts",), "greater than or equal to 0"),
+        ({"max_restarts": 1001}, ("max_restarts",), "less than or equal to 1000"),
+        (
+            {"trainers": {"restart": "ExitCode"}, "retry_exit_codes": [0]},
+            ("retry_exit_codes",),
+            "exit codes are 1..255 (0 is success), got 0",
+        ),
+        ({"trainers": {"restart": "ExitCode"}, "retry_exit_codes": [256]}, ("retry_exit_codes",), "got 256"),
+        (
+            {"trainers": {"restart": "OnFailure"}, "retry_exit_codes": [75]},
+            ("retry_exit_codes",),
+            "only used by the ExitCode policy",
+        ),
+        ({"restart_backoff_s": -1}, ("restart_backoff_s",), "greater than or equal to 0"),
+        (
+            {"restart_backoff_s": 10, "restart_backoff_max_s": 5},
+            ("restart_backoff_max_s",),
+            "must be at least restart_backoff_s (10), got 5",
+        ),
     ],
 )
 def test_invalid_specs_name_the_field(over: dict[str, Any], loc: tuple[Any, ...], match: str) -> None:

@@ -14,13 +14,22 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from paddlecloud.api.tasks import TaskSpec
 from paddlecloud.core.names import check_dns1123_label, check_env_name
 from paddlecloud.core.phases import JobPhase, WorkerState
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 from paddlecloud.core.resources import Resources
+from paddlecloud.core.restarts import RestartPolicy, RestartRules
 
 __all__ = [
     "PRIORITY_CLASSES",
@@ -34,6 +43,7 @@ __all__ = [
     "PserverSpec",
     "QuotaView",
     "ResourceView",
+    "RestartPolicy",
     "RoleStatus",
     "TokenView",
     "TrainerSpec",
@@ -87,10 +97,14 @@ class _Strict(_Model):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
+_RESTART_HELP = "Never (default), OnFailure, or ExitCode (see JobSpec.retry_exit_codes)"
+
+
 class PserverSpec(_Strict):
     count: int = Field(0, ge=0, le=64)
     cpu: Cpu = "500m"
     memory: Memory = "512Mi"
+    restart: RestartPolicy = Field(RestartPolicy.NEVER, description=_RESTART_HELP)
 
     def resources(self) -> Resources:
         return Resources(parse_cpu(self.cpu), parse_memory(self.memory), 0)
@@ -103,6 +117,7 @@ class TrainerSpec(_Strict):
     cpu: Cpu = "500m"
     memory: Memory = "512Mi"
     gpu: int = Field(0, ge=0, le=16)
+    restart: RestartPolicy = Field(RestartPolicy.NEVER, description=_RESTART_HELP)
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:
@@ -138,6 +153,16 @@ class JobSpec(_Strict):
     priority: int = Field(
         0, ge=-1000, le=1000, description="-1000..1000, or a class name: " + ", ".join(PRIORITY_CLASSES)
     )
+    max_restarts: int = Field(
+        3, ge=0, le=1000, description="restarts allowed over all workers of the job (restart policies)"
+    )
+    retry_exit_codes: list[int] = Field(
+        default_factory=list, max_length=64, description="exit codes the ExitCode policy retries (1..255)"
+    )
+    restart_backoff_s: float = Field(1.0, ge=0, le=600, description="delay before a worker's first restart")
+    restart_backoff_max_s: float = Field(
+        30.0, ge=0, le=3600, description="cap of the delay, which doubles per restart of the worker"
+    )
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -156,6 +181,27 @@ class JobSpec(_Strict):
             check_env_name(key)
         return v
 
+    @field_validator("retry_exit_codes")
+    @classmethod
+    def _retry_codes(cls, v: list[int], info: ValidationInfo) -> list[int]:
+        bad = [c for c in v if not 1 <= c <= 255]
+        if bad:
+            raise ValueError(f"exit codes are 1..255 (0 is success), got {bad[0]}")
+        roles = [r for r in (info.data.get("trainers"), info.data.get("pservers")) if r is not None]
+        if v and len(roles) == 2 and not any(r.restart == RestartPolicy.EXIT_CODE for r in roles):
+            raise ValueError(
+                "only used by the ExitCode policy: set trainers.restart or pservers.restart to ExitCode"
+            )
+        return sorted(set(v))
+
+    @field_validator("restart_backoff_max_s")
+    @classmethod
+    def _backoff_cap(cls, v: float, info: ValidationInfo) -> float:
+        first = info.data.get("restart_backoff_s")
+        if first is not None and v < first:
+            raise ValueError(f"must be at least restart_backoff_s ({first:g}), got {v:g}")
+        return v
+
     @model_validator(mode="after")
     def _framework_roles(self) -> Self:
         if self.framework == Framework.PADDLE_PS and self.pservers.count < 1:
@@ -163,6 +209,17 @@ class JobSpec(_Strict):
         if self.framework in (Framework.PADDLE_COLLECTIVE, Framework.TORCH) and self.pservers.count:
             raise ValueError(f"framework {self.framework} runs no pservers (pservers.count must be 0)")
         return self
+
+    def restart_rules(self) -> RestartRules:
+        """The restart settings the backend applies (``core.restarts.decide``)."""
+        return RestartRules(
+            trainer=self.trainers.restart,
+            pserver=self.pservers.restart,
+            max_restarts=self.max_restarts,
+            retry_exit_codes=frozenset(self.retry_exit_codes),
+            backoff_s=self.restart_backoff_s,
+            backoff_max_s=self.restart_backoff_max_s,
+        )
 
 
 class RoleStatus(_Model):

@@ -22,6 +22,7 @@ from typing import Protocol
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
+from paddlecloud.core.restarts import RestartRules
 from paddlecloud.scheduler import WorkerPlacement
 
 __all__ = [
@@ -68,6 +69,9 @@ class JobLaunch:
     #: 0 for the first start; a preempted job is started again with the next number (and its
     #: earlier runs' logs are kept)
     attempt: int = 0
+    #: restart policy per role, the job's restart limit and backoff (``core.restarts``)
+    restarts: RestartRules = field(default_factory=RestartRules)
+
     #: the platform's URL and the job's token, for the workers (``PADDLECLOUD_API``, ``_JOB_TOKEN``)
     api: ApiAccess = field(default_factory=ApiAccess)
 

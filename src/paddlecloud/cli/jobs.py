@@ -62,6 +62,17 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--priority", default="normal", show_default=True, help="low, normal, high, or a number -1000..1000"
 )
+@click.option(
+    "--restart-policy",
+    type=click.Choice(["Never", "OnFailure", "ExitCode"]),
+    default="Never",
+    show_default=True,
+    help="what a failed worker (trainer or pserver) does: fail the job, restart, or restart on signals "
+    "and --retry-exit-code codes only",
+)
+@click.option("--max-restarts", type=int, help="restarts allowed over all workers of the job [default: 3]")
+@click.option("--retry-exit-code", "retry_codes", type=int, multiple=True, help="ExitCode policy: retry it")
+@click.option("--restart-backoff", type=float, help="seconds before a first restart, doubling [default: 1]")
 @task_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
 @click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
@@ -83,6 +94,7 @@ def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opt
         "env": _env_pairs(opts["env"]),
         "priority": opts["priority"],
     }
+    _add_restart_spec(spec, opts)
     if opts["input_"]:
         spec["input"] = opts["input_"]
     if opts["output"]:
@@ -98,6 +110,18 @@ def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opt
     if wait:
         final = follow_job(client, job.name)
         sys.exit(0 if final.phase == JobPhase.SUCCEEDED else 1)
+
+
+def _add_restart_spec(spec: dict[str, Any], opts: dict[str, Any]) -> None:
+    """The restart fields: the policy of both roles, the job's limit, retryable codes and backoff."""
+    if opts["restart_policy"] != "Never":
+        spec["trainers"]["restart"] = spec["pservers"]["restart"] = opts["restart_policy"]
+    if opts["max_restarts"] is not None:
+        spec["max_restarts"] = opts["max_restarts"]
+    if opts["retry_codes"]:
+        spec["retry_exit_codes"] = list(opts["retry_codes"])
+    if opts["restart_backoff"] is not None:
+        spec["restart_backoff_s"] = opts["restart_backoff"]
 
 
 def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
@@ -211,6 +235,8 @@ def describe(job: str, user: str | None, fmt: str) -> None:
     if d.spec.pservers.count:
         out.print(f"[bold]Pservers:[/bold]   {role_cell(d.pservers)} (cpu {d.spec.pservers.cpu}, "
                   f"memory {d.spec.pservers.memory})")  # fmt: skip
+    if restart := _restart_line(d):
+        out.print(f"[bold]Restarts:[/bold]   {restart}", markup=True)
     out.print(f"[bold]Submitted:[/bold]  {d.submitted_at:%Y-%m-%d %H:%M:%S}Z   started: "
               f"{age(d.started_at)} ago   finished: {age(d.finished_at)} ago")  # fmt: skip
     if d.spec.input:
@@ -221,7 +247,7 @@ def describe(job: str, user: str | None, fmt: str) -> None:
     if d.workers:
         out.print("\n[bold]Workers[/bold]")
         print_table(
-            ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT"],
+            ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "RESTARTS"],
             [
                 [
                     w.name,
@@ -230,6 +256,7 @@ def describe(job: str, user: str | None, fmt: str) -> None:
                     w.endpoint,
                     str(w.pid or "-"),
                     "-" if w.exit_code is None else str(w.exit_code),
+                    str(w.restarts),
                 ]
                 for w in d.workers
             ],
@@ -238,6 +265,22 @@ def describe(job: str, user: str | None, fmt: str) -> None:
     print_table(
         ["TIME", "TYPE", "REASON", "MESSAGE"],
         [[f"{e.time:%H:%M:%S}", e.type, e.reason, e.message] for e in d.events],
+    )
+
+
+def _restart_line(d: JobDetail) -> str:
+    """``trainers OnFailure, pservers Never; at most 3 per job, backoff 1 s doubling to 30 s``, or ""."""
+    t, p = d.spec.trainers.restart, d.spec.pservers.restart
+    if t == p == "Never":
+        return ""
+    codes = (
+        f"; retried exit codes {', '.join(map(str, d.spec.retry_exit_codes))}"
+        if d.spec.retry_exit_codes
+        else ""
+    )
+    return (
+        f"trainers {t}, pservers {p}; at most {d.spec.max_restarts} per job, backoff "
+        f"{d.spec.restart_backoff_s:g} s doubling to {d.spec.restart_backoff_max_s:g} s{codes}"
     )
 
 

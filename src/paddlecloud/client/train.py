@@ -9,8 +9,9 @@ print(job.phase, job.output_dir)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from paddlecloud.api.models import Framework, JobDetail, PserverSpec, TrainerSpec
+from paddlecloud.api.models import Framework, JobDetail, PserverSpec, RestartPolicy, TrainerSpec
 from paddlecloud.client.client import Client
 
 __all__ = ["train"]
@@ -30,23 +31,33 @@ def train(
     env: dict[str, str] | None = None,
     input: str | None = None,
     output: str | None = None,
+    restart_policy: str = "Never",
+    max_restarts: int | None = None,
     wait: bool = False,
     timeout: float | None = None,
     client: Client | None = None,
 ) -> JobDetail:
-    """Upload ``package``, submit it, and (with ``wait``) block until it ends. Returns the job."""
+    """Upload ``package``, submit it, and (with ``wait``) block until it ends. Returns the job.
+
+    ``restart_policy`` (``Never``, ``OnFailure``, ``ExitCode``) applies to trainers and pservers;
+    ``max_restarts`` limits restarts over the whole job (the server's default when None).
+    """
     client = client or Client()
     job_name = name or Path(package).resolve().name.replace("_", "-").lower()
-    spec = {
+    spec: dict[str, Any] = {
         "name": job_name,
         "entry": entry,
         "framework": Framework(framework).value,
-        "pservers": PserverSpec(count=pservers, cpu=cpu, memory=memory).model_dump(),
-        "trainers": TrainerSpec(count=trainers, cpu=cpu, memory=memory, gpu=gpu).model_dump(
-            exclude_none=True
-        ),
+        "pservers": PserverSpec(
+            count=pservers, cpu=cpu, memory=memory, restart=RestartPolicy(restart_policy)
+        ).model_dump(),
+        "trainers": TrainerSpec(
+            count=trainers, cpu=cpu, memory=memory, gpu=gpu, restart=RestartPolicy(restart_policy)
+        ).model_dump(exclude_none=True),
         "env": env or {},
     }
+    if max_restarts is not None:
+        spec["max_restarts"] = max_restarts
     if input:
         spec["input"] = input
     if output:

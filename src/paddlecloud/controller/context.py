@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, object_session
 
+from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Backend, JobLaunch
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
@@ -70,6 +71,7 @@ class Context:
                 input_dir=str(input_dir or ""), input=input_path, output=str(spec.get("output") or "")
             ),
             attempt=max(row.attempts - 1, 0),
+            restarts=JobSpec.model_validate(spec).restart_rules(),
             api=self._api(row),
         )
 

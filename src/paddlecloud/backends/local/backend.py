@@ -4,6 +4,7 @@ Per job, under ``<root>/jobs/<user>/<name>/``::
 
     launch.json          ports per worker and placement, rewritten on every resize (re-adoption
                          reads it back)
+    restarts.json        restarts made and pending (restart policies, ``restarts.py``)
     package/             the unpacked job package;  workers/<worker>/  a private copy per worker
     logs/<worker>.<run>.log, logs/prepare.<run>.log   one file per run, kept across preemptions
     run/<worker>.pid.json, run/<worker>.exit.json
@@ -18,6 +19,10 @@ Resize (capability ``resize``): ``add_trainer`` starts one more trainer with the
 endpoints (at once when trainers run, else with the others); ``remove_trainer`` retires the highest
 trainer: it leaves the job's workers (so it never decides success or failure), is stopped gracefully
 in the background and stays in the status as ``Stopped`` with its log.
+
+Restart policies (``launch.restarts``): a worker that fails or is lost is either started again, as
+the same worker with the current endpoints, after a backoff and in a later ``sync`` (the job goes
+on), or fails the job; ``restarts.py`` keeps that bookkeeping and ``core.restarts`` decides.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from paddlecloud.backends.local.envs import EnvBuildError, EnvCache
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.nodes import NodeShape, make_nodes
 from paddlecloud.backends.local.ports import PortAllocator, is_listening
-from paddlecloud.backends.local.process import WorkerProc, stop_group
+from paddlecloud.backends.local.process import WorkerProc, kill_leftovers, stop_group, watch_exit
+from paddlecloud.backends.local.restarts import RestartBook
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
@@ -84,6 +90,7 @@ class _Job:
     topology: Topology
     workers: dict[str, WorkerProc]
     ports: list[int]
+    book: RestartBook
     stage: Stage = Stage.PREPARING
     env_dir: Path | None = None
     failure: str | None = None
@@ -142,6 +149,7 @@ class LocalBackend:
         launch.output_dir.mkdir(parents=True, exist_ok=True)
         ports = [self._ports.allocate() for _ in range(len(launch.placement) + 2)]
         job = self._build(launch, jdir, ports, {})
+        job.book.save(job.workers.values())  # a re-run (after a preemption) starts every worker afresh
         job.events.append(
             BackendEvent(
                 "Normal", "Preparing", "unpacking the package and building its environment (logs -w prepare)"
@@ -164,6 +172,8 @@ class LocalBackend:
         self._ports.reserve(ports)
         job = self._build(launch, jdir, ports, by_name)
         adopted = [w for w in job.workers.values() if w.load_pid_file()]
+        for w in job.book.restore(job.workers):  # waiting for a restart when the server stopped
+            self._wake_at(w)
         if any(w.role == "trainer" for w in adopted):
             job.stage = Stage.TRAINERS
         elif adopted:
@@ -295,6 +305,7 @@ class LocalBackend:
             ),
             workers={},
             ports=ports,
+            book=RestartBook.load(launch.restarts, jdir / "restarts.json"),
         )
         for p, port in zip(launch.placement, ports, strict=False):
             name = f"{p.role}-{p.index}"
@@ -390,10 +401,14 @@ class LocalBackend:
     def _check_pservers(self, job: _Job) -> None:
         now = self._now()
         for w in job.role("pserver"):
-            if w.state(now) in _ENDED:
-                self._fail(job, f"{w.name} exited with code {w.exit_code} before the trainers started")
+            state = w.state(now)
+            if state in _ENDED and not self._restart_or_fail(job, w, state, now):
                 return
-        if all(is_listening("127.0.0.1", w.port) for w in job.role("pserver")):
+        self._spawn_due(job, now)
+        if all(
+            w.state(now) == WorkerState.RUNNING and is_listening("127.0.0.1", w.port)
+            for w in job.role("pserver")
+        ):
             n = len(job.role("pserver"))
             job.events.append(BackendEvent("Normal", "PserversReady", f"all {n} pservers listen"))
             self._spawn(job, job.role("trainer"))
@@ -401,23 +416,53 @@ class LocalBackend:
 
     def _check_trainers(self, job: _Job) -> None:
         now = self._now()
-        for w in job.workers.values():
+        for w in list(job.workers.values()):
             state = w.state(now)
-            if state == WorkerState.FAILED:
-                self._fail(
-                    job, f"{w.name} failed with exit code {w.exit_code} (see: paddlecloud logs -w {w.name})"
-                )
-                return
-            if state == WorkerState.LOST:
-                self._fail(job, f"{w.name} vanished without an exit status (pid {w.pid})")
-                return
             if state == WorkerState.SUCCEEDED and w.role == "pserver":
                 self._fail(job, f"{w.name} exited before the trainers finished")
                 return
+            if state in (WorkerState.FAILED, WorkerState.LOST) and not self._restart_or_fail(
+                job, w, state, now
+            ):
+                return
+        self._spawn_due(job, now)
         if all(w.state(now) == WorkerState.SUCCEEDED for w in job.role("trainer")):
             n = len(job.role("trainer"))
             job.events.append(BackendEvent("Normal", "TrainersSucceeded", f"all {n} trainers succeeded"))
             self._stop_async(job, job.role("pserver"))
+
+    def _restart_or_fail(self, job: _Job, w: WorkerProc, state: WorkerState, now: float) -> bool:
+        """``w`` ended badly: schedule its restart (True) or fail the job (False), by its policy."""
+        if state not in (WorkerState.FAILED, WorkerState.LOST):  # a pserver ended before the trainers
+            self._fail(job, f"{w.name} exited with code {w.exit_code} before the trainers started")
+            return False
+        outcome = job.book.on_failure(w, now)
+        if isinstance(outcome, str):
+            self._fail(job, f"{outcome} (see: paddlecloud logs -w {w.name})")
+            return False
+        nxt, event = outcome
+        kill_leftovers(w)  # anything the failed run left behind would hold the worker's port
+        job.workers[w.name] = nxt
+        job.events.append(event)
+        job.book.save(job.workers.values())
+        self._wake_at(nxt)
+        return True
+
+    def _spawn_due(self, job: _Job, now: float) -> None:
+        """Start the restarted workers whose backoff has passed (current endpoints, same identity)."""
+        due = job.book.due(job.workers.values(), now)
+        for w in due:
+            w.restart_at = None
+        if due:
+            self._spawn(job, due)
+            job.book.save(job.workers.values())
+
+    def _wake_at(self, w: WorkerProc) -> None:
+        """Wake the reconcile loop when ``w``'s restart is due, so the respawn waits for no tick."""
+        delay = max((w.restart_at or 0.0) - self._now(), 0.0)
+        timer = threading.Timer(delay, self._wake)
+        timer.daemon = True
+        timer.start()
 
     def _fail(self, job: _Job, message: str) -> None:
         job.failure = message
@@ -456,13 +501,18 @@ class LocalBackend:
                 files=job.launch.files, api=job.launch.api,
             )  # fmt: skip
             w.spawn(job.launch.entry, {**base, **worker_env(ctx)}, now)
+            watch_exit(w, self._wake)
 
     def _statuses(self, job: _Job) -> tuple[WorkerStatus, ...]:
         now = self._now()
 
         def state(w: WorkerProc) -> WorkerState:
             s = w.state(now)
-            return WorkerState.STOPPED if w.name in job.retired and s in _ENDED else s
+            if w.name in job.retired and (s in _ENDED or w.pid is None):
+                return WorkerState.STOPPED  # retired, possibly before it (re)started
+            if w.restart_at is not None and job.stage == Stage.DONE:
+                return WorkerState.STOPPED  # its restart was cancelled: the job ended
+            return s
 
         return tuple(
             WorkerStatus(

@@ -1,8 +1,9 @@
 """Worker logs on disk: ``logs/<worker>.<run>.log``, one file per run, kept after the worker ends.
 
 ``read_logs`` serves tail-N, ``--previous`` (the run before the last) and follow. Follow polls the
-files and ends once every requested worker has ended and its file is drained, so the loop is bounded
-by the workers' lifetime.
+files, moves on to a worker's next run's file once it appears and the current one is drained (a
+restarted worker), and ends once every requested worker has ended and its file is drained, so the
+loop is bounded by the workers' lifetime.
 """
 
 from __future__ import annotations
@@ -70,6 +71,18 @@ def _prefix(line: bytes, worker: str, many: bool) -> bytes:
     return f"[{worker}] ".encode() + line if many else line
 
 
+def _newer_run(logs_dir: Path, c: _Cursor) -> Path | None:
+    """The log file of a run newer than the one ``c`` reads (the worker was restarted), if any."""
+    newer = _pick(logs_dir, c.worker, False)
+    return newer if newer is not None and newer != c.path else None
+
+
+def _flush(c: _Cursor, many: bool) -> Iterator[bytes]:
+    if c.partial:
+        yield _prefix(c.partial + b"\n", c.worker, many)
+        c.partial = b""
+
+
 def read_logs(logs_dir: Path, req: LogRequest, ended: Callable[[str], bool]) -> Iterator[bytes]:
     many = len(req.workers) > 1
     cursors = []
@@ -91,6 +104,10 @@ def read_logs(logs_dir: Path, req: LogRequest, ended: Callable[[str], bool]) -> 
                 f.seek(c.offset)
                 data = f.read(_CHUNK * 16)
             if not data:
+                newer = _newer_run(logs_dir, c) if req.follow and not req.previous else None
+                if newer is not None:  # a restarted worker: on to its next run's file
+                    yield from _flush(c, many)
+                    c.path, c.offset, progressed = newer, 0, True
                 continue
             progressed = True
             c.offset += len(data)
@@ -106,8 +123,6 @@ def read_logs(logs_dir: Path, req: LogRequest, ended: Callable[[str], bool]) -> 
         if not req.follow or draining:
             # drained: flush what has no final newline and stop
             for c in cursors:
-                if c.partial:
-                    yield _prefix(c.partial + b"\n", c.worker, many)
-                    c.partial = b""
+                yield from _flush(c, many)
             return
         time.sleep(_POLL)

@@ -4,6 +4,10 @@ Each worker is ``python -m paddlecloud.runtime.launcher`` in a new session (so i
 group and outlives the server), with stdout and stderr going to its log file. The launcher writes
 the exit status to ``run/<worker>.exit.json``; the backend records ``run/<worker>.pid.json`` (pid and
 process start time, to tell a re-used pid from ours) so a restarted server can re-adopt the worker.
+
+A worker restarted by its restart policy is a new ``WorkerProc`` for its next run (``next_run``): the
+same name, role, index, node, endpoint, GPUs and directory, a log file of its own, and ``restart_at``
+(when it may be spawned) until it is. ``watch_exit`` wakes the controller the moment a process ends.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +30,7 @@ import psutil
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.runtime.launcher import write_json_atomic
 
-__all__ = ["WorkerProc", "stop_group"]
+__all__ = ["WorkerProc", "kill_leftovers", "stop_group", "watch_exit"]
 
 
 @dataclass
@@ -44,7 +50,11 @@ class WorkerProc:
     started_at: float | None = None
     finished_at: float | None = None
     exit_code: int | None = None
+    #: the signal that ended the run, when the launcher saw one or was itself killed by one
+    signal: int | None = None
     stopped: bool = False  # stopped by the platform, not by its own failure
+    #: a restarted worker not spawned yet: the clock time it may be
+    restart_at: float | None = None
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -84,6 +94,14 @@ class WorkerProc:
             str(self.pid_file),
             {"pid": self.pid, "create_time": self.create_time, "started_at": now, "restart": self.restart},
         )
+
+    def next_run(self, run: int, restart_at: float) -> WorkerProc:
+        """The same worker's run ``run``, to be spawned at ``restart_at``, with its own log file."""
+        return replace(
+            self, restart=run, log_path=self.log_path.parent / f"{self.name}.{run}.log",
+            pid=None, create_time=None, started_at=None, finished_at=None, exit_code=None, signal=None,
+            stopped=False, restart_at=restart_at, popen=None,
+        )  # fmt: skip
 
     def load_pid_file(self) -> bool:
         """Re-adoption: read back pid and start time written by :meth:`spawn`."""
@@ -131,11 +149,32 @@ class WorkerProc:
         try:
             data = json.loads(self.status_file.read_text())
             self.exit_code = int(data["exit_code"])
+            self.signal = int(data["signal"]) if data.get("signal") else None
             self.finished_at = float(data.get("finished_at", now))
-        except (OSError, ValueError, KeyError):
-            if self.popen is not None and self.popen.returncode is not None and not self.stopped:
-                self.exit_code = self.popen.returncode
+        except (OSError, ValueError, KeyError, TypeError):
+            rc = self.popen.returncode if self.popen is not None else None
+            if rc is not None and not self.stopped:  # the launcher itself ended without a status
+                self.exit_code, self.signal = (128 - rc, -rc) if rc < 0 else (rc, None)
             self.finished_at = now
+
+
+def watch_exit(w: WorkerProc, wake: Callable[[], None]) -> None:
+    """Call ``wake`` once the spawned process ``w`` has ended (it is left for ``Popen`` to reap)."""
+    pid = w.pid
+
+    def run() -> None:
+        if pid is not None:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        wake()
+
+    threading.Thread(target=run, name=f"watch-{w.name}-{pid}", daemon=True).start()
+
+
+def kill_leftovers(w: WorkerProc) -> None:
+    """SIGKILL what an ended worker left in its process group (children still holding its port)."""
+    if w.pid is not None and (w.popen is None or w.popen.poll() is not None):
+        _signal_group(w.pid, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
