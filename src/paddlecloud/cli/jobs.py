@@ -136,6 +136,10 @@ def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
             err.print(f"[bold]{name}[/bold] {line}", markup=True)
             last = line
         if job.phase in TERMINAL_PHASES:
+            if not streamed and any(w.pid for w in job.workers):  # it ended between two polls
+                for text in client.logs(name):
+                    sys.stdout.write(text)
+                sys.stdout.flush()
             return job
         if not streamed and any(w.pid for w in job.workers):
             for text in client.logs(name, follow=True):
