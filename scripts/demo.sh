@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# `make demo`: start the embedded platform, submit examples/fit_a_line (2 pservers + 2 trainers,
-# PaddlePaddle parameter-server mode), follow it to the end, show where the model is, stop.
+# `make demo`: start the embedded platform, put the fit_a_line data set into PFS (8 shard files),
+# submit examples/fit_a_line (2 pservers + 2 trainers, PaddlePaddle parameter-server mode) whose
+# trainers lease the shards from the job's task master for 5 passes, follow it to the end, show the
+# task master's record and where the model is, stop.
 # Exits 0 only if the job Succeeded and reported its final loss.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,15 +24,21 @@ for _ in $(seq 1 100); do
 done
 $PC version
 
-echo "== submitting examples/fit_a_line: 2 pservers + 2 trainers (the first run builds its environment)"
+echo "== the data set: 20,000 rows in 8 shard files, copied to pfs:data/fit-a-line"
+.venv/bin/python examples/fit_a_line/data.py "$DEMO/dataset"
+$PC pfs cp -r -q "$DEMO/dataset" pfs:data/fit-a-line
+
+echo "== submitting examples/fit_a_line: 2 pservers + 2 trainers leasing the shards (the first run builds its environment)"
 $PC submit examples/fit_a_line --name fit-a-line --framework paddle-ps \
-  --entry "python train.py" --pservers 2 --trainers 2 --cpu 250m --pscpu 250m --wait \
+  --entry "python train.py" --pservers 2 --trainers 2 --cpu 250m --pscpu 250m \
+  --input pfs:data/fit-a-line --tasks-from-input --passes 5 --task-timeout 10 --restart-policy OnFailure --wait \
   | awk '/^\[trainer-0\] final loss/ {done=1} !(done && /^\[pserver-/) {print; fflush()}' || {
     echo "== the job did not succeed:"; $PC describe fit-a-line; exit 1; }
 
 echo "== result"
 $PC get jobs -a
 $PC get workers fit-a-line
+$PC get tasks fit-a-line
 loss=$($PC logs fit-a-line -w trainer-0 | grep -E "^final loss" | awk '{print $3}')
 test -n "$loss" || { echo "no final loss in trainer-0's log"; exit 1; }
 output=$($PC describe fit-a-line -o json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["spec"]["output"])')

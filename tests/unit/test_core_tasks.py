@@ -16,10 +16,13 @@ from paddlecloud.core.tasks import (
     TaskLimits,
     TaskSlot,
     TaskState,
+    abandon,
     complete,
     expired,
     fail,
     grant,
+    holder_gone,
+    holder_name,
     item_tasks,
     next_pass,
     pass_step,
@@ -186,3 +189,38 @@ def test_retry_after_is_bounded_and_follows_the_first_expiry(
     expiries: list[float | None], wait: float
 ) -> None:
     assert retry_after(expiries, T0) == pytest.approx(wait)
+
+
+# -- holders that ended ---------------------------------------------------------------------------
+
+RUNS = {"trainer-0": (0, False), "trainer-1": (2, False), "trainer-2": (1, True)}
+
+
+@pytest.mark.parametrize(
+    ("holder", "gone"),
+    [
+        ("trainer-0#0", False),  # its current run, alive
+        ("trainer-1#1", True),  # an earlier run: the worker was restarted
+        ("trainer-1#2", False),
+        ("trainer-2#1", True),  # its current run ended (failed, retired, lost)
+        ("trainer-9#0", False),  # not a worker of the job: never judged
+        ("someone", False),
+        ("", False),
+    ],
+)
+def test_holder_gone(holder: str, gone: bool) -> None:
+    assert holder_gone(holder, RUNS) is gone
+
+
+def test_holder_names_carry_the_run() -> None:
+    assert holder_name("trainer-1", 2) == "trainer-1#2"
+    assert holder_name("", 2) == ""
+
+
+def test_abandon_counts_a_failure_and_leaves_other_states_alone() -> None:
+    t = abandon(leased(holder="trainer-1#0"), LIMITS)
+    assert (t.state, t.failures, t.lease) == (TaskState.TODO, 1, "")
+    assert "trainer-1#0 ended" in t.error
+    assert abandon(leased(failures=2), LIMITS).state == TaskState.FAILED
+    done = complete(leased(), "L1")[0]
+    assert abandon(done, LIMITS) == done

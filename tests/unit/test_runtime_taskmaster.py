@@ -47,7 +47,7 @@ def test_the_loop_acknowledges_every_task_once_per_pass(bench: Bench, server: Ht
     seen = [(t.pass_no, t.path) for t in tasks(master(bench, server, "loop"))]
     assert seen == [(p, x) for p in range(2) for x in "abc"]
     status = alice.tasks.status("loop")
-    assert [(t.state, t.done_passes, t.holder) for t in status.items] == [("done", 2, "trainer-0")] * 3
+    assert [(t.state, t.done_passes, t.holder) for t in status.items] == [("done", 2, "trainer-0#0")] * 3
     assert status.summary.finished
 
 

@@ -7,10 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from task_helpers import Bench
 
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound, Unauthorized
+from paddlecloud.backends.base import WorkerStatus
 from paddlecloud.client import Client
+from paddlecloud.controller.tasks import release_ended
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.store.tables import JobRow
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -141,7 +146,7 @@ def test_an_expired_lease_is_handed_out_again_and_the_old_holder_loses_it(
     bench.clock.advance(2)  # t+51: expired
     r = w1.tasks.lease("expiry", lease_id(2), "trainer-1")
     assert r.status == "leased" and r.task is not None
-    assert (r.task.index, r.task.holder, r.task.failures, r.task.leases) == (0, "trainer-1", 1, 2)
+    assert (r.task.index, r.task.holder, r.task.failures, r.task.leases) == (0, "trainer-1#0", 1, 2)
     with pytest.raises(Conflict) as err:
         w0.tasks.done("expiry", 0, lease_id(1))
     assert err.value.code == ErrorCode.LEASE_LOST
@@ -168,6 +173,37 @@ def test_a_task_that_keeps_failing_is_recorded_failed_and_the_pass_goes_on(
     ]
     assert (status.summary.done, status.summary.failed) == (1, 1)
     assert [t.index for t in alice.tasks.status("bad-task", state="failed").items] == [0]
+
+
+def test_leases_of_a_worker_run_that_ended_are_handed_on_at_once(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "dead", {"items": ["a", "b", "c"], "lease_timeout": 3600})
+    w = bench.worker("alice", "dead")
+    for n, (worker, run) in enumerate([("trainer-0", 0), ("trainer-1", 0), ("trainer-2", 3)]):
+        w.request("POST", "/jobs/dead/tasks/lease", json={"lease": lease_id(n), "worker": worker, "run": run})
+    w.tasks.done("dead", 0, lease_id(0))
+
+    def status(name: str, run: int, state: WorkerState) -> WorkerStatus:
+        return WorkerStatus(name=name, role="trainer", index=int(name[-1]), state=state, restarts=run)
+
+    observed = [
+        status("trainer-0", 1, WorkerState.PENDING),  # restarted, but its task was acknowledged: kept done
+        status("trainer-1", 1, WorkerState.RUNNING),  # run 0 died, run 1 runs: run 0's lease goes
+        status("trainer-2", 3, WorkerState.RUNNING),  # the run holding the lease is alive
+    ]
+    with bench.platform.ctx.session() as s:
+        job_id = s.scalar(select(JobRow.id).where(JobRow.name == "dead"))
+        assert job_id is not None
+        assert release_ended(s, job_id, observed) == 1
+        s.commit()
+    items = alice.tasks.status("dead").items
+    assert [(t.state, t.holder, t.failures) for t in items] == [
+        ("done", "trainer-0#0", 0),
+        ("todo", "", 1),
+        ("leased", "trainer-2#3", 0),
+    ]
+    assert "trainer-1#0 ended" in items[1].error
+    with pytest.raises(Conflict):
+        w.tasks.done("dead", 1, lease_id(1))
 
 
 # -- who may touch which tasks --------------------------------------------------------------------

@@ -76,7 +76,8 @@ class TaskSpec(_Strict):
 
 class LeaseRequest(_Strict):
     lease: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$", description="a random id chosen by the trainer")
-    worker: str = Field("", max_length=63, description="who asks (shown in get tasks)")
+    worker: str = Field("", max_length=56, description="who asks (shown in get tasks)")
+    run: int = Field(0, ge=0, le=999_999, description="the worker's run (PADDLECLOUD_RESTART)")
 
 
 class AckRequest(_Strict):
@@ -101,6 +102,7 @@ class TaskView(_Model):
     leases: int = 0
     #: in how many passes it was acknowledged done (each at most once)
     done_passes: int = 0
+    #: the last failure in this pass (expired lease, fail, holder ended), kept when then done
     error: str = ""
 
 

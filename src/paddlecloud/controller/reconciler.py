@@ -5,6 +5,7 @@ One cycle (``tick``), numbered, under the context mutex:
   1. sync every Starting/Running job with the backend; write worker states and backend events;
      account the service it received; decide the phase with ``core.phases.next_phase`` over its
      current trainers (a terminal phase waits until the backend reports every process ended);
+     release the task leases (``controller.tasks``) held by worker runs that ended;
   2. build a frozen ``scheduler.Snapshot`` (nodes, what started jobs hold, the queue, the running
      jobs with attained service and elastic bounds, quotas, the clock);
   3. ask the policy for a ``Plan``;
@@ -30,6 +31,7 @@ from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan
 from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
+from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import NodeState, Plan, Policy, Snapshot
@@ -130,6 +132,8 @@ class Reconciler:
             status = self.ctx.backend.sync(job_key(row.user, row.name))
             account(row, now)
             self.apply_status(row, status)
+            if row.spec.get("tasks"):  # a dead trainer's tasks go to the others now, not at expiry
+                release_ended(s, row.id, status.workers)
             s.commit()
 
     def apply_status(self, row: JobRow, status: JobStatus) -> None:

@@ -2,6 +2,7 @@
 
     submit ──plan_tasks (input's files or the spec's items; core.tasks.split_files)──▶
              add_queue: task_queues row + one tasks row per task, in the submit's transaction
+    reconciler ──release_ended (worker runs that ended)──▶ their leases abandoned at once
     trainer (job token) ──lease──▶ TaskService.lease: reclaim expired leases, pass_step →
              grant the first todo task | wait (retry_after) | next pass | finished
              ──done / fail / renew (lease id)──▶ core.tasks.complete / fail / renew
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from typing import Literal
 
 from sqlalchemy import func, insert, select, update
@@ -37,17 +39,19 @@ from paddlecloud.api.tasks import (
     TaskSummary,
     TaskView,
 )
+from paddlecloud.backends.base import WorkerStatus
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.jobtokens import JobIdentity, authenticate_job
 from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.controller.views import ts
 from paddlecloud.core import tasks as logic
+from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.quantity import parse_memory
 from paddlecloud.core.tasks import LeaseError, PassStep, TaskDef, TaskKind, TaskLimits, TaskSlot, TaskState
 from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow
 
-__all__ = ["Caller", "TaskService", "add_queue", "plan_tasks"]
+__all__ = ["Caller", "TaskService", "add_queue", "plan_tasks", "release_ended"]
 
 #: who calls a task route: a user (owner or admin) or a job's own workers
 Caller = Identity | JobIdentity
@@ -118,6 +122,34 @@ def add_queue(s: Session, job_id: int, spec: TaskSpec, defs: list[TaskDef], now:
     )
 
 
+# -- from the reconciler -------------------------------------------------------------------------
+
+_ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.LOST, WorkerState.STOPPED})
+
+
+def release_ended(s: Session, job_id: int, workers: Iterable[WorkerStatus]) -> int:
+    """Abandon the leases held by worker runs that have ended (failed, restarted, retired), so their
+    tasks go to another trainer now rather than when the lease expires; returns how many. Called by
+    the reconciler with what the backend observed; the caller commits."""
+    q = s.scalar(select(TaskQueueRow).where(TaskQueueRow.job_id == job_id))
+    if q is None:
+        return 0
+    runs = {w.name: (w.restarts, w.state in _ENDED) for w in workers}
+    leased = s.scalars(select(TaskRow).where(TaskRow.queue_id == q.id, TaskRow.state == TaskState.LEASED))
+    released = 0
+    for t in [t for t in leased if logic.holder_gone(t.holder, runs)]:
+        slot = logic.abandon(_slot(t), _limits(q))
+        # guarded: a trainer's done / fail since the SELECT (another session) wins
+        r = s.execute(
+            update(TaskRow)
+            .where(TaskRow.id == t.id, TaskRow.state == TaskState.LEASED, TaskRow.lease == t.lease)
+            .values(_columns(slot))
+            .execution_options(synchronize_session=False)
+        )
+        released += r.rowcount  # type: ignore[attr-defined]
+    return released
+
+
 # -- rows <-> values ------------------------------------------------------------------------------
 
 
@@ -131,6 +163,13 @@ def _slot(t: TaskRow) -> TaskSlot:
 def _store(t: TaskRow, slot: TaskSlot) -> None:
     t.state, t.lease, t.holder, t.lease_expires = str(slot.state), slot.lease, slot.holder, slot.expires
     t.failures, t.done_lease, t.error = slot.failures, slot.done_lease, slot.error
+
+
+def _columns(slot: TaskSlot) -> dict[str, object]:
+    return {
+        "state": str(slot.state), "lease": slot.lease, "holder": slot.holder, "lease_expires": slot.expires,
+        "failures": slot.failures, "done_lease": slot.done_lease, "error": slot.error,
+    }  # fmt: skip
 
 
 def _limits(q: TaskQueueRow) -> TaskLimits:
@@ -254,7 +293,8 @@ class TaskService:
                     .order_by(TaskRow.index)
                     .limit(1)
                 ).one()
-                _store(t, logic.grant(_slot(t), req.lease, req.worker, now, _limits(q)))
+                holder = logic.holder_name(req.worker, req.run)
+                _store(t, logic.grant(_slot(t), req.lease, holder, now, _limits(q)))
                 t.leases += 1
                 return self._leased(q, t)
             if step == PassStep.WAIT:

@@ -12,6 +12,10 @@ loads rows, asks these functions and writes the result back::
                         └── = max_failures ──────────────────────────▶ failed
 
 A lease is a random id chosen by the trainer: whoever holds it may renew, complete or fail the task.
+Its holder is the worker and run that leased it (``trainer-1#0``): when the platform sees that run
+end (the worker failed, was restarted or retired), its leases are abandoned at once
+(:func:`holder_gone`, :func:`abandon`), counted as a failure like an expiry, instead of waiting for
+the lease time.
 An expired lease stays valid until the task is handed to someone else (reclaiming is lazy, on the
 next lease request), so a slow trainer that finishes before anyone else asks still counts. The
 lease that completed a task stays recorded (``done_lease``), so a retried ``done`` is answered
@@ -37,10 +41,13 @@ __all__ = [
     "TaskLimits",
     "TaskSlot",
     "TaskState",
+    "abandon",
     "complete",
     "expired",
     "fail",
     "grant",
+    "holder_gone",
+    "holder_name",
     "item_tasks",
     "next_pass",
     "pass_step",
@@ -100,6 +107,7 @@ class TaskSlot:
     failures: int = 0
     #: the lease that completed the task last (kept across passes: a retried ``done`` is not a new one)
     done_lease: str = ""
+    #: the last failure in this pass (kept when the task is then done: why it took more leases)
     error: str = ""
 
 
@@ -160,6 +168,28 @@ def reclaim(t: TaskSlot, now: float, limits: TaskLimits) -> TaskSlot:
     return _failed_once(t, limits, f"lease of {t.holder or 'a trainer'} expired")
 
 
+def abandon(t: TaskSlot, limits: TaskLimits) -> TaskSlot:
+    """The holder's run is known to have ended: a failure, like an expired lease."""
+    if t.state != TaskState.LEASED:
+        return t
+    return _failed_once(t, limits, f"{t.holder or 'the holder'} ended while holding the task")
+
+
+def holder_name(worker: str, run: int) -> str:
+    """Who holds a lease: a worker and its run (``PADDLECLOUD_RESTART``), ``trainer-1#0``."""
+    return f"{worker}#{run}" if worker else ""
+
+
+def holder_gone(holder: str, runs: Mapping[str, tuple[int, bool]]) -> bool:
+    """Whether the run holding a lease has ended, from each worker's (current run, ended?): the
+    worker is on a later run, or its run ended. Holders the job does not have are never judged."""
+    name, sep, run = holder.rpartition("#")
+    if not sep or not run.isdigit() or name not in runs:
+        return False
+    current, ended = runs[name]
+    return int(run) < current or (int(run) == current and ended)
+
+
 def grant(t: TaskSlot, lease: str, holder: str, now: float, limits: TaskLimits) -> TaskSlot:
     """Hand a todo task to ``holder`` under ``lease`` until ``now + lease_seconds``."""
     if t.state != TaskState.TODO:
@@ -187,7 +217,7 @@ def complete(t: TaskSlot, lease: str) -> tuple[TaskSlot, bool]:
         return t, False
     if not _holds(t, lease):
         raise LeaseError("the lease is not held: the task was handed to another trainer or ended")
-    done = dataclasses.replace(t, state=TaskState.DONE, lease="", expires=None, done_lease=lease, error="")
+    done = dataclasses.replace(t, state=TaskState.DONE, lease="", expires=None, done_lease=lease)
     return done, True
 
 

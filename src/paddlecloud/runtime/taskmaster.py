@@ -167,6 +167,8 @@ class TaskMaster:
         self.token = token or e.get(c.JOB_TOKEN, "")
         self.job = job or e.get(c.JOB_NAME, "")
         self.worker = worker if worker is not None else e.get(c.WORKER, "")
+        #: this worker's run: when the platform sees it end, its leases are handed on at once
+        self.run = int(e.get(c.RESTART, "0") or 0)
         self.input_dir = e.get(c.INPUT_DIR, "")
         if not (self.api and self.token and self.job):
             raise TaskMasterError(
@@ -215,7 +217,7 @@ class TaskMaster:
         """The next task (waiting while every remaining task of the pass is leased); None at the end."""
         lease_id = secrets.token_hex(16)  # ours: a retried request gets the same task back
         while True:
-            r = self._call("POST", "/lease", {"lease": lease_id, "worker": self.worker})
+            r = self._call("POST", "/lease", {"lease": lease_id, "worker": self.worker, "run": self.run})
             if r["status"] == "finished":
                 return None
             if r["status"] == "leased":
