@@ -4,7 +4,7 @@ Builds a snapshot with half the jobs running (placed, 1-8 GPUs each, elastic 1..
 waiting, then times ``policy.schedule`` (median of several rounds) for each policy, and shows how the
 time grows with nodes and jobs.
 
-    .venv/bin/python bench/sched_scale.py [--runs 5]
+    .venv/bin/python bench/sched_scale.py [--runs 5] [--sweep]
 """
 
 from __future__ import annotations
@@ -61,18 +61,26 @@ def timed(name: str, snap: Snapshot, runs: int) -> float:
     return statistics.median(ts)
 
 
+POLICIES = ("fifo", "fifo-backfill", "tiresias", "edl", "elastic")
+#: nodes and jobs grow together (the goal is the last row)
+TOGETHER = ((125, 500), (625, 2500), (1250, 5000))
+#: --sweep: one grows while the other stays
+SWEEP = ((1250, 500), (1250, 2500), (125, 5000), (625, 5000))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument(
+        "--sweep", action="store_true", help="also 1,250 nodes with fewer jobs, 5,000 jobs on fewer nodes"
+    )
     args = ap.parse_args()
-    print("one scheduling round, median of runs (goal: 1,250 nodes x 8 GPUs, 5,000 jobs <= 100 ms)")
-    for nodes, jobs in ((125, 500), (625, 2500), (1250, 5000)):
+    print(f"one scheduling round, ms (median of {args.runs}; goal: 1,250 x 8 GPUs, 5,000 jobs <= 100 ms)")
+    print(f"  {'nodes':>5} {'jobs':>5} {'running':>7}" + "".join(f"{name:>15}" for name in POLICIES))
+    for nodes, jobs in TOGETHER + (SWEEP if args.sweep else ()):
         snap = build(nodes, jobs)
-        cells = [
-            f"{name} {timed(name, snap, args.runs) * 1000:7.1f} ms"
-            for name in ("fifo", "tiresias", "edl", "elastic")
-        ]
-        print(f"  {nodes:5d} nodes, {jobs:5d} jobs ({len(snap.running)} running): " + "  ".join(cells))
+        cells = "".join(f"{timed(name, snap, args.runs) * 1000:15.1f}" for name in POLICIES)
+        print(f"  {nodes:5d} {jobs:5d} {len(snap.running):7d}{cells}")
 
 
 if __name__ == "__main__":

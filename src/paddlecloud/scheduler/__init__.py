@@ -1,7 +1,11 @@
 """The scheduler: pure functions from a frozen :class:`Snapshot` to a :class:`Plan` of decisions.
 
 No I/O, no database, no wall clock: the caller passes the time in the snapshot. The live server and
-(later) the simulator drive this same package. Policies are chosen by name with :func:`policy`.
+the simulator drive this same package. Policies are chosen by name with :func:`policy`.
+
+A round costs about what it decides, not nodes x jobs: free capacity is indexed by free vector
+(``pool.NodePool``), what-if admissions are journaled trials rolled back in place, and elastic
+shrink candidates wait in a heap kept across admissions (figures: bench/sched_scale.py).
 """
 
 from __future__ import annotations
@@ -9,7 +13,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
-from paddlecloud.scheduler.elastic import EdlPolicy, ElasticPolicy
+from paddlecloud.scheduler.edl import EdlPolicy
+from paddlecloud.scheduler.elastic import ElasticPolicy
 from paddlecloud.scheduler.fifo import FifoPolicy
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState, Snapshot
 

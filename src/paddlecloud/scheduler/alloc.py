@@ -1,8 +1,9 @@
-"""Working allocation for preemptive and elastic policies: what-if placement on a scratch copy.
+"""Working allocation for preemptive and elastic policies: what-if placement on the cycle's node pool.
 
 :class:`Allocation` starts from the snapshot's free capacity (running jobs hold what they hold) and
 lets a policy release a job's trainers, place new ones, and read back each job's final placement.
-Nothing here decides; policies do.
+What-ifs run as trials (:meth:`Allocation.begin`, then :meth:`commit` or :meth:`rollback`) that
+journal what they change instead of copying the cluster. Nothing here decides; policies do.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import WorkerPlacement
-from paddlecloud.scheduler.snapshot import FreeCapacity, JobRequest, Snapshot
+from paddlecloud.scheduler.pool import Key, NodePool, how_many
+from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
 __all__ = ["Allocation", "tiresias_queue"]
+
+#: hints that survive a committed trial (what-if copies used to keep this many)
+KEPT_HINTS = 64
 
 
 def tiresias_queue(attained: float, thresholds: tuple[float, ...]) -> int:
@@ -26,149 +31,228 @@ def tiresias_queue(attained: float, thresholds: tuple[float, ...]) -> int:
 
 @dataclass
 class Allocation:
-    cap: FreeCapacity
+    pool: NodePool
     #: job key -> its trainers' placement (index order) in this what-if
     trainers: dict[str, list[WorkerPlacement]] = field(default_factory=dict)
     jobs: dict[str, JobRequest] = field(default_factory=dict)
-    #: free capacity summed over nodes (a necessary condition, checked before any scan)
-    total: Resources = field(default_factory=Resources)
-    #: nodes that got capacity back, newest last: where the next trainer most likely fits
-    hints: list[str] = field(default_factory=list)
+    #: keys whose trainer count changed, while a policy asks for them (``None``: not tracked)
+    changed: list[str] | None = None
+    #: trainer shapes no node has room for, with the pool's ``roomier`` count when that was seen
+    _full: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    #: inside a trial: each changed key's trainer list from before it (None: there was none)
+    _saved: dict[str, list[WorkerPlacement] | None] | None = None
+    _added: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, snap: Snapshot) -> Allocation:
-        alloc = cls(FreeCapacity.of(snap.nodes))
-        alloc.total = alloc.cap.total()
+        alloc = cls(NodePool(snap.nodes))
         for job in snap.running:
             alloc.jobs[job.key] = job
             alloc.trainers[job.key] = [p for p in job.placement if p.role == "trainer"]
         return alloc
 
-    def copy(self) -> Allocation:
-        return Allocation(
-            self.cap.copy(),
-            {k: list(v) for k, v in self.trainers.items()},
-            dict(self.jobs),
-            self.total,
-            list(self.hints[-64:]),
-        )
+    @property
+    def total(self) -> Resources:
+        """Free capacity summed over nodes."""
+        return self.pool.total()
 
     def count(self, key: str) -> int:
         return len(self.trainers.get(key, ()))
 
-    def _give_back(self, job: JobRequest, p: WorkerPlacement) -> None:
-        self.cap.free[p.node] = self.cap.free[p.node] + job.trainer
-        self.cap.gpus[p.node].extend(p.gpus)
-        self.total = self.total + job.trainer
-        self.hints.append(p.node)
+    # ------------------------------------------------------------------------------------- trials
 
-    def _take(self, job: JobRequest, node: str) -> WorkerPlacement:
-        gpus = tuple(self.cap.gpus[node][: job.trainer.gpu])
-        del self.cap.gpus[node][: job.trainer.gpu]
-        self.cap.free[node] = self.cap.free[node] - job.trainer
-        self.total = self.total - job.trainer
-        return WorkerPlacement("trainer", len(self.trainers.setdefault(job.key, [])), node, gpus)
+    def begin(self) -> None:
+        self.pool.begin()
+        self._saved, self._added = {}, []
+
+    def commit(self) -> None:
+        self.pool.commit(keep_hints=KEPT_HINTS)
+        self._saved = None
+
+    def rollback(self) -> None:
+        self.pool.rollback()
+        for key, held in (self._saved or {}).items():
+            if held is None:
+                self.trainers.pop(key, None)
+            else:
+                self.trainers[key] = held
+            self._changed(key)
+        for key in self._added:
+            self.jobs.pop(key, None)
+        self._saved = None
+
+    def _held(self, key: str) -> list[WorkerPlacement]:
+        """The key's trainer list, to change (inside a trial, a private copy)."""
+        saved = self._saved
+        if saved is not None and key not in saved:
+            old = self.trainers.get(key)
+            saved[key] = old
+            self.trainers[key] = [] if old is None else list(old)
+        return self.trainers.setdefault(key, [])
+
+    def _joined(self, job: JobRequest) -> None:
+        if job.key not in self.jobs:
+            self.jobs[job.key] = job
+            self._added.append(job.key)
+
+    def _changed(self, key: str) -> None:
+        if self.changed is not None:
+            self.changed.append(key)
+
+    # ----------------------------------------------------------------------------------- trainers
+
+    def _give_back(self, job: JobRequest, placed: list[WorkerPlacement]) -> None:
+        """Give trainers back in order, each node's run of them at once (the same as one by one)."""
+        t, pool = job.trainer, self.pool
+        start = 0
+        for end in range(1, len(placed) + 1):
+            if end == len(placed) or placed[end].node != placed[start].node:
+                gpus = [p.gpus for p in placed[start:end]]
+                pool.give(pool.index[placed[start].node], t.cpu_m, t.memory, t.gpu, gpus, hint=True)
+                start = end
+
+    def _take(self, job: JobRequest, i: int, first: int, k: int = 1) -> list[WorkerPlacement]:
+        t, name = job.trainer, self.pool.names[i]
+        gpus = self.pool.take(i, t.cpu_m, t.memory, t.gpu, t.gpu, k)
+        return [WorkerPlacement("trainer", first + j, name, got) for j, got in enumerate(gpus)]
 
     def shrink(self, job: JobRequest, to: int) -> None:
         """Release trainers above ``to`` (highest index first)."""
-        held = self.trainers.get(job.key, [])
-        while len(held) > to:
-            self._give_back(job, held.pop())
+        if self.count(job.key) <= to:
+            return
+        held = self._held(job.key)
+        gone = held[to:]
+        del held[to:]
+        self._give_back(job, gone[::-1])
+        self._changed(job.key)
 
-    def restore(self, job: JobRequest) -> bool:
-        """Give a released job exactly its old placement back, if all of it is still free."""
-        need: dict[str, Resources] = {}
-        for p in job.placement:
-            need[p.node] = need.get(p.node, Resources()) + (
-                job.trainer if p.role == "trainer" else job.pserver
-            )
-        gpus_free = {n: set(self.cap.gpus[n]) for n in need}
-        if not all(r.fits_in(self.cap.free[n]) for n, r in need.items()) or not all(
-            set(p.gpus) <= gpus_free[p.node] for p in job.placement
-        ):
-            return False
-        for n, r in need.items():
-            self.cap.free[n] = self.cap.free[n] - r
-            self.total = self.total - r
-        for p in job.placement:
-            for g in p.gpus:
-                self.cap.gpus[p.node].remove(g)
-        self.trainers[job.key] = [p for p in job.placement if p.role == "trainer"]
-        self.jobs[job.key] = job
-        return True
-
-    def release_pservers(self, job: JobRequest) -> None:
-        for p in job.placement:
-            if p.role == "pserver":
-                self.cap.free[p.node] = self.cap.free[p.node] + job.pserver
-                self.total = self.total + job.pserver
-                self.hints.append(p.node)
-
-    def fits(self, need: Resources, n: int) -> bool:
-        """Could ``n`` workers of ``need`` be placed now (ignoring which job)?"""
-        if not need.times(n).fits_in(self.total):
-            return False
-        total = 0
-        for node in self.cap.order:
-            total += _how_many(self.cap.free[node], need)
-            if total >= n:
-                return True
-        return n <= 0
+    def spot(self, job: JobRequest) -> int | None:
+        """Where one more trainer of ``job`` would go: beside its own trainers, else on the node that
+        most recently got capacity back, else the first node with room."""
+        t = job.trainer
+        c, m, g = t.cpu_m, t.memory, t.gpu
+        pool = self.pool
+        if not pool.total_fits(c, m, g) or self._full.get((c, m, g)) == pool.roomier:
+            return None
+        index = pool.index
+        for p in self.trainers.get(job.key, ()):
+            if pool.fits_at(index[p.node], c, m, g):
+                return index[p.node]
+        node = pool.newest_hint(c, m, g)
+        if node is None:
+            node = pool.first_fit(c, m, g)
+        if node is None:
+            self._full[c, m, g] = pool.roomier
+        return node
 
     def grow(self, job: JobRequest, n: int) -> bool:
         """Add ``n`` trainers, all or none; nodes the job already uses first, then the fullest fit."""
         if n <= 0:
             return True
-        if not job.trainer.times(n).fits_in(self.total):
+        t = job.trainer
+        if not self.pool.total_fits(t.cpu_m * n, t.memory * n, t.gpu * n):
             return False
-        held = self.trainers.setdefault(job.key, [])
-        used = list(dict.fromkeys(p.node for p in held))  # ordered: results must not depend on hashing
-        if n == 1:  # the common elastic step: beside its own trainers, recently freed nodes, first fit
-            for node in [*used, *reversed(self.hints), *self.cap.order]:
-                if job.trainer.fits_in(self.cap.free[node]):
-                    held.append(self._take(job, node))
-                    self.jobs.setdefault(job.key, job)
-                    return True
-            return False
-        room = (name for name in self.cap.order if job.trainer.fits_in(self.cap.free[name]))
-        order = sorted(
-            room,  # only nodes that can take one: a busy cluster has few to rank
-            key=lambda name: (name not in used, -_how_many(self.cap.free[name], job.trainer)),
-        )
+        if n == 1:  # the common elastic step
+            node = self.spot(job)
+            if node is None:
+                return False
+            self.add_at(job, node)
+            return True
+        return self._grow_many(job, n)
+
+    def add_at(self, job: JobRequest, node: int) -> None:
+        """One more trainer of ``job`` on ``node`` (where :meth:`spot` said it goes)."""
+        held = self._held(job.key)
+        held.extend(self._take(job, node, len(held)))
+        self._joined(job)
+        self._changed(job.key)
+
+    def _grow_many(self, job: JobRequest, n: int) -> bool:
+        held = self._held(job.key)
+        t = job.trainer
+        c, m, g = t.cpu_m, t.memory, t.gpu
+        order = self._own_nodes(held, c, m, g)  # nodes the job already uses first
+        order += self.pool.gang(c, m, g, n, lambda key: _by_count(key, c, m, g), skip={i for i, _ in order})
         added: list[WorkerPlacement] = []
-        for node in order:
-            while len(added) < n and job.trainer.fits_in(self.cap.free[node]):
-                p = self._take(job, node)
-                added.append(WorkerPlacement("trainer", len(held) + len(added), node, p.gpus))
+        for i, can in order:
+            added += self._take(job, i, len(held) + len(added), min(can, n - len(added)))
             if len(added) == n:
                 held.extend(added)
-                self.jobs.setdefault(job.key, job)
+                self._joined(job)
+                self._changed(job.key)
                 return True
-        for p in added:  # not all fit: undo
-            self._give_back(job, p)
+        self._give_back(job, added)  # not all fit: undo
         return False
 
+    def _own_nodes(self, held: list[WorkerPlacement], c: int, m: int, g: int) -> list[tuple[int, int]]:
+        """``(node, workers it takes)`` for the nodes ``held`` uses that have room, fullest fit first."""
+        if not held:
+            return []
+        index = self.pool.index
+        used = list(dict.fromkeys(index[p.node] for p in held))  # ordered: never by hashing
+        room = [(-self._how_many(i, c, m, g), i) for i in used if self.pool.fits_at(i, c, m, g)]
+        return [(i, -k) for k, i in sorted(room)]
+
+    def _how_many(self, i: int, c: int, m: int, g: int) -> int:
+        return how_many(self.pool.cpu[i], self.pool.mem[i], self.pool.gpu[i], c, m, g)
+
+    def bounce(self, job: JobRequest, node: int) -> None:
+        """What growing ``job`` by one trainer on ``node`` and shrinking it straight back leaves."""
+        self.pool.bounce(node, job.trainer.gpu)
+
+    def fits(self, need: Resources, n: int) -> bool:
+        """Could ``n`` workers of ``need`` be placed now (ignoring which job)?"""
+        if not self.pool.total_fits(need.cpu_m * n, need.memory * n, need.gpu * n):
+            return False
+        return self.pool.holds(need.cpu_m, need.memory, need.gpu, n)
+
+    def restore(self, job: JobRequest) -> bool:
+        """Give a released job exactly its old placement back, if all of it is still free."""
+        pool = self.pool
+        need: dict[int, tuple[list[int], list[int]]] = {}  # node -> ([cpu, memory, gpu], GPU indices)
+        for p in job.placement:
+            r = job.trainer if p.role == "trainer" else job.pserver
+            acc, gpus = need.setdefault(pool.index[p.node], ([0, 0, 0], []))
+            acc[0], acc[1], acc[2] = acc[0] + r.cpu_m, acc[1] + r.memory, acc[2] + r.gpu
+            gpus += p.gpus
+        for i, ((c, m, g), gpus) in need.items():
+            if not pool.fits_at(i, c, m, g) or not set(gpus).issubset(pool.gpus[i]):
+                return False
+        for i, ((c, m, g), gpus) in need.items():
+            pool.take_exact(i, c, m, g, gpus)
+        self._held(job.key)
+        self.trainers[job.key] = [p for p in job.placement if p.role == "trainer"]
+        self._joined(job)
+        self._changed(job.key)
+        return True
+
+    # ----------------------------------------------------------------------------------- pservers
+
+    def release_pservers(self, job: JobRequest) -> None:
+        ps = job.pserver
+        for p in job.placement:
+            if p.role == "pserver":
+                self.pool.give(self.pool.index[p.node], ps.cpu_m, ps.memory, ps.gpu, [()], hint=True)
+
+    def unplace_pservers(self, job: JobRequest, placed: list[WorkerPlacement]) -> None:
+        ps = job.pserver
+        for p in placed:
+            self.pool.give(self.pool.index[p.node], ps.cpu_m, ps.memory, ps.gpu, [()])
+
     def place_pservers(self, job: JobRequest) -> list[WorkerPlacement] | None:
+        """Each pserver on the first node with room (GPU indices are not assigned to pservers)."""
         out: list[WorkerPlacement] = []
-        for i in range(job.pservers):
-            node = next((n for n in self.cap.order if job.pserver.fits_in(self.cap.free[n])), None)
+        ps = job.pserver
+        for n in range(job.pservers):
+            node = self.pool.first_fit(ps.cpu_m, ps.memory, ps.gpu)
             if node is None:
-                for p in out:
-                    self.cap.free[p.node] = self.cap.free[p.node] + job.pserver
-                    self.total = self.total + job.pserver
+                self.unplace_pservers(job, out)
                 return None
-            self.cap.free[node] = self.cap.free[node] - job.pserver
-            self.total = self.total - job.pserver
-            out.append(WorkerPlacement("pserver", i, node))
+            self.pool.take(node, ps.cpu_m, ps.memory, ps.gpu, 0)
+            out.append(WorkerPlacement("pserver", n, self.pool.names[node]))
         return out
 
 
-def _how_many(free: Resources, need: Resources) -> int:
-    counts = []
-    if need.cpu_m:
-        counts.append(free.cpu_m // need.cpu_m)
-    if need.memory:
-        counts.append(free.memory // need.memory)
-    if need.gpu:
-        counts.append(free.gpu // need.gpu)
-    return max(min(counts), 0) if counts else 1 << 30
+def _by_count(key: Key, c: int, m: int, g: int) -> tuple[tuple[int, ...], int]:
+    k = how_many(key[0], key[1], key[2], c, m, g)
+    return (-k,), k

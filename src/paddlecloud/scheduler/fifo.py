@@ -15,12 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler.decisions import Admit, Plan, Wait, WaitReason
-from paddlecloud.scheduler.placement import never_fits, place_job
+from paddlecloud.scheduler.decisions import Admit, Plan, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.placement import NeverFits, place_job
+from paddlecloud.scheduler.pool import NodePool
 from paddlecloud.scheduler.quota import QuotaLedger
-from paddlecloud.scheduler.snapshot import FreeCapacity, JobRequest, Snapshot
+from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
 __all__ = ["FifoPolicy", "queue_order"]
+
+Placement = tuple[WorkerPlacement, ...]
 
 
 def queue_order(job: JobRequest) -> tuple[int, float, str]:
@@ -38,11 +41,13 @@ class FifoPolicy:
 
     def schedule(self, snap: Snapshot) -> Plan:
         plan = Plan(cycle=snap.cycle)
-        cap = FreeCapacity.of(snap.nodes)
+        pool = NodePool(snap.nodes)
+        never_fits = NeverFits(snap.nodes)
         ledger = QuotaLedger.of(snap)
+        failed: dict[tuple[int, int, int], int] = {}
         head: JobRequest | None = None
         for job in sorted(snap.queue, key=queue_order):
-            impossible = never_fits(snap.nodes, job)
+            impossible = never_fits(job)
             if impossible:
                 plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
                 continue
@@ -51,25 +56,38 @@ class FifoPolicy:
                 plan.wait.append(Wait(job.key, WaitReason.QUOTA_EXCEEDED, over))
                 continue
             if head is not None and not self.backfill:
-                plan.wait.append(
-                    Wait(job.key, WaitReason.BEHIND_EARLIER_JOB, f"waiting behind job {head.key} (fifo)")
-                )
+                msg = f"waiting behind job {head.key} (fifo)"
+                plan.wait.append(Wait(job.key, WaitReason.BEHIND_EARLIER_JOB, msg))
                 continue
-            placement = place_job(cap, job)
+            placement = _place(pool, job, failed)
             if placement is not None:
                 ledger.charge(job, job.trainers, pservers=True)
                 nodes = sorted({p.node for p in placement})
                 plan.admit.append(Admit(job.key, placement, f"admitted on {', '.join(nodes)}"))
                 continue
-            free = cap.total()
-            short = _demand(job).shortfall(free) or ["no single node can hold the workers"]
-            plan.wait.append(
-                Wait(
-                    job.key,
-                    WaitReason.INSUFFICIENT_RESOURCES,
-                    f"needs {_demand(job).describe()} for {job.pservers + job.trainers} workers; "
-                    + "; ".join(short),
-                )
-            )
+            plan.wait.append(_short(job, pool))
             head = head or job
         return plan
+
+
+def _place(pool: NodePool, job: JobRequest, failed: dict[tuple[int, int, int], int]) -> Placement | None:
+    """:func:`place_job`, but a job without pservers whose trainer shape already failed at no more
+    trainers fails at once: free capacity only shrinks during a fifo cycle, and placing one role
+    needs only enough room summed over the nodes that can take a worker."""
+    if job.pservers:
+        return place_job(pool, job)
+    t = job.trainer
+    shape = (t.cpu_m, t.memory, t.gpu)
+    if job.trainers >= failed.get(shape, 1 << 30):
+        return None
+    placement = place_job(pool, job)
+    if placement is None:
+        failed[shape] = job.trainers
+    return placement
+
+
+def _short(job: JobRequest, pool: NodePool) -> Wait:
+    need = _demand(job)
+    short = need.shortfall(pool.total()) or ["no single node can hold the workers"]
+    msg = f"needs {need.describe()} for {job.pservers + job.trainers} workers; " + "; ".join(short)
+    return Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg)

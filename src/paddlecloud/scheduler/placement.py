@@ -1,4 +1,4 @@
-"""Gang placement of one job's workers on a :class:`FreeCapacity` copy: all workers or none.
+"""Gang placement of one job's workers on the cycle's :class:`NodePool`: all workers or none.
 
 Trainers are packed on as few nodes as possible (largest free node first); GPUs are never split
 across nodes and specific GPU indices are assigned.
@@ -8,61 +8,74 @@ from __future__ import annotations
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import WorkerPlacement
-from paddlecloud.scheduler.snapshot import FreeCapacity, JobRequest, NodeState
+from paddlecloud.scheduler.pool import Key, NodePool
+from paddlecloud.scheduler.snapshot import JobRequest, NodeState
 
-__all__ = ["never_fits", "place_job"]
+__all__ = ["NeverFits", "place_job"]
 
 
-def _place_role(cap: FreeCapacity, role: str, count: int, need: Resources) -> list[WorkerPlacement] | None:
-    out: list[WorkerPlacement] = []
+def _fifo_rank(key: Key, c: int, m: int, g: int, count: int) -> tuple[tuple[int, ...], int]:
+    """Fill one node before opening another: the one that fits the most of these workers first, then
+    the one with the most cpu and memory free. Workers without GPUs go to nodes without GPUs first, so
+    they do not fragment the GPU nodes."""
+    fc, fm, fg, has_gpus = key
+    fits = min(fc // c if c else count, fm // m if m else count, fg // g if g else count, count)
+    on_gpu_node = 1 if (g == 0 and has_gpus) else 0
+    return (on_gpu_node, -fits, -fc, -fm), fits
+
+
+def _place_role(pool: NodePool, role: str, count: int, need: Resources) -> list[WorkerPlacement] | None:
     if count == 0:
-        return out
-
-    # Fill one node before opening another: the one that fits the most of these workers first.
-    # Workers without GPUs go to nodes without GPUs first, so they do not fragment the GPU nodes.
-    def key(n: str) -> tuple[int, int, int, int]:
-        free = cap.free[n]
-        fits = min(
-            free.cpu_m // need.cpu_m if need.cpu_m else count,
-            free.memory // need.memory if need.memory else count,
-            free.gpu // need.gpu if need.gpu else count,
-        )
-        on_gpu_node = 1 if (need.gpu == 0 and cap.gpus[n]) else 0
-        return (on_gpu_node, -min(fits, count), -free.cpu_m, -free.memory)
-
-    # only nodes that can take at least one worker are ranked (a busy cluster has few)
-    nodes = sorted((n for n in cap.order if need.fits_in(cap.free[n])), key=key)
-    index = 0
-    for node in nodes:
-        while index < count and need.fits_in(cap.free[node]):
-            gpus = tuple(cap.gpus[node][: need.gpu])
-            del cap.gpus[node][: need.gpu]
-            cap.free[node] = cap.free[node] - need
-            out.append(WorkerPlacement(role, index, node, gpus))
-            index += 1
-        if index == count:
-            return out
-    return None if index < count else out
-
-
-def place_job(cap: FreeCapacity, job: JobRequest) -> tuple[WorkerPlacement, ...] | None:
-    """Place every worker of ``job`` on ``cap`` (mutating it) or return ``None`` leaving it unchanged."""
-    trial = cap.copy()
-    pservers = _place_role(trial, "pserver", job.pservers, job.pserver)
-    if pservers is None:
+        return []
+    c, m, g = need.cpu_m, need.memory, need.gpu
+    order = pool.gang(c, m, g, count, lambda key: _fifo_rank(key, c, m, g, count))
+    if sum(k for _, k in order) < count:
         return None
-    trainers = _place_role(trial, "trainer", job.trainers, job.trainer)
-    if trainers is None:
+    out: list[WorkerPlacement] = []
+    for i, k in order:
+        for gpus in pool.take(i, c, m, g, g, k):
+            out.append(WorkerPlacement(role, len(out), pool.names[i], gpus))
+    return out
+
+
+def place_job(pool: NodePool, job: JobRequest) -> tuple[WorkerPlacement, ...] | None:
+    """Place every worker of ``job`` on ``pool`` (changing it) or return ``None`` leaving it unchanged."""
+    pool.begin()
+    pservers = _place_role(pool, "pserver", job.pservers, job.pserver)
+    trainers = None if pservers is None else _place_role(pool, "trainer", job.trainers, job.trainer)
+    if pservers is None or trainers is None:
+        pool.rollback()
         return None
-    cap.free, cap.gpus = trial.free, trial.gpus
-    return tuple(pservers + trainers)
+    pool.commit()
+    return (*pservers, *trainers)
 
 
-def never_fits(nodes: tuple[NodeState, ...], job: JobRequest) -> str | None:
-    """A message if some worker of ``job`` exceeds the capacity of every node, else ``None``."""
-    for role, count, need in (("pserver", job.pservers, job.pserver), ("trainer", job.trainers, job.trainer)):
-        if count and not any(need.fits_in(n.capacity) for n in nodes):
-            largest = max((n.capacity for n in nodes), key=lambda r: (r.gpu, r.cpu_m, r.memory), default=None)
-            has = largest.describe() if largest else "no nodes"
-            return f"a {role} needs {need.describe()}, but the largest node has {has}"
-    return None
+class NeverFits:
+    """Why some worker of a job exceeds the capacity of every node (``None``: each fits somewhere);
+    answers are remembered per worker shape, so a cycle scans the nodes once per shape."""
+
+    def __init__(self, nodes: tuple[NodeState, ...]) -> None:
+        self.nodes = nodes
+        self._seen: dict[tuple[Resources | None, Resources | None], str | None] = {}
+        #: the same answers by the identity of the jobs' resource objects (all alive for the cycle),
+        #: which is cheaper to look up than their value
+        self._by_id: dict[tuple[int, int, bool, bool], str | None] = {}
+
+    def __call__(self, job: JobRequest) -> str | None:
+        ident = (id(job.pserver), id(job.trainer), job.pservers > 0, job.trainers > 0)
+        if ident in self._by_id:
+            return self._by_id[ident]
+        shape = (job.pserver if job.pservers else None, job.trainer if job.trainers else None)
+        if shape not in self._seen:
+            self._seen[shape] = self._why(shape)
+        self._by_id[ident] = self._seen[shape]
+        return self._seen[shape]
+
+    def _why(self, shape: tuple[Resources | None, Resources | None]) -> str | None:
+        for role, need in zip(("pserver", "trainer"), shape, strict=True):
+            if need is not None and not any(need.fits_in(n.capacity) for n in self.nodes):
+                caps = (n.capacity for n in self.nodes)
+                largest = max(caps, key=lambda r: (r.gpu, r.cpu_m, r.memory), default=None)
+                has = largest.describe() if largest else "no nodes"
+                return f"a {role} needs {need.describe()}, but the largest node has {has}"
+        return None

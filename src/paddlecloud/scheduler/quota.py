@@ -51,7 +51,9 @@ class QuotaLedger:
         return f"user quota of {job.user}: {', '.join(parts)}; the job needs {need} more"
 
     def charge(self, job: JobRequest, trainers: int, pservers: bool = False) -> None:
-        self.used[job.user] = self.used.get(job.user, Resources()) + self._demand(job, trainers, pservers)
+        if job.user in self.quotas:  # only limited users' use is ever looked at
+            self.used[job.user] = self.used.get(job.user, Resources()) + self._demand(job, trainers, pservers)
 
     def credit(self, job: JobRequest, trainers: int, pservers: bool = False) -> None:
-        self.used[job.user] = self.used.get(job.user, Resources()) - self._demand(job, trainers, pservers)
+        if job.user in self.quotas:
+            self.used[job.user] = self.used.get(job.user, Resources()) - self._demand(job, trainers, pservers)

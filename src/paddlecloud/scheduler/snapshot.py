@@ -2,7 +2,7 @@
 
 The controller builds a :class:`Snapshot` from the database and the backend's node list, numbers the
 cycle and stamps it with the injected clock's time; policies read it and never change it. What-if
-placement works on a private copy (:class:`FreeCapacity`).
+placement works on the cycle's own index of free capacity (``pool.NodePool``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import WorkerPlacement
 
-__all__ = ["FreeCapacity", "JobRequest", "NodeState", "Snapshot"]
+__all__ = ["JobRequest", "NodeState", "Snapshot"]
 
 
 @dataclass(frozen=True)
@@ -86,29 +86,3 @@ class Snapshot:
     running: tuple[JobRequest, ...] = ()
     #: per-user limits (a user without an entry is unlimited); usage is what ``running`` holds
     quotas: Mapping[str, Resources] = field(default_factory=dict)
-
-
-@dataclass
-class FreeCapacity:
-    """Mutable scratch copy of free capacity, for tentative placements (committed or discarded whole)."""
-
-    free: dict[str, Resources] = field(default_factory=dict)
-    gpus: dict[str, list[int]] = field(default_factory=dict)
-    order: list[str] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, nodes: tuple[NodeState, ...]) -> FreeCapacity:
-        return cls(
-            free={n.name: n.free for n in nodes},
-            gpus={n.name: list(n.free_gpus) for n in nodes},
-            order=[n.name for n in nodes],
-        )
-
-    def copy(self) -> FreeCapacity:
-        return FreeCapacity(dict(self.free), {k: list(v) for k, v in self.gpus.items()}, list(self.order))
-
-    def total(self) -> Resources:
-        out = Resources()
-        for r in self.free.values():
-            out = out + r
-        return out

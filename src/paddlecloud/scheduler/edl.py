@@ -1,0 +1,141 @@
+"""The ``edl`` policy: the seed's EDL controller, reproduced.
+
+FIFO admission at ``min``, then +1 trainer passes in ascending fulfillment ``(cur - min) / (max -
+min)`` while a node can host one and the cluster load stays under ``max_load``, and -1 passes in
+descending fulfillment while it is over. As in the seed, a waiting job's minimum counts towards the
+load (its pods are pending), so a full cluster sheds trainers and the job is admitted in a following
+cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paddlecloud.scheduler.alloc import Allocation
+from paddlecloud.scheduler.decisions import Plan, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.elastic import emit
+from paddlecloud.scheduler.placement import NeverFits
+from paddlecloud.scheduler.quota import QuotaLedger
+from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
+
+__all__ = ["EdlPolicy"]
+
+#: cluster capacity or use: cpu millicores, memory, GPUs
+Vec = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class EdlPolicy:
+    """The seed's EDL controller, reproduced (see the module docstring)."""
+
+    name: str = "edl"
+    max_load: float = 0.97
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        plan = Plan(cycle=snap.cycle)
+        alloc = Allocation.of(snap)
+        ledger = QuotaLedger.of(snap)
+        never_fits = NeverFits(snap.nodes)
+        admitted = self._admit(plan, snap, alloc, ledger, never_fits)
+        jobs = [*snap.running, *(j for j in snap.queue if j.key in admitted)]
+        waiting = [0, 0, 0]  # a job that can never run sheds nothing
+        for j in snap.queue:
+            if j.key not in admitted and never_fits(j) is None:
+                t, p = j.trainer, j.pserver
+                waiting[0] += t.cpu_m * j.lo + p.cpu_m * j.pservers
+                waiting[1] += t.memory * j.lo + p.memory * j.pservers
+                waiting[2] += t.gpu * j.lo + p.gpu * j.pservers
+        cap = (sum(n.capacity.cpu_m for n in snap.nodes), 0, sum(n.capacity.gpu for n in snap.nodes))
+        _Scaler(self.max_load, alloc, ledger, cap, (waiting[0], waiting[1], waiting[2])).run(jobs)
+        emit(plan, snap, alloc, admitted, set())
+        return plan
+
+    def _admit(
+        self, plan: Plan, snap: Snapshot, alloc: Allocation, ledger: QuotaLedger, never_fits: NeverFits
+    ) -> dict[str, list[WorkerPlacement]]:
+        """FIFO admission at each job's min; what does not fit waits (later jobs may still start)."""
+        admitted: dict[str, list[WorkerPlacement]] = {}
+        for job in sorted(snap.queue, key=lambda j: (-j.priority, j.submitted_at, j.key)):
+            impossible = never_fits(job)
+            if impossible:
+                plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
+                continue
+            over = ledger.problem(job, job.lo, pservers=True)
+            if over:
+                plan.wait.append(Wait(job.key, WaitReason.QUOTA_EXCEEDED, over))
+                continue
+            alloc.begin()
+            pservers = alloc.place_pservers(job)
+            if pservers is None or not alloc.grow(job, job.lo):
+                alloc.rollback()
+                msg = f"needs {job.lo} trainers ({job.trainer.describe()} each) to start"
+                plan.wait.append(Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg))
+                continue
+            alloc.commit()
+            admitted[job.key] = pservers
+            ledger.charge(job, job.lo, pservers=True)
+        return admitted
+
+
+class _Scaler:
+    """The +1 / -1 passes over the elastic jobs (see the module docstring)."""
+
+    def __init__(
+        self, max_load: float, alloc: Allocation, ledger: QuotaLedger, cap: Vec, waiting: Vec
+    ) -> None:
+        self.max_load, self.alloc, self.ledger, self.cap, self.waiting = max_load, alloc, ledger, cap, waiting
+
+    def load(self, extra_cpu: int = 0, extra_gpu: int = 0) -> float:
+        """Used / capacity (GPUs, or cpu on a cluster without GPUs), with ``extra`` more in use."""
+        pool, (cc, _, cg), (wc, _, wg) = self.alloc.pool, self.cap, self.waiting
+        if cg:
+            return (cg - pool.tgpu + wg + extra_gpu) / cg
+        return (cc - pool.tcpu + wc + extra_cpu) / cc if cc else 0.0
+
+    def fulfillment(self, elastic: list[JobRequest], reverse: bool = False) -> list[JobRequest]:
+        """``elastic`` by ``(cur - min) / (max - min)``, then trainer gpu, cpu, memory (stable)."""
+        trainers = self.alloc.trainers
+        keys = [
+            ((len(trainers.get(j.key, ())) - lo) / span if span else 1.0, g, c, m)
+            for j, (lo, span, g, c, m) in zip(elastic, self._static, strict=True)
+        ]
+        return [elastic[i] for i in sorted(range(len(elastic)), key=keys.__getitem__, reverse=reverse)]
+
+    def run(self, jobs: list[JobRequest]) -> None:
+        elastic = [j for j in jobs if j.elastic]
+        self._static = [
+            (j.lo, j.hi - j.lo, j.trainer.gpu, j.trainer.cpu_m, j.trainer.memory) for j in elastic
+        ]
+        for _ in range(10_000):  # dry-run passes until nothing changes (bounded)
+            grown = self._grow_pass(elastic)
+            if not (self._shrink_pass(elastic) or grown):
+                return
+
+    def _grow_pass(self, elastic: list[JobRequest]) -> bool:
+        """+1 trainer each, least fulfilled first, while the load stays under ``max_load``; a trainer
+        that would pass it is not added (what placing and removing it leaves is kept)."""
+        alloc, ledger, changed = self.alloc, self.ledger, False
+        for job in self.fulfillment(elastic):
+            if alloc.count(job.key) >= job.hi or ledger.problem(job, 1):
+                continue
+            node = alloc.spot(job)
+            if node is None:
+                continue
+            if self.load(job.trainer.cpu_m, job.trainer.gpu) <= self.max_load:
+                alloc.add_at(job, node)
+                ledger.charge(job, 1)
+                changed = True
+            else:  # one more would pass max_load: it is given straight back
+                alloc.bounce(job, node)
+        return changed
+
+    def _shrink_pass(self, elastic: list[JobRequest]) -> bool:
+        alloc, changed = self.alloc, False
+        for job in self.fulfillment(elastic, reverse=True):
+            if self.load() <= self.max_load:
+                break
+            if alloc.count(job.key) > job.lo:
+                alloc.shrink(job, alloc.count(job.key) - 1)
+                self.ledger.credit(job, 1)
+                changed = True
+        return changed
