@@ -29,10 +29,23 @@ def test_defaults() -> None:
     assert s.pservers.count == 0
     assert s.env == {}
     assert s.priority == 0
-    assert (s.trainers.restart, s.pservers.restart) == ("Never", "Never")
+    assert (s.trainers.restart, s.pservers.restart) == (None, "Never")  # None: the platform default
     rules = s.restart_rules()
-    assert (rules.trainer, rules.max_restarts, rules.retry_exit_codes) == ("Never", 3, frozenset())
+    assert (rules.trainer, rules.pserver) == ("Never", "Never")
+    assert (rules.max_restarts, rules.retry_exit_codes) == (3, frozenset())
     assert (rules.backoff_s, rules.backoff_max_s) == (1.0, 30.0)
+
+
+def test_elastic_torch_trainers_restart_on_failure_by_default() -> None:
+    base = {"name": "t", "entry": "torchrun train.py", "package": "/pfs/local/x", "framework": "torch"}
+    elastic = JobSpec.model_validate({**base, "trainers": {"count": 2, "min": 1, "max": 4}})
+    assert elastic.restart_rules().trainer == "OnFailure"
+    fixed = JobSpec.model_validate({**base, "trainers": {"count": 2}})
+    assert fixed.restart_rules().trainer == "Never"
+    chosen = JobSpec.model_validate(
+        {**base, "trainers": {"count": 2, "min": 1, "max": 4, "restart": "Never"}}
+    )
+    assert chosen.restart_rules().trainer == "Never"
 
 
 def test_restart_rules_from_the_spec() -> None:

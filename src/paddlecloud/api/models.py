@@ -117,7 +117,11 @@ class TrainerSpec(_Strict):
     cpu: Cpu = "500m"
     memory: Memory = "512Mi"
     gpu: int = Field(0, ge=0, le=16)
-    restart: RestartPolicy = Field(RestartPolicy.NEVER, description=_RESTART_HELP)
+    restart: RestartPolicy | None = Field(
+        None,
+        description="Never, OnFailure, or ExitCode (see JobSpec.retry_exit_codes); default Never, "
+        "but OnFailure for the torchrun agents of an elastic torch job (an agent that fails rejoins)",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:
@@ -212,8 +216,12 @@ class JobSpec(_Strict):
 
     def restart_rules(self) -> RestartRules:
         """The restart settings the backend applies (``core.restarts.decide``)."""
+        elastic_torch = self.framework == Framework.TORCH and (self.trainers.min or 0) < (
+            self.trainers.max or 0
+        )
+        default = RestartPolicy.ON_FAILURE if elastic_torch else RestartPolicy.NEVER
         return RestartRules(
-            trainer=self.trainers.restart,
+            trainer=self.trainers.restart or default,
             pserver=self.pservers.restart,
             max_restarts=self.max_restarts,
             retry_exit_codes=frozenset(self.retry_exit_codes),

@@ -74,6 +74,9 @@ class JobLaunch:
 
     #: the platform's URL and the job's token, for the workers (``PADDLECLOUD_API``, ``_JOB_TOKEN``)
     api: ApiAccess = field(default_factory=ApiAccess)
+    #: elastic jobs: (min, max) trainers (torch jobs then run torchrun agents on a platform-hosted
+    #: rendezvous store); None: a fixed number of trainers
+    trainer_range: tuple[int, int] | None = None
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)

@@ -65,10 +65,8 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--restart-policy",
     type=click.Choice(["Never", "OnFailure", "ExitCode"]),
-    default="Never",
-    show_default=True,
     help="what a failed worker (trainer or pserver) does: fail the job, restart, or restart on signals "
-    "and --retry-exit-code codes only",
+    "and --retry-exit-code codes only [default: Never; OnFailure for an elastic torch job's trainers]",
 )
 @click.option("--max-restarts", type=int, help="restarts allowed over all workers of the job [default: 3]")
 @click.option("--retry-exit-code", "retry_codes", type=int, multiple=True, help="ExitCode policy: retry it")
@@ -114,7 +112,7 @@ def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opt
 
 def _add_restart_spec(spec: dict[str, Any], opts: dict[str, Any]) -> None:
     """The restart fields: the policy of both roles, the job's limit, retryable codes and backoff."""
-    if opts["restart_policy"] != "Never":
+    if opts["restart_policy"] is not None:
         spec["trainers"]["restart"] = spec["pservers"]["restart"] = opts["restart_policy"]
     if opts["max_restarts"] is not None:
         spec["max_restarts"] = opts["max_restarts"]
@@ -274,7 +272,8 @@ def describe(job: str, user: str | None, fmt: str) -> None:
 
 def _restart_line(d: JobDetail) -> str:
     """``trainers OnFailure, pservers Never; at most 3 per job, backoff 1 s doubling to 30 s``, or ""."""
-    t, p = d.spec.trainers.restart, d.spec.pservers.restart
+    rules = d.spec.restart_rules()
+    t, p = rules.trainer, rules.pserver
     if t == p == "Never":
         return ""
     codes = (

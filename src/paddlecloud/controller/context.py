@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session, object_session
 
@@ -28,6 +29,13 @@ __all__ = ["Context", "job_key"]
 
 def job_key(user: str, name: str) -> str:
     return f"{user}/{name}"
+
+
+def _trainer_range(spec: dict[str, Any]) -> tuple[int, int] | None:
+    t = spec.get("trainers", {})
+    count = int(t.get("count", 1))
+    lo, hi = int(t.get("min") or count), int(t.get("max") or count)
+    return (lo, hi) if lo < hi else None
 
 
 @dataclass
@@ -73,6 +81,7 @@ class Context:
             attempt=max(row.attempts - 1, 0),
             restarts=JobSpec.model_validate(spec).restart_rules(),
             api=self._api(row),
+            trainer_range=_trainer_range(spec),
         )
 
     def _api(self, row: JobRow) -> ApiAccess:

@@ -51,7 +51,9 @@ class RestartRules:
     backoff_max_s: float = 30.0
 
     def policy(self, role: str) -> RestartPolicy:
-        return self.pserver if role == "pserver" else self.trainer
+        """The policy of ``role``; platform helpers (an elastic torch job's rendezvous store, whose
+        state a restart would lose) are never restarted."""
+        return {"pserver": self.pserver, "trainer": self.trainer}.get(role, RestartPolicy.NEVER)
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,9 @@ __all__ = ["LocalBackend", "LocalConfig"]
 
 log = logging.getLogger("paddlecloud.backends.local")
 
+RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store process
 _DROP_ENV = ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "PADDLECLOUD_")
+_SERVER_ROLES = frozenset({"pserver", RENDEZVOUS})
 _ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
 
 
@@ -103,6 +105,11 @@ class _Job:
 
     def role(self, role: str) -> list[WorkerProc]:
         return [w for w in self.workers.values() if w.role == role]
+
+    def servers(self) -> list[WorkerProc]:
+        """What must listen before trainers start and is stopped after them: pservers, and the
+        rendezvous store of an elastic torch job."""
+        return [w for w in self.workers.values() if w.role in _SERVER_ROLES]
 
     def worker_ports(self) -> dict[str, int]:
         return {name: w.port for name, w in self.workers.items()}
@@ -310,6 +317,12 @@ class LocalBackend:
         for p, port in zip(launch.placement, ports, strict=False):
             name = f"{p.role}-{p.index}"
             job.workers[name] = self._worker(job, p, f"{host}:{by_name.get(name, port)}")
+        if launch.framework == "torch" and launch.trainer_range is not None:
+            store = self._worker(
+                job, WorkerPlacement(RENDEZVOUS, 0, launch.placement[0].node), job.topology.master_endpoint
+            )
+            store.command = f"python -m paddlecloud.runtime.rendezvous {store.port}"
+            job.workers[store.name] = store
         self._retopology(job, record=False)
         return job
 
@@ -384,13 +397,11 @@ class LocalBackend:
                 self._finish(job)
                 return
             job.events.append(BackendEvent("Normal", "Prepared", "package unpacked and environment ready"))
-            self._spawn(job, job.role("pserver") or job.role("trainer"))
-            job.stage = Stage.PSERVERS if job.role("pserver") else Stage.TRAINERS
+            self._spawn(job, job.servers() or job.role("trainer"))
+            job.stage = Stage.PSERVERS if job.servers() else Stage.TRAINERS
             if job.stage == Stage.PSERVERS:
-                n = len(job.role("pserver"))
-                job.events.append(
-                    BackendEvent("Normal", "StartingPservers", f"waiting for {n} pservers to listen")
-                )
+                names = ", ".join(sorted(w.name for w in job.servers()))
+                job.events.append(BackendEvent("Normal", "StartingServers", f"waiting for {names} to listen"))
         if job.stage == Stage.PSERVERS:
             self._check_pservers(job)
         if job.stage == Stage.TRAINERS:
@@ -400,17 +411,16 @@ class LocalBackend:
 
     def _check_pservers(self, job: _Job) -> None:
         now = self._now()
-        for w in job.role("pserver"):
+        for w in job.servers():
             state = w.state(now)
             if state in _ENDED and not self._restart_or_fail(job, w, state, now):
                 return
         self._spawn_due(job, now)
         if all(
-            w.state(now) == WorkerState.RUNNING and is_listening("127.0.0.1", w.port)
-            for w in job.role("pserver")
+            w.state(now) == WorkerState.RUNNING and is_listening("127.0.0.1", w.port) for w in job.servers()
         ):
-            n = len(job.role("pserver"))
-            job.events.append(BackendEvent("Normal", "PserversReady", f"all {n} pservers listen"))
+            names = ", ".join(sorted(w.name for w in job.servers()))
+            job.events.append(BackendEvent("Normal", "ServersReady", f"{names} listen"))
             self._spawn(job, job.role("trainer"))
             job.stage = Stage.TRAINERS
 
@@ -418,7 +428,7 @@ class LocalBackend:
         now = self._now()
         for w in list(job.workers.values()):
             state = w.state(now)
-            if state == WorkerState.SUCCEEDED and w.role == "pserver":
+            if state == WorkerState.SUCCEEDED and w.role in _SERVER_ROLES:
                 self._fail(job, f"{w.name} exited before the trainers finished")
                 return
             if state in (WorkerState.FAILED, WorkerState.LOST) and not self._restart_or_fail(
@@ -429,7 +439,7 @@ class LocalBackend:
         if all(w.state(now) == WorkerState.SUCCEEDED for w in job.role("trainer")):
             n = len(job.role("trainer"))
             job.events.append(BackendEvent("Normal", "TrainersSucceeded", f"all {n} trainers succeeded"))
-            self._stop_async(job, job.role("pserver"))
+            self._stop_async(job, job.servers())
 
     def _restart_or_fail(self, job: _Job, w: WorkerProc, state: WorkerState, now: float) -> bool:
         """``w`` ended badly: schedule its restart (True) or fail the job (False), by its policy."""
@@ -494,11 +504,15 @@ class LocalBackend:
         for w in workers:
             if not w.cwd.exists():  # added after the package was copied for the others
                 shutil.copytree(job.dir / "package", w.cwd, symlinks=True)
+            if w.command is not None:  # a platform helper: no user contract, never on GPUs
+                w.spawn(w.command, {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, now)
+                watch_exit(w, self._wake)
+                continue
             ctx = WorkerContext(
                 job_name=job.launch.name, user=job.launch.user, framework=job.launch.framework,
                 role=w.role, index=w.index, topology=job.topology, output_dir=str(job.launch.output_dir),
                 restart=w.restart, gpus=w.gpus if self._gpu_machine else None, user_env=job.launch.env,
-                files=job.launch.files, api=job.launch.api,
+                files=job.launch.files, api=job.launch.api, trainer_range=job.launch.trainer_range,
             )  # fmt: skip
             w.spawn(job.launch.entry, {**base, **worker_env(ctx)}, now)
             watch_exit(w, self._wake)

@@ -53,6 +53,8 @@ class WorkerProc:
     #: the signal that ended the run, when the launcher saw one or was itself killed by one
     signal: int | None = None
     stopped: bool = False  # stopped by the platform, not by its own failure
+    #: run this instead of the job's entry (platform-side helpers such as the rendezvous store)
+    command: str | None = None
     #: a restarted worker not spawned yet: the clock time it may be
     restart_at: float | None = None
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
