@@ -48,7 +48,7 @@ def test_fit_a_line_paddle_parameter_server(server: Server, tmp_path: Path) -> N
     job = server.job("fit-a-line")
     assert job["phase"] == "Succeeded"
     events = [e["reason"] for e in job["events"]]
-    assert events.index("PserversReady") < events.index("Running")  # trainers start after pservers listen
+    assert events.index("ServersReady") < events.index("Running")  # trainers start after pservers listen
     states = {w["name"]: w["state"] for w in job["workers"]}
     assert states == {"pserver-0": "Stopped", "pserver-1": "Stopped",
                       "trainer-0": "Succeeded", "trainer-1": "Succeeded"}  # fmt: skip
