@@ -213,7 +213,7 @@ def test_failing_entry_fails_the_job_with_the_exit_code(
     ("trainers", "reason", "words"),
     [
         ({"cpu": "8"}, "ExceedsNodeCapacity", ["cpu 8", "largest node has cpu 4"]),
-        ({"count": 2, "cpu": "3"}, "InsufficientResources", ["cpu 6", "4 free"]),
+        ({"count": 2, "cpu": "3"}, "InsufficientResources", ["2 trainers (cpu 3", "cpu 4, memory 8Gi free"]),
         ({"memory": "16Gi"}, "ExceedsNodeCapacity", ["memory 16Gi"]),
     ],
 )
