@@ -121,7 +121,15 @@ def test_submit_usage_errors_exit_2(tmp_path: Path, package: Path, args: list[st
         (["up", "--default-quota", "gpu=two"], "--default-quota"),
         (["up", "--default-quota", "cpu=lots"], "--default-quota"),
     ],
-    ids=["unknown-command", "missing-argument", "bad-format", "policy", "quota-key", "quota-gpu", "quota-cpu"],
+    ids=[
+        "unknown-command",
+        "missing-argument",
+        "bad-format",
+        "policy",
+        "quota-key",
+        "quota-gpu",
+        "quota-cpu",
+    ],
 )
 def test_other_usage_errors_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
     proc = run_cli(tmp_path, *args)
