@@ -19,6 +19,9 @@ class WaitReason(StrEnum):
     LOWER_PRIORITY = "LowerPriority"
     #: Its user's quota would be exceeded (it waits without blocking other users' jobs).
     QUOTA_EXCEEDED = "QuotaExceeded"
+    #: Waiting for capacity while jobs of users with a smaller dominant share of the cluster, which
+    #: would otherwise come after it, go first (fair share between users, see scheduler.fairshare).
+    FAIR_SHARE = "FairShare"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The ``edl`` policy: the seed's EDL controller, reproduced.
 
-FIFO admission at ``min``, then +1 trainer passes in ascending fulfillment ``(cur - min) / (max -
+FIFO admission at ``min`` (among jobs of one priority, users take turns by dominant share of the
+cluster: fair share, see fairshare.py), then +1 trainer passes in ascending fulfillment ``(cur - min) / (max -
 min)`` while a node can host one and the cluster load stays under ``max_load``, and -1 passes in
 descending fulfillment while it is over. As in the seed, a waiting job's minimum counts towards the
 load (its pods are pending), so a full cluster sheds trainers and the job is admitted in a following
@@ -14,14 +15,16 @@ from dataclasses import dataclass
 from paddlecloud.scheduler.alloc import Allocation
 from paddlecloud.scheduler.decisions import Plan, Wait, WaitReason, WorkerPlacement
 from paddlecloud.scheduler.elastic import emit
+from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, holdings, started
 from paddlecloud.scheduler.placement import NeverFits
 from paddlecloud.scheduler.quota import QuotaLedger
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
 __all__ = ["EdlPolicy"]
 
-#: cluster capacity or use: cpu millicores, memory, GPUs
-Vec = tuple[int, int, int]
+
+def _fifo(job: JobRequest) -> tuple[int, float, str]:
+    return (-job.priority, job.submitted_at, job.key)
 
 
 @dataclass(frozen=True)
@@ -36,26 +39,25 @@ class EdlPolicy:
         alloc = Allocation.of(snap)
         ledger = QuotaLedger.of(snap)
         never_fits = NeverFits(snap.nodes)
-        admitted = self._admit(plan, snap, alloc, ledger, never_fits)
+        cap = capacity(snap.nodes)
+        order = FairOrder(snap.queue, _fifo, lambda j: started(j, j.lo), cap, holdings(snap.running))
+        admitted = self._admit(plan, order, alloc, ledger, never_fits)
         jobs = [*snap.running, *(j for j in snap.queue if j.key in admitted)]
-        waiting = [0, 0, 0]  # a job that can never run sheds nothing
+        wc = wm = wg = 0  # a job that can never run sheds nothing
         for j in snap.queue:
             if j.key not in admitted and never_fits(j) is None:
-                t, p = j.trainer, j.pserver
-                waiting[0] += t.cpu_m * j.lo + p.cpu_m * j.pservers
-                waiting[1] += t.memory * j.lo + p.memory * j.pservers
-                waiting[2] += t.gpu * j.lo + p.gpu * j.pservers
-        cap = (sum(n.capacity.cpu_m for n in snap.nodes), 0, sum(n.capacity.gpu for n in snap.nodes))
-        _Scaler(self.max_load, alloc, ledger, cap, (waiting[0], waiting[1], waiting[2])).run(jobs)
+                c, m, g = started(j, j.lo)
+                wc, wm, wg = wc + c, wm + m, wg + g
+        _Scaler(self.max_load, alloc, ledger, cap, (wc, wm, wg)).run(jobs)
         emit(plan, snap, alloc, admitted, set())
         return plan
 
     def _admit(
-        self, plan: Plan, snap: Snapshot, alloc: Allocation, ledger: QuotaLedger, never_fits: NeverFits
+        self, plan: Plan, order: FairOrder, alloc: Allocation, ledger: QuotaLedger, never_fits: NeverFits
     ) -> dict[str, list[WorkerPlacement]]:
         """FIFO admission at each job's min; what does not fit waits (later jobs may still start)."""
         admitted: dict[str, list[WorkerPlacement]] = {}
-        for job in sorted(snap.queue, key=lambda j: (-j.priority, j.submitted_at, j.key)):
+        for job in order.jobs:
             impossible = never_fits(job)
             if impossible:
                 plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
@@ -69,7 +71,9 @@ class EdlPolicy:
             if pservers is None or not alloc.grow(job, job.lo):
                 alloc.rollback()
                 msg = f"needs {job.lo} trainers ({job.trainer.describe()} each) to start"
-                plan.wait.append(Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg))
+                ahead = order.ahead(job)  # jobs of users with a smaller share went first
+                why = Wait(job.key, WaitReason.FAIR_SHARE, fair_message(ahead, msg)) if ahead else None
+                plan.wait.append(why or Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg))
                 continue
             alloc.commit()
             admitted[job.key] = pservers

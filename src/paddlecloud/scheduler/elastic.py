@@ -2,7 +2,10 @@
 
 ``elastic`` (ours), each cycle over the snapshot:
   1. order every job, waiting or running: priority, then the discretized least-attained-service
-     queue (Tiresias' 2D-LAS: less served first), then submit time;
+     queue (Tiresias' 2D-LAS: less served first), then submit time; among jobs of one priority,
+     users take turns by dominant share of the cluster (fair share, see fairshare.py), so the jobs
+     of the user holding the most come last: the first preempted, and the first to give trainers
+     back when jobs ahead are topped up;
   2. gang minimums, in that order: a running job keeps what it holds; a waiting job gets its
      ``min`` trainers if they fit, else elastic jobs are shrunk towards their ``min`` (least marginal
      loss first), and only then are jobs later in the order preempted; what cannot fit waits, with
@@ -30,6 +33,7 @@ from itertools import accumulate
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
 from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held, started
 from paddlecloud.scheduler.placement import NeverFits
 from paddlecloud.scheduler.quota import QuotaLedger
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
@@ -103,38 +107,33 @@ class _Cycle:
         self.plan = Plan(cycle=snap.cycle)
         self.alloc = Allocation.of(snap)
         self.ledger = QuotaLedger.of(snap)
-        self.jobs = sorted([*snap.running, *snap.queue], key=policy.order)
-        self.rank = {j.key: i for i, j in enumerate(self.jobs)}
         self.was_running = {j.key for j in snap.running}
+        self.order = FairOrder([*snap.running, *snap.queue], policy.order, self._counts, capacity(snap.nodes))
+        self.jobs = self.order.jobs
+        self.rank = {j.key: i for i, j in enumerate(self.jobs)} if self.order.fair else self.order.rank
         self.preempted: set[str] = set()
         self.admitted: dict[str, list[WorkerPlacement]] = {}
         #: running jobs not preempted, in the policy's order (and their ranks)
         self.live = [j for j in self.jobs if j.key in self.was_running]
         self.live_ranks = [self.rank[j.key] for j in self.live]
+        self._running, self._running_ranks = list(self.live), list(self.live_ranks)
         self.never_fits = NeverFits(snap.nodes)
         # Within a cycle, room only shrinks for later jobs (admissions consume; fewer jobs are later in
         # the order to take from), so once a shape failed at some count every later need as large fails
         self.failed: dict[tuple[int, ...], int] = {}
         self.soft = _Shrinkable(policy)
-        self._ahead: list[tuple[int, int, int]] = []
+        self._ahead: list[Vec] = []
 
-    def _held_ahead(self, position: int) -> tuple[int, int, int]:
-        """What the running jobs ahead of ``position`` hold (for the wait reasons)."""
-        if not self._ahead:
-            self._ahead = self._prefix_held()
-        return self._ahead[position]
+    def _counts(self, job: JobRequest) -> Vec:
+        """What a job counts towards its user's share: what it holds, or its minimum if waiting."""
+        return held(job) if job.key in self.was_running else started(job, self.policy.lo(job))
 
-    def _prefix_held(self) -> list[tuple[int, int, int]]:
-
-        def held(j: JobRequest) -> tuple[int, int, int]:
-            if j.key not in self.was_running:
-                return (0, 0, 0)
-            t, p = j.trainer, j.pserver
-            n, k = j.running, j.pservers
-            return (t.cpu_m * n + p.cpu_m * k, t.memory * n + p.memory * k, t.gpu * n + p.gpu * k)
-
-        add = lambda a, b: (a[0] + b[0], a[1] + b[1], a[2] + b[2])  # noqa: E731
-        return list(accumulate(map(held, self.jobs), add, initial=(0, 0, 0)))
+    def _held_ahead(self, position: int) -> Vec:
+        """What the jobs running at the snapshot ahead of ``position`` hold (for the wait reasons)."""
+        if not self._ahead:  # sums over the running jobs, in order
+            add = lambda a, b: (a[0] + b[0], a[1] + b[1], a[2] + b[2])  # noqa: E731
+            self._ahead = list(accumulate(map(held, self._running), add, initial=(0, 0, 0)))
+        return self._ahead[bisect_left(self._running_ranks, position)]
 
     # ------------------------------------------------------------------------- step 2: minimums
 
@@ -314,8 +313,14 @@ class _Cycle:
         pool, t = self.alloc.pool, job.trainer
         if g + c > 0 and pool.total_fits(t.cpu_m * need - c, t.memory * need - m, t.gpu * need - g):
             msg += f"; {position} job(s) ahead of it in priority / least-attained-service order hold the rest"
-            return Wait(job.key, WaitReason.LOWER_PRIORITY, msg)
-        return Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg + f"; {self.alloc.total.describe()} free")
+            reason = WaitReason.LOWER_PRIORITY
+        else:
+            msg += f"; {self.alloc.total.describe()} free"
+            reason = WaitReason.INSUFFICIENT_RESOURCES
+        ahead = self.order.ahead(job)  # jobs of users with a smaller share are ahead of it
+        if ahead:
+            return Wait(job.key, WaitReason.FAIR_SHARE, fair_message(ahead, msg))
+        return Wait(job.key, reason, msg)
 
 
 def emit(

@@ -1,7 +1,10 @@
 """The ``fifo`` policy: static gang scheduling, first come first served.
 
 Each cycle:
-  1. order the queue by priority (higher first), then submit time, then key;
+  1. order the queue by priority (higher first), then submit time, then key; among jobs of one
+     priority, users take turns by dominant share of the cluster (fair share, see fairshare.py;
+     first come first served within a user; a job that waits for capacity while jobs of users with
+     a smaller share that came later go first waits with ``FairShare``);
   2. for each job: if some worker can never fit any node, it waits (``ExceedsNodeCapacity``) without
      blocking the queue; else try to place all its workers on the free capacity left by the jobs
      admitted before it in this cycle;
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import Admit, Plan, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, holdings, started
 from paddlecloud.scheduler.placement import NeverFits, place_job
 from paddlecloud.scheduler.pool import NodePool
 from paddlecloud.scheduler.quota import QuotaLedger
@@ -45,8 +49,9 @@ class FifoPolicy:
         never_fits = NeverFits(snap.nodes)
         ledger = QuotaLedger.of(snap)
         failed: dict[tuple[int, int, int], int] = {}
+        order = FairOrder(snap.queue, queue_order, _wants, capacity(snap.nodes), holdings(snap.running))
         head: JobRequest | None = None
-        for job in sorted(snap.queue, key=queue_order):
+        for job in order.jobs:
             impossible = never_fits(job)
             if impossible:
                 plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
@@ -56,8 +61,7 @@ class FifoPolicy:
                 plan.wait.append(Wait(job.key, WaitReason.QUOTA_EXCEEDED, over))
                 continue
             if head is not None and not self.backfill:
-                msg = f"waiting behind job {head.key} (fifo)"
-                plan.wait.append(Wait(job.key, WaitReason.BEHIND_EARLIER_JOB, msg))
+                plan.wait.append(_behind(job, head, order))
                 continue
             placement = _place(pool, job, failed)
             if placement is not None:
@@ -65,7 +69,7 @@ class FifoPolicy:
                 nodes = sorted({p.node for p in placement})
                 plan.admit.append(Admit(job.key, placement, f"admitted on {', '.join(nodes)}"))
                 continue
-            plan.wait.append(_short(job, pool))
+            plan.wait.append(_short(job, pool, order.ahead(job)))
             head = head or job
         return plan
 
@@ -86,8 +90,21 @@ def _place(pool: NodePool, job: JobRequest, failed: dict[tuple[int, int, int], i
     return placement
 
 
-def _short(job: JobRequest, pool: NodePool) -> Wait:
+def _short(job: JobRequest, pool: NodePool, ahead: int) -> Wait:
     need = _demand(job)
     short = need.shortfall(pool.total()) or ["no single node can hold the workers"]
     msg = f"needs {need.describe()} for {job.pservers + job.trainers} workers; " + "; ".join(short)
+    if ahead:  # jobs of users with a smaller share went first
+        return Wait(job.key, WaitReason.FAIR_SHARE, fair_message(ahead, msg))
     return Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg)
+
+
+def _behind(job: JobRequest, head: JobRequest, order: FairOrder) -> Wait:
+    msg = f"waiting behind job {head.key} (fifo)"
+    if order.rank[head.key] > order.rank[job.key]:  # the head is there by fair share
+        return Wait(job.key, WaitReason.FAIR_SHARE, fair_message(order.ahead(job), msg))
+    return Wait(job.key, WaitReason.BEHIND_EARLIER_JOB, msg)
+
+
+def _wants(job: JobRequest) -> Vec:
+    return started(job, job.trainers)

@@ -1,0 +1,158 @@
+"""Fair share between users: among jobs of one priority, the user with the smallest dominant share goes next.
+
+A user's *dominant share* (DRF, Ghodsi et al. 2011) is the largest, over cpu, memory and GPUs, of
+what the user holds divided by the cluster's capacity (the sum over nodes). :func:`fair_order`
+turns a policy's own order into the order the policy walks:
+
+  1. jobs are grouped by priority, higher first; priority always wins;
+  2. within a priority, each user's jobs keep the policy's own order (so ``fifo`` stays first come,
+     first served within a user, and ``tiresias`` / ``elastic`` least-attained-service first);
+  3. the next job is the head of the user whose dominant share is smallest; ties go to the head
+     that comes first in the policy's own order (for ``fifo`` and ``edl``: earlier submit time,
+     then key), so the order is deterministic;
+  4. a job counts towards its user's share from its place in the order on (a running job with
+     what it holds, a waiting one with what it asks to start), whether or not it starts this cycle;
+     the shares start from what each user's running jobs hold (``fifo``, ``edl``: they order
+     waiting jobs only) or from zero (``tiresias``, ``elastic``: they order running jobs too, so the
+     jobs of the user with the largest share are the last in the order: the first preempted, and
+     the first to give trainers back when jobs ahead are topped up).
+
+With a single user the order is the policy's own, unchanged. A job waiting for capacity while jobs
+of other users that its policy's own order puts behind it are ahead of it waits with
+``FairShare`` ("behind N jobs of users with a smaller share of the cluster; ...").
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right, insort
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import groupby
+from operator import attrgetter
+from typing import Any
+
+from paddlecloud.scheduler.snapshot import JobRequest, NodeState
+
+__all__ = ["FairOrder", "Vec", "capacity", "fair_message", "held", "holdings", "started"]
+
+#: cpu millicores, memory bytes, GPUs
+Vec = tuple[int, int, int]
+
+
+def capacity(nodes: Iterable[NodeState]) -> Vec:
+    c = m = g = 0
+    for n in nodes:
+        c, m, g = c + n.capacity.cpu_m, m + n.capacity.memory, g + n.capacity.gpu
+    return (c, m, g)
+
+
+def held(job: JobRequest) -> Vec:
+    """What a running job holds (its running trainers and its pservers)."""
+    t, p, n, k = job.trainer, job.pserver, job.running, job.pservers
+    return (t.cpu_m * n + p.cpu_m * k, t.memory * n + p.memory * k, t.gpu * n + p.gpu * k)
+
+
+def started(job: JobRequest, trainers: int) -> Vec:
+    """What a waiting job asks to start with ``trainers`` trainers (and its pservers)."""
+    t, p, k = job.trainer, job.pserver, job.pservers
+    return (
+        t.cpu_m * trainers + p.cpu_m * k,
+        t.memory * trainers + p.memory * k,
+        t.gpu * trainers + p.gpu * k,
+    )
+
+
+def holdings(running: Iterable[JobRequest]) -> dict[str, Vec]:
+    """What each user's running jobs hold."""
+    out: dict[str, Vec] = {}
+    for job in running:
+        c, m, g = out.get(job.user, (0, 0, 0))
+        hc, hm, hg = held(job)
+        out[job.user] = (c + hc, m + hm, g + hg)
+    return out
+
+
+def fair_message(ahead: int, detail: str) -> str:
+    jobs = "job" if ahead == 1 else "jobs"
+    return f"behind {ahead} {jobs} of users with a smaller share of the cluster; {detail}"
+
+
+class FairOrder:
+    """A policy's order of ``jobs`` with users interleaved by dominant share (module docstring).
+
+    ``key`` is the policy's own order (it must sort by priority first), ``demand`` what a job counts
+    towards its user's share, ``base`` what each user holds before the first job.
+    """
+
+    def __init__(
+        self,
+        jobs: Iterable[JobRequest],
+        key: Callable[[JobRequest], Any],
+        demand: Callable[[JobRequest], Vec],
+        cap: Vec,
+        base: Mapping[str, Vec] | None = None,
+    ) -> None:
+        plain = sorted(jobs, key=key)
+        self.rank = {j.key: i for i, j in enumerate(plain)}
+        users = {j.user for j in plain}
+        self.fair = len(users) > 1
+        self.jobs = _interleave(plain, demand, cap, base or {}) if self.fair else plain
+        self._ahead: dict[str, int] | None = None
+
+    def ahead(self, job: JobRequest) -> int:
+        """How many jobs of other users are ahead of ``job`` that the policy's own order puts
+        behind it (0 with one user)."""
+        if not self.fair:
+            return 0
+        if self._ahead is None:
+            self._ahead = _overtakers(self.jobs, self.rank)
+        return self._ahead.get(job.key, 0)
+
+
+def _share(used: list[int], cap: Vec) -> float:
+    share = used[0] / cap[0] if cap[0] else 0.0
+    if cap[1]:
+        share = max(share, used[1] / cap[1])
+    if cap[2]:
+        share = max(share, used[2] / cap[2])
+    return share
+
+
+def _interleave(
+    plain: Sequence[JobRequest], demand: Callable[[JobRequest], Vec], cap: Vec, base: Mapping[str, Vec]
+) -> list[JobRequest]:
+    out: list[JobRequest] = []
+    used = {u: list(v) for u, v in base.items()}
+    need = [demand(j) for j in plain]
+    start = 0
+    for _, level in groupby(plain, key=attrgetter("priority")):
+        queues: dict[str, deque[int]] = {}  # user -> positions in ``plain``
+        for i, j in enumerate(level, start):
+            queues.setdefault(j.user, deque()).append(i)
+        start += sum(len(q) for q in queues.values())
+        heap = [(_share(used.setdefault(u, [0, 0, 0]), cap), q[0], u) for u, q in queues.items()]
+        heapq.heapify(heap)
+        while heap:
+            user = heap[0][2]
+            q, acc = queues[user], used[user]
+            i = q.popleft()
+            out.append(plain[i])
+            c, m, g = need[i]
+            acc[0], acc[1], acc[2] = acc[0] + c, acc[1] + m, acc[2] + g
+            if q:
+                heapq.heapreplace(heap, (_share(acc, cap), q[0], user))
+            else:
+                heapq.heappop(heap)
+    return out
+
+
+def _overtakers(order: Sequence[JobRequest], rank: Mapping[str, int]) -> dict[str, int]:
+    """For each job, how many jobs ahead of it in ``order`` come after it by ``rank``."""
+    seen: list[int] = []
+    out: dict[str, int] = {}
+    for pos, job in enumerate(order):
+        r = rank[job.key]
+        out[job.key] = pos - bisect_right(seen, r)
+        insort(seen, r)
+    return out
