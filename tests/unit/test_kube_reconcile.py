@@ -297,6 +297,10 @@ def test_success_stops_the_pservers_and_ttl_deletes_the_job() -> None:
     )
     assert sorted(plan.stop) == ["fit-pserver-0", "fit-pserver-1"]
     assert plan.requeue_after == pytest.approx(60) and not plan.delete_job
+    for w in ("pserver-0", "pserver-1"):  # the kubelet kills them at their deadline: not failures
+        c.pod(w)["status"] = {"phase": "Failed", "reason": "DeadlineExceeded"}
+    c.step()
+    assert c.status["pservers"]["failed"] == 0 and c.status["phase"] == "Succeeded"
     c.now += 60
     assert c.step().delete_job
 

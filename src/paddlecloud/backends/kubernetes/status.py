@@ -191,7 +191,7 @@ def counts(pods: Iterable[PodView], role: str, desired: int) -> dict[str, int]:
         "active": sum(1 for p in mine if p.active),
         "ready": sum(1 for p in mine if p.ready or (p.phase == "Running" and role == TRAINER)),
         "succeeded": sum(1 for p in mine if p.phase == "Succeeded"),
-        "failed": sum(1 for p in mine if p.phase == "Failed"),
+        "failed": sum(1 for p in mine if p.phase == "Failed" and not p.stopped),  # stopped: not failed
     }
 
 
