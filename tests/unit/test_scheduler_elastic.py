@@ -511,6 +511,17 @@ def test_only_the_victims_that_are_needed_are_preempted(name: str) -> None:
     assert outcome(s, decide(name, s)) == want(admit={"N": 3}, preempt=["B"])
 
 
+def test_a_trainer_shrunk_for_a_job_is_not_grown_back_elsewhere() -> None:
+    # j gives its 2nd trainer to w (its marginal loss is the smallest); topping j up again by taking
+    # from d would put that trainer on n1 while the plan, with j still at 2, kept it on n0 under w
+    j = elastic("j", 2, 1, 2, speedup=(1.0, 1.1))
+    d = elastic("d", 1, 1, 2, attained=SERVED, at=2)
+    s = snap([gnode("n0", 2), gnode("n1", 2)], [job("w", at=1)], [(j, ["n0", "n0"]), (d, ["n1", "n1"])])
+    plan = decide("elastic", s)
+    assert outcome(s, plan) == want(admit={"w": 1}, resize={"j": 1})
+    assert [p.gpus for p in plan.admit[0].placement] == [(1,)]
+
+
 def test_edl_a_job_that_never_fits_does_not_shrink_running_jobs() -> None:
     s = snap(N1, [job("huge", gpu=8)], [(elastic("E", 3, 1, 4), ["n0"] * 3)])
     assert outcome(s, decide("edl", s)) == want(wait={"huge": EX})

@@ -39,6 +39,8 @@ class Allocation:
     changed: list[str] | None = None
     #: trainer shapes no node has room for, with the pool's ``roomier`` count when that was seen
     _full: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    #: running jobs' trainers at the snapshot, in index order
+    _was: dict[str, list[WorkerPlacement]] = field(default_factory=dict)
     #: inside a trial: each changed key's trainer list from before it (None: there was none)
     _saved: dict[str, list[WorkerPlacement] | None] | None = None
     _added: list[str] = field(default_factory=list)
@@ -48,7 +50,8 @@ class Allocation:
         alloc = cls(NodePool(snap.nodes))
         for job in snap.running:
             alloc.jobs[job.key] = job
-            alloc.trainers[job.key] = [p for p in job.placement if p.role == "trainer"]
+            alloc._was[job.key] = [p for p in job.placement if p.role == "trainer"]
+            alloc.trainers[job.key] = list(alloc._was[job.key])
         return alloc
 
     @property
@@ -126,14 +129,34 @@ class Allocation:
         self._give_back(job, gone[::-1])
         self._changed(job.key)
 
+    def _slot(self, job: JobRequest) -> WorkerPlacement | None:
+        """The trainer ``job`` ran at the snapshot with its next index, if it is below that count: a
+        resize keeps a job's lowest trainers in place, so that index can only come back there."""
+        was = self._was.get(job.key)
+        n = len(self.trainers.get(job.key, ()))
+        return was[n] if was is not None and n < len(was) else None
+
+    def _free(self, job: JobRequest, slot: WorkerPlacement) -> bool:
+        t, i = job.trainer, self.pool.index[slot.node]
+        return self.pool.fits_at(i, t.cpu_m, t.memory, t.gpu) and set(slot.gpus).issubset(self.pool.gpus[i])
+
+    def blocked(self, job: JobRequest) -> bool:
+        """``job`` cannot grow now because the place its next trainer must return to is taken."""
+        slot = self._slot(job)
+        return slot is not None and not self._free(job, slot)
+
     def spot(self, job: JobRequest) -> int | None:
-        """Where one more trainer of ``job`` would go: beside its own trainers, else on the node that
-        most recently got capacity back, else the first node with room."""
+        """Where one more trainer of ``job`` would go: back where it ran if the job is below its
+        running count (else nowhere), beside its own trainers, else on the node that most recently
+        got capacity back, else the first node with room."""
         t = job.trainer
         c, m, g = t.cpu_m, t.memory, t.gpu
         pool = self.pool
         if not pool.total_fits(c, m, g) or self._full.get((c, m, g)) == pool.roomier:
             return None
+        slot = self._slot(job)
+        if slot is not None:
+            return pool.index[slot.node] if self._free(job, slot) else None
         index = pool.index
         for p in self.trainers.get(job.key, ()):
             if pool.fits_at(index[p.node], c, m, g):
@@ -158,12 +181,24 @@ class Allocation:
                 return False
             self.add_at(job, node)
             return True
+        if self._slot(job) is not None:  # back to where it ran first, one at a time
+            before = self.count(job.key)
+            if all(self.grow(job, 1) for _ in range(n)):
+                return True
+            self.shrink(job, before)
+            return False
         return self._grow_many(job, n)
 
     def add_at(self, job: JobRequest, node: int) -> None:
         """One more trainer of ``job`` on ``node`` (where :meth:`spot` said it goes)."""
+        slot = self._slot(job)
         held = self._held(job.key)
-        held.extend(self._take(job, node, len(held)))
+        if slot is None:
+            held.extend(self._take(job, node, len(held)))
+        else:
+            t = job.trainer
+            self.pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)
+            held.append(slot)
         self._joined(job)
         self._changed(job.key)
 
@@ -198,7 +233,12 @@ class Allocation:
 
     def bounce(self, job: JobRequest, node: int) -> None:
         """What growing ``job`` by one trainer on ``node`` and shrinking it straight back leaves."""
-        self.pool.bounce(node, job.trainer.gpu)
+        slot, t = self._slot(job), job.trainer
+        if slot is None:
+            self.pool.bounce(node, t.gpu)
+        else:
+            self.pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)
+            self.pool.give(node, t.cpu_m, t.memory, t.gpu, [slot.gpus], hint=True)
 
     def fits(self, need: Resources, n: int) -> bool:
         """Could ``n`` workers of ``need`` be placed now (ignoring which job)?"""

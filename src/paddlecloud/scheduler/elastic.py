@@ -262,6 +262,8 @@ class _Cycle:
                     ledger.charge(job, 1)
                     n += 1
                     continue
+                if alloc.blocked(job):  # its next trainer can only go back where it ran: taken
+                    break
                 while last > i and len(trainers.get(jobs[last].key, ())) <= lo(jobs[last]):
                     last -= 1
                 if last <= i:
@@ -295,7 +297,8 @@ class _Cycle:
             if job.trainer in exhausted or ledger.problem(job, 1):
                 continue
             if not alloc.grow(job, 1):
-                exhausted.add(job.trainer)  # no node can host one more trainer of this shape
+                if not alloc.blocked(job):
+                    exhausted.add(job.trainer)  # no node can host one more trainer of this shape
                 continue
             ledger.charge(job, 1)
             n = alloc.count(key)
