@@ -8,12 +8,13 @@
 A backend owns endpoints (ports or pod addresses) and the start order; the controller owns phases,
 scheduling and the database. Every backend declares its :class:`Capability` set so callers can ask
 before they use an optional operation. Implementations: ``backends.local`` (OS processes on virtual
-nodes of this machine); Kubernetes comes later behind the same contract.
+nodes of this machine) and ``backends.kubernetes`` (a TrainingJob custom resource per job, made into
+Pods by an operator; docs/kubernetes.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -77,6 +78,10 @@ class JobLaunch:
     #: elastic jobs: (min, max) trainers (torch jobs then run torchrun agents on a platform-hosted
     #: rendezvous store); None: a fixed number of trainers
     trainer_range: tuple[int, int] | None = None
+    #: what each worker of a role ("pserver", "trainer") needs (backends that reserve it: Kubernetes)
+    resources: Mapping[str, Resources] = field(default_factory=dict)
+    #: the package's PFS path (backends whose workers fetch it over the API: Kubernetes)
+    package_path: str = ""
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)

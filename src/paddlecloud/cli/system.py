@@ -1,7 +1,9 @@
-"""Platform commands: ``up`` (run the embedded platform in the foreground) and ``version``."""
+"""Platform commands: ``up`` (run the platform in the foreground), ``operator`` (the Kubernetes
+backend's TrainingJob operator) and ``version``."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -12,7 +14,7 @@ from paddlecloud.client import Client, Datacenter, save_datacenter
 from paddlecloud.core.names import check_dns1123_label
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 
-__all__ = ["up", "version"]
+__all__ = ["operator", "up", "version"]
 
 
 def _quantity(parse: object, value: str | None, flag: str) -> int | None:
@@ -87,14 +89,53 @@ def _datacenter(name: str) -> str:
     metavar="cpu=N,memory=Q,gpu=N",
     help="compute limits each new non-admin user starts with (default: none)",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "kubernetes"]),
+    default="local",
+    show_default=True,
+    help="what runs the jobs: processes on this machine, or Pods on Kubernetes (docs/kubernetes.md)",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="kubernetes: kubeconfig file (default: the pod's service account)",
+)
+@click.option("--image", help="kubernetes: the jobs' container image (default: python:3.11-slim)")
+@click.option("--kube-image", help="kubernetes: image of the package fetch / wait init containers")
+@click.option("--kube-namespace", help="kubernetes: one namespace for all jobs (default: paddlecloud-<user>)")
+@click.option(
+    "--kube-storage-claim", help="kubernetes: the PersistentVolumeClaim holding PFS, mounted in pods"
+)
+@click.option("--api-url", help="this server's URL as workers reach it (default: http://HOST:PORT)")
 def up(
     host: str, port: int, data_dir: Path, database: str | None, nodes: int, node_cpu: str | None,
     node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, datacenter: str,
-    storage_quota: str, default_quota: str,
+    storage_quota: str, default_quota: str, backend: str, kubeconfig: Path | None, image: str | None,
+    kube_image: str | None, kube_namespace: str | None, kube_storage_claim: str | None, api_url: str | None,
 ) -> None:  # fmt: skip
-    """Run the whole platform on this machine, in the foreground (Ctrl-C stops it; jobs keep running)."""
-    from paddlecloud.server.main import ComputeLimits, NodeShape, PlatformConfig, prepare, serve
+    """Run the platform in the foreground (Ctrl-C stops it; jobs keep running): jobs run on this
+    machine, or with ``--backend kubernetes`` as TrainingJobs on a cluster (``paddlecloud operator``
+    runs them there)."""
+    from paddlecloud.server.main import ComputeLimits, KubeSettings, NodeShape, PlatformConfig, prepare, serve
 
+    kube_options = {
+        "--kubeconfig": kubeconfig,
+        "--image": image,
+        "--kube-image": kube_image,
+        "--kube-namespace": kube_namespace,
+        "--kube-storage-claim": kube_storage_claim,
+    }
+    given = [flag for flag, value in kube_options.items() if value is not None]
+    if given and backend != "kubernetes":
+        raise click.UsageError(f"{', '.join(given)} need(s) --backend kubernetes")
+    kube = KubeSettings(
+        kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
+        namespace=kube_namespace or None,
+        image=image or KubeSettings.image,
+        platform_image=kube_image or "",
+        storage_claim=kube_storage_claim or "",
+    )
     endpoint = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
     config = PlatformConfig(
         data_dir=data_dir.expanduser().resolve(),
@@ -112,7 +153,9 @@ def up(
         if storage_quota == "none"
         else _quantity(parse_memory, storage_quota, "--storage-quota"),
         default_quota=ComputeLimits(**_limits(default_quota)),
-        api_url=endpoint,  # the workers' PADDLECLOUD_API (their task master)
+        api_url=api_url or endpoint,  # the workers' PADDLECLOUD_API (their task master)
+        backend=backend,
+        kube=kube,
     )
     app, token = prepare(config)
     path = save_datacenter(
@@ -120,6 +163,17 @@ def up(
     )
     click.echo(f"PaddleCloud {__version__} at {endpoint}  (data: {config.data_dir}; client config: {path})")
     serve(app, host, port)
+
+
+@click.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def operator(args: tuple[str, ...]) -> None:
+    """Run the Kubernetes operator of TrainingJobs, in the foreground (options: --help)."""
+    from paddlecloud.server.main import run_operator
+
+    sys.exit(run_operator(list(args)))
 
 
 @click.command()

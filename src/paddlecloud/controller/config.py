@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.backends.local import NodeShape
 
 __all__ = ["ComputeLimits", "PlatformConfig"]
@@ -45,6 +46,10 @@ class PlatformConfig:
     default_quota: ComputeLimits = field(default_factory=ComputeLimits)
     #: this server's URL as workers reach it (``PADDLECLOUD_API``: the task master); "" unknown
     api_url: str = ""
+    #: what runs the jobs: "local" (processes on this machine's virtual nodes) or "kubernetes"
+    backend: str = "local"
+    #: the Kubernetes backend's settings (``backend="kubernetes"``; docs/kubernetes.md)
+    kube: KubeSettings = field(default_factory=KubeSettings)
 
     @property
     def db_url(self) -> str:

@@ -65,6 +65,7 @@ class Context:
         spec = row.spec
         input_path = spec.get("input") or ""
         input_dir = self.files.local_path(self.files.parse(input_path)) if input_path else None
+        parsed = JobSpec.model_validate(spec)
         return JobLaunch(
             key=job_key(row.user, row.name),
             user=row.user,
@@ -79,9 +80,11 @@ class Context:
                 input_dir=str(input_dir or ""), input=input_path, output=str(spec.get("output") or "")
             ),
             attempt=max(row.attempts - 1, 0),
-            restarts=JobSpec.model_validate(spec).restart_rules(),
+            restarts=parsed.restart_rules(),
             api=self._api(row),
             trainer_range=_trainer_range(spec),
+            resources={"pserver": parsed.pservers.resources(), "trainer": parsed.trainers.resources()},
+            package_path=row.package_id,
         )
 
     def _api(self, row: JobRow) -> ApiAccess:

@@ -15,11 +15,12 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from paddlecloud.api.errors import Conflict, ErrorCode, InvalidInput, NotFound
+from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound
 from paddlecloud.api.files import FileInfo
 from paddlecloud.api.models import JobDetail, JobSpec, JobView, QuotaView, ResourceView, WorkerView
 from paddlecloud.backends.base import LogRequest
 from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.jobtokens import JobIdentity
 from paddlecloud.controller.packages import check_entry, inspect_package
 from paddlecloud.controller.quotas import compute_quota
 from paddlecloud.controller.records import job_request, record_workers
@@ -111,6 +112,18 @@ class JobService:
     def workers(self, who: Identity, name: str, user: str | None = None) -> list[WorkerView]:
         with self.ctx.session() as s:
             return [worker_view(w) for w in self._row(s, who, name, user).workers]
+
+    def package_reader(self, job: JobIdentity, path: str) -> Identity:
+        """Whom a job token reads ``path`` as: its job's owner, and only its job's own package (what
+        the init container of a Kubernetes pod fetches, docs/kubernetes.md)."""
+        with self.ctx.session() as s:
+            package = s.scalar(select(JobRow.package_id).where(JobRow.id == job.job_id))
+        if package is None or path != package:
+            raise Forbidden(
+                f"a job token reads only its own job's package ({package}), not {path!r}",
+                code=ErrorCode.FORBIDDEN,
+            )
+        return Identity(job.user, is_admin=False)
 
     def quota(self, who: Identity) -> QuotaView:
         with self.ctx.session() as s:

@@ -1,7 +1,7 @@
 """Assemble the platform core from a :class:`PlatformConfig`: database, backend, services, loop.
 
     Platform.open(config) ─┬─ store.open_database(url)   (Alembic upgrade to head)
-                           ├─ LocalBackend(nodes, data dir)
+                           ├─ LocalBackend(nodes, data dir) or KubernetesBackend(config.kube)
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
                            ├─ TaskService (the jobs' data task masters)
                            └─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
@@ -11,6 +11,7 @@ The server holds one Platform; tests build one against a temp dir and a manual c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from paddlecloud.backends.base import Backend
@@ -29,6 +30,20 @@ from paddlecloud.storage import LocalDirStore
 from paddlecloud.store.db import open_database
 
 __all__ = ["Platform"]
+
+
+def _backend(config: PlatformConfig, clock: Clock, wake: Callable[[], None]) -> Backend:
+    if config.backend == "kubernetes":
+        try:  # the optional extra "kubernetes"
+            from paddlecloud.backends.kubernetes.backend import KubernetesBackend
+        except ImportError as exc:
+            raise RuntimeError(
+                f"the Kubernetes backend needs pip install 'paddlecloud[kubernetes]' ({exc})"
+            ) from None
+        return KubernetesBackend(config.kube, config.datacenter, wake)
+    if config.backend != "local":
+        raise ValueError(f"unknown backend {config.backend!r} (local, kubernetes)")
+    return LocalBackend(LocalConfig(root=config.cluster_dir, nodes=config.nodes), clock.now, wake)
 
 
 @dataclass
@@ -54,7 +69,7 @@ class Platform:
                 holder[0].wake()
 
         if backend is None:
-            backend = LocalBackend(LocalConfig(root=config.cluster_dir, nodes=config.nodes), clock.now, wake)
+            backend = _backend(config, clock, wake)
 
         def quota_of(user: str) -> int | None:
             with db.session() as s:

@@ -1,7 +1,8 @@
 """Run the platform server: open the platform, make sure the default user exists, serve with Uvicorn.
 
 ``paddlecloud up`` calls :func:`prepare` (which returns the default user's token so the CLI can write
-the client config) and then :func:`serve`.
+the client config) and then :func:`serve`. ``paddlecloud operator`` calls :func:`run_operator` (the
+Kubernetes backend's operator, a separate process beside the server).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.backends.local import NodeShape
 from paddlecloud.controller import ComputeLimits, Platform, PlatformConfig
 from paddlecloud.server.app import create_app
 
-__all__ = ["ComputeLimits", "NodeShape", "PlatformConfig", "prepare", "serve"]
+__all__ = ["ComputeLimits", "KubeSettings", "NodeShape", "PlatformConfig", "prepare", "run_operator", "serve"]
 
 TOKEN_FILE = "default-user.token"
 
@@ -48,3 +50,10 @@ def prepare(config: PlatformConfig) -> tuple[FastAPI, str]:
 def serve(app: FastAPI, host: str, port: int) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def run_operator(argv: list[str]) -> int:
+    """The TrainingJob operator (needs the optional extra ``kubernetes``); ``argv``: its options."""
+    from paddlecloud.backends.kubernetes.operator import main
+
+    return main(argv)

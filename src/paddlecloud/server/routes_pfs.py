@@ -27,7 +27,8 @@ from paddlecloud.api.files import (
     UploadComplete,
     UploadView,
 )
-from paddlecloud.server.deps import Caller, PlatformDep
+from paddlecloud.controller import JobIdentity
+from paddlecloud.server.deps import Caller, PlatformDep, TaskCaller
 
 __all__ = ["router"]
 
@@ -86,11 +87,14 @@ def checksum(
 @router.get("/file")
 def download(
     path: PathQ,
-    who: Caller,
+    caller: TaskCaller,
     platform: PlatformDep,
     offset: Annotated[int, Query(ge=0)] = 0,
     length: Annotated[int | None, Query(ge=0)] = None,
 ) -> StreamingResponse:
+    """A file's bytes (from ``offset``, ``length`` of them). A job token may read its own job's
+    package only (the Kubernetes pods fetch it so)."""
+    who = platform.jobs.package_reader(caller, path) if isinstance(caller, JobIdentity) else caller
     size, blocks = platform.files.read(who, path, offset, length)
     return StreamingResponse(blocks, media_type="application/octet-stream", headers={HEADER_SIZE: str(size)})
 

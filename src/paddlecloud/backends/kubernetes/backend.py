@@ -1,0 +1,348 @@
+"""The API server's Kubernetes backend: each admitted job is a TrainingJob the operator runs as Pods.
+
+    start(launch) ──▶ [namespace paddlecloud-<user>] ──▶ create TrainingJob (launch.training_job)
+                  ──▶ Secret <tj>-job-token owned by it (PADDLECLOUD_JOB_TOKEN in the pods)
+    sync(key)     ◀── GET TrainingJob + LIST Pods (label paddlecloud.org/job) ──report()──▶ JobStatus
+    add_trainer / remove_trainer ──▶ PATCH trainingjobs/scale (resourceVersion precondition, 409 retried)
+    stop(key)     ──▶ DELETE TrainingJob (the operator's finalizer deletes the pods with the grace);
+                      waits until they are gone, at most grace + a margin, then deletes what is left
+    read_log      ──▶ pods/log (logs.py);   nodes ──▶ Nodes' allocatable cpu, memory, nvidia.com/gpu
+
+The operator (``operator.py``) does the rest: pserver pods first, trainers once pservers are ready,
+restarts per policy, status. A job's earlier TrainingJob of the same name that is still being
+deleted (a preempted job started again) delays the creation to a later ``sync``. Capabilities:
+GPUs (requested as ``nvidia.com/gpu``; the device plugin assigns them), resize (the scale
+subresource), adopt (jobs live in the cluster) and log follow; not ``logs-previous``: a restarted
+worker's pod is re-created, so only the tail of its failed run is kept (``logs.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from urllib3.exceptions import HTTPError
+
+from paddlecloud.backends.base import (
+    BackendEvent,
+    Capability,
+    JobLaunch,
+    JobStatus,
+    LogRequest,
+    NodeInfo,
+)
+from paddlecloud.backends.kubernetes import crd
+from paddlecloud.backends.kubernetes.kube import Kube, api_status, connect, retry_conflict
+from paddlecloud.backends.kubernetes.launch import (
+    ANNOTATION_ATTEMPT,
+    ANNOTATION_KEY,
+    placed,
+    token_secret,
+    training_job,
+)
+from paddlecloud.backends.kubernetes.logs import LogSource, read_logs
+from paddlecloud.backends.kubernetes.quantities import node_info
+from paddlecloud.backends.kubernetes.report import Seen, report
+from paddlecloud.backends.kubernetes.settings import KubeSettings
+from paddlecloud.scheduler import WorkerPlacement
+
+__all__ = ["KubernetesBackend"]
+
+log = logging.getLogger("paddlecloud.backends.kubernetes")
+
+Obj = dict[str, Any]
+_API_ERRORS = (client.ApiException, HTTPError, OSError)
+_STOP_MARGIN_S = 5.0
+_POLL_S = 0.2
+
+
+@dataclass
+class _Job:
+    launch: JobLaunch
+    namespace: str
+    name: str
+    created: bool = False
+    stopping: bool = False
+    seen: Seen = field(default_factory=Seen)
+    events: list[BackendEvent] = field(default_factory=list)
+    unreachable: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take_events(self) -> tuple[BackendEvent, ...]:
+        out, self.events = tuple(self.events), []
+        return out
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+    capabilities = frozenset({Capability.GPU, Capability.RESIZE, Capability.ADOPT, Capability.LOGS_FOLLOW})
+
+    def __init__(
+        self,
+        settings: KubeSettings,
+        datacenter: str = "local",
+        wake: Callable[[], None] = lambda: None,
+        kube: Kube | None = None,
+    ) -> None:
+        self.settings = settings
+        self.datacenter = datacenter
+        self._wake = wake
+        self.kube = kube or connect(settings.kubeconfig, settings.request_timeout_s)
+        self._jobs: dict[str, _Job] = {}
+        self._lock = threading.Lock()
+        self._nodes: tuple[float, tuple[NodeInfo, ...]] = (float("-inf"), ())
+
+    # -- contract -------------------------------------------------------------------------------
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        at, cached = self._nodes
+        if time.monotonic() - at < self.settings.nodes_ttl_s:
+            return cached
+        try:
+            items = self.kube.call(self.kube.core.list_node).get("items") or []
+        except _API_ERRORS as exc:
+            log.warning("listing nodes failed: %s", exc)
+            return cached
+        found = tuple(n for n in (node_info(o) for o in items) if n is not None)
+        self._nodes = (time.monotonic(), found)
+        return found
+
+    def start(self, launch: JobLaunch) -> None:
+        ns, name = placed(self.settings, launch)  # ValueError: the job fails to start, with why
+        job = _Job(launch, ns, name)
+        with self._lock:
+            self._jobs[launch.key] = job
+        if self.settings.namespace is None:
+            self._ensure_namespace(ns)
+        with job.lock:
+            self._create(job)
+
+    def adopt(self, launch: JobLaunch) -> None:
+        ns, name = placed(self.settings, launch)
+        job = _Job(launch, ns, name)
+        with self._lock:
+            self._jobs[launch.key] = job
+        with job.lock:
+            try:
+                tj = self.kube.get_job(ns, name)
+            except client.ApiException as exc:
+                if api_status(exc) != 404:
+                    raise
+                self._create(job)  # gone while the server was down: start it again
+                return
+            job.created = self._ours(job, tj)
+            runs = (tj.get("status") or {}).get("workerRuns") or {}
+            job.seen.runs = {str(k): int(v) for k, v in runs.items()}  # restarts already reported
+            if not job.created:
+                self._create(job)
+
+    def sync(self, key: str) -> JobStatus:
+        job = self._get(key)
+        if job is None:
+            return JobStatus(failure="the backend has no record of this job", finished=True)
+        with job.lock:
+            try:
+                return self._sync(job)
+            except _API_ERRORS as exc:
+                if not job.unreachable:
+                    job.unreachable = True
+                    job.events.append(
+                        BackendEvent("Warning", "KubernetesUnreachable", f"reading the job failed: {exc}")
+                    )
+                return JobStatus(workers=tuple(job.seen.workers.values()), events=job.take_events())
+
+    def stop(self, key: str, grace: float) -> None:
+        job = self._get(key)
+        if job is None:
+            return
+        with job.lock:
+            job.stopping = True
+        self._delete_job(job, grace)
+        deadline = time.monotonic() + grace + _STOP_MARGIN_S
+        while self._alive_pods(job) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        left = self._alive_pods(job)
+        for pod in left:  # the operator did not get to them in time: SIGKILL
+            self._ignore_404(self.kube.core.delete_namespaced_pod, pod, job.namespace, grace_period_seconds=0)
+
+    def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
+        job = self._get(key)
+        if job is None or placement.role != "trainer":
+            raise ValueError(f"cannot add {placement.role}-{placement.index} to {key}")
+        self._scale(job, lambda n: max(n, placement.index + 1), "TrainerAdded")
+
+    def remove_trainer(self, key: str, grace: float) -> None:
+        job = self._get(key)
+        if job is None:
+            return
+        lo = job.launch.trainer_range[0] if job.launch.trainer_range else 1
+        self._scale(job, lambda n: n - 1 if n > max(lo, 1) else n, "TrainerRemoved")
+
+    def read_log(self, req: LogRequest) -> Iterator[bytes]:
+        job = self._get(req.key)
+        if job is None:
+            return iter(())
+        src = LogSource(self.kube, job.namespace, job.name, wait_s=self.settings.follow_wait_s)
+        return read_logs(src, req)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            job = self._jobs.pop(key, None)
+        if job is not None:
+            self._delete_job(job, 0)
+
+    def close(self) -> None:
+        self.kube.api.close()  # type: ignore[no-untyped-call]
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _get(self, key: str) -> _Job | None:
+        with self._lock:
+            return self._jobs.get(key)
+
+    def _ignore_404(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj | None:
+        try:
+            return self.kube.call(fn, *args, **kwargs)
+        except client.ApiException as exc:
+            if api_status(exc) != 404:
+                raise
+            return None
+
+    def _ensure_namespace(self, ns: str) -> None:
+        body = {"metadata": {"name": ns, "labels": {crd.LABEL_MANAGED_BY: crd.MANAGED_BY}}}
+        try:
+            self.kube.call(self.kube.core.create_namespace, body)
+        except client.ApiException as exc:
+            if api_status(exc) != 409:
+                raise
+
+    @staticmethod
+    def _ours(job: _Job, tj: Obj) -> bool:
+        notes = (tj.get("metadata") or {}).get("annotations") or {}
+        return (
+            notes.get(ANNOTATION_KEY) == job.launch.key
+            and notes.get(ANNOTATION_ATTEMPT) == str(job.launch.attempt)
+            and not (tj.get("metadata") or {}).get("deletionTimestamp")
+        )
+
+    def _create(self, job: _Job) -> None:
+        """Create the TrainingJob and its token Secret, unless an older one of the same name is in
+        the way (then it is deleted, and a later ``sync`` tries again)."""
+        body = training_job(job.launch, self.settings, self.datacenter)
+        g, v, p = crd.GROUP, crd.VERSION, crd.PLURAL
+        try:
+            tj = self.kube.call(
+                self.kube.custom.create_namespaced_custom_object, g, v, job.namespace, p, body
+            )
+        except client.ApiException as exc:
+            if api_status(exc) != 409:
+                raise
+            tj = self.kube.get_job(job.namespace, job.name)
+            if not self._ours(job, tj):
+                self._make_way(job, tj)
+                return
+        self._secret(job, tj)
+        job.created = True
+        job.events.append(
+            BackendEvent("Normal", "Created", f"TrainingJob {job.namespace}/{job.name} created")
+        )
+
+    def _make_way(self, job: _Job, tj: Obj) -> None:
+        if not (tj.get("metadata") or {}).get("deletionTimestamp"):
+            delete = self.kube.custom.delete_namespaced_custom_object
+            g, v, p = crd.GROUP, crd.VERSION, crd.PLURAL
+            self._ignore_404(delete, g, v, job.namespace, p, job.name, propagation_policy="Background")
+        message = f"waiting for an earlier TrainingJob {job.namespace}/{job.name} to be deleted"
+        if not any(e.message == message for e in job.events):
+            job.events.append(BackendEvent("Normal", "WaitingForCleanup", message))
+
+    def _secret(self, job: _Job, tj: Obj) -> None:
+        body = token_secret(job.launch, tj)
+        try:
+            self.kube.call(self.kube.core.create_namespaced_secret, job.namespace, body)
+        except client.ApiException as exc:
+            if api_status(exc) != 409:
+                raise
+            patch = {
+                "metadata": {"ownerReferences": body["metadata"]["ownerReferences"]},
+                "data": body["data"],
+            }
+            self.kube.call(
+                self.kube.core.patch_namespaced_secret, body["metadata"]["name"], job.namespace, patch
+            )
+
+    def _sync(self, job: _Job) -> JobStatus:
+        if not job.created and not job.stopping:
+            tj = self._ignore_404(self.kube.custom.get_namespaced_custom_object, crd.GROUP, crd.VERSION,
+                                  job.namespace, crd.PLURAL, job.name)  # fmt: skip
+            if tj is not None and not self._ours(job, tj):
+                self._make_way(job, tj)
+                return JobStatus(events=job.take_events())
+            self._create(job)
+        tj = self._ignore_404(self.kube.custom.get_namespaced_custom_object, crd.GROUP, crd.VERSION,
+                              job.namespace, crd.PLURAL, job.name)  # fmt: skip
+        if tj is not None and not self._ours(job, tj) and not job.stopping:
+            tj = None
+        pods = self.kube.list_pods(job.namespace, f"{crd.LABEL_JOB}={job.name}")
+        job.unreachable = False
+        status = report(tj, pods, job.seen, job.stopping)
+        failure = status.failure
+        if tj is None and not job.stopping:
+            failure = f"its TrainingJob {job.namespace}/{job.name} was deleted outside the platform"
+        return JobStatus(
+            workers=status.workers,
+            failure=failure,
+            finished=status.finished,
+            events=(*job.take_events(), *status.events),
+        )
+
+    def _delete_job(self, job: _Job, grace: float) -> None:
+        g, v, p, ns = crd.GROUP, crd.VERSION, crd.PLURAL, job.namespace
+        try:
+            patch = {
+                "spec": {"terminationGracePeriodSeconds": int(grace)}
+            }  # the pods' grace, for the operator
+            self._ignore_404(self.kube.custom.patch_namespaced_custom_object, g, v, ns, p, job.name, patch)
+            self._ignore_404(self.kube.custom.delete_namespaced_custom_object, g, v, ns, p, job.name,
+                             propagation_policy="Background")  # fmt: skip
+        except _API_ERRORS as exc:
+            log.warning("deleting TrainingJob %s/%s failed: %s", ns, job.name, exc)
+
+    def _alive_pods(self, job: _Job) -> list[str]:
+        try:
+            pods = self.kube.list_pods(job.namespace, f"{crd.LABEL_JOB}={job.name}")
+        except _API_ERRORS:
+            return []
+        return [
+            str(p["metadata"]["name"])
+            for p in pods
+            if (p.get("status") or {}).get("phase", "Pending") in ("Pending", "Running", "Unknown")
+        ]
+
+    def _scale(self, job: _Job, change: Callable[[int], int], reason: str) -> None:
+        """Set the trainer count through the scale subresource: read, change, write with the
+        resourceVersion read (409: again, bounded)."""
+
+        def attempt() -> tuple[int, int]:
+            scale = self.kube.get_scale(job.namespace, job.name)
+            have = int((scale.get("spec") or {}).get("replicas") or 0)
+            want = change(have)
+            if want != have:
+                rv = scale["metadata"]["resourceVersion"]
+                self.kube.patch_scale(
+                    job.namespace, job.name, {"metadata": {"resourceVersion": rv}, "spec": {"replicas": want}}
+                )
+            return have, want
+
+        have, want = retry_conflict(attempt)
+        if want != have:
+            with job.lock:
+                job.events.append(
+                    BackendEvent("Normal", reason, f"trainers {have} -> {want} (scale subresource)")
+                )
+            self._wake()

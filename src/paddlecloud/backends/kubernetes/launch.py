@@ -1,0 +1,160 @@
+"""What the API server writes to start a job on Kubernetes: a TrainingJob and its token Secret.
+
+    JobLaunch + KubeSettings ──training_job()──▶ TrainingJob dict (docs/kubernetes.md field names)
+                              ──token_secret()──▶ Secret "<tj>-job-token" (key "token"), owned by it
+
+The TrainingJob's name is the job's name in a per-user namespace (``paddlecloud-<user>``), or
+``<user>-<job>`` in a shared one; either must be a DNS-1035 label of at most 52 characters (pod and
+Service names derive from it). The label ``paddlecloud.org/scheduler: platform`` says the API
+server's scheduler sizes the job, so the EDL controller leaves it alone. Pure.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from paddlecloud.backends.base import JobLaunch
+from paddlecloud.backends.kubernetes import crd
+from paddlecloud.backends.kubernetes.settings import KubeSettings, user_namespace
+from paddlecloud.core.quantity import format_cpu, format_memory
+from paddlecloud.core.resources import Resources
+
+__all__ = [
+    "ANNOTATION_ATTEMPT",
+    "ANNOTATION_KEY",
+    "LABEL_SCHEDULER",
+    "PLATFORM",
+    "Placed",
+    "job_name",
+    "placed",
+    "requirements",
+    "token_secret",
+    "training_job",
+]
+
+LABEL_SCHEDULER = f"{crd.GROUP}/scheduler"
+PLATFORM = "platform"
+ANNOTATION_KEY = f"{crd.GROUP}/key"  # the platform's "user/name"
+ANNOTATION_ATTEMPT = f"{crd.GROUP}/attempt"  # which start of the job this TrainingJob is
+
+Obj = dict[str, Any]
+Placed = tuple[str, str]  # (namespace, TrainingJob name)
+
+
+def job_name(settings: KubeSettings, user: str, name: str) -> str:
+    """The TrainingJob's name; ``ValueError`` when it cannot name pods and Services."""
+    tj = f"{user}-{name}" if settings.namespace else name
+    why = crd.check_job_name(tj)
+    if why:
+        raise ValueError(f"cannot run on Kubernetes: {why}")
+    return tj
+
+
+def placed(settings: KubeSettings, launch: JobLaunch) -> Placed:
+    return user_namespace(settings, launch.user), job_name(settings, launch.user, launch.name)
+
+
+def requirements(r: Resources) -> Obj:
+    """Resources of one worker as Kubernetes requests / limits (GPUs as limits)."""
+    out: Obj = {"requests": {"cpu": format_cpu(r.cpu_m), "memory": format_memory(r.memory)}}
+    if r.gpu:
+        out["limits"] = {"nvidia.com/gpu": str(r.gpu)}
+    return out
+
+
+def _trainer(launch: JobLaunch) -> Obj:
+    out: Obj = {"replicas": max(launch.count("trainer"), 1)}
+    if launch.trainer_range is not None:
+        out["min"], out["max"] = launch.trainer_range
+    if "trainer" in launch.resources:
+        out["resources"] = requirements(launch.resources["trainer"])
+    return out
+
+
+def _pserver(launch: JobLaunch) -> Obj:
+    out: Obj = {"replicas": launch.count("pserver"), "restartPolicy": str(launch.restarts.pserver)}
+    if "pserver" in launch.resources:
+        out["resources"] = requirements(launch.resources["pserver"])
+    return out
+
+
+def _platform(launch: JobLaunch, settings: KubeSettings, name: str) -> Obj:
+    out: Obj = {"tokenSecret": f"{name}-job-token"}
+    if launch.api.url:
+        out["api"] = launch.api.url
+    if settings.platform_image:
+        out["image"] = settings.platform_image
+    return out
+
+
+def _spec(launch: JobLaunch, settings: KubeSettings, name: str, datacenter: str) -> Obj:
+    rules = launch.restarts
+    spec: Obj = {
+        "user": launch.user,
+        "jobName": launch.name,
+        "image": settings.image,
+        "entry": launch.entry,
+        "framework": launch.framework,
+        "package": {"path": launch.package_path},
+        "platform": _platform(launch, settings, name),
+        "env": dict(launch.env),
+        "pserver": _pserver(launch),
+        "trainer": _trainer(launch),
+        "restartPolicy": str(rules.trainer),
+        "retryExitCodes": sorted(rules.retry_exit_codes),
+        "backoffLimit": rules.max_restarts,
+        "restartBackoffSeconds": rules.backoff_s,
+        "restartBackoffMaxSeconds": rules.backoff_max_s,
+        "cleanPodPolicy": "None",  # finished pods and their logs stay until the job is removed
+        "terminationGracePeriodSeconds": settings.grace_s,
+    }
+    for key, path in (("input", launch.files.input), ("output", launch.files.output)):
+        if path:
+            spec[key] = path
+    if settings.storage_claim:
+        spec["storage"] = {
+            "claimName": settings.storage_claim,
+            "filesPath": settings.files_path,
+            "datacenter": datacenter,
+        }
+    return spec
+
+
+def training_job(launch: JobLaunch, settings: KubeSettings, datacenter: str) -> Obj:
+    """The TrainingJob that runs ``launch`` (its namespace and name: :func:`placed`)."""
+    ns, name = placed(settings, launch)
+    return {
+        "apiVersion": crd.API_VERSION,
+        "kind": crd.KIND,
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {
+                crd.LABEL_MANAGED_BY: crd.MANAGED_BY,
+                crd.LABEL_USER: launch.user,
+                LABEL_SCHEDULER: PLATFORM,
+            },
+            "annotations": {ANNOTATION_KEY: launch.key, ANNOTATION_ATTEMPT: str(launch.attempt)},
+        },
+        "spec": _spec(launch, settings, name, datacenter),
+    }
+
+
+def token_secret(launch: JobLaunch, job: Obj) -> Obj:
+    """The Secret holding the job token, owned by the TrainingJob (deleted with it)."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": job["spec"]["platform"]["tokenSecret"],
+            "namespace": meta["namespace"],
+            "labels": {crd.LABEL_MANAGED_BY: crd.MANAGED_BY, crd.LABEL_JOB: meta["name"]},
+            "ownerReferences": [
+                {"apiVersion": crd.API_VERSION, "kind": crd.KIND, "name": meta["name"], "uid": meta["uid"]}
+            ],
+        },
+        "type": "Opaque",
+        "data": {"token": base64.b64encode(launch.api.token.encode()).decode()},
+    }

@@ -1,0 +1,256 @@
+"""The API server's ``KubernetesBackend`` against the fake API server with the operator running:
+start creates the TrainingJob and its token Secret; sync reports workers, why the job waits, and
+how it ended; resize goes through the scale subresource (409 retried); stop deletes; logs come from
+pods/log; nodes from the Nodes' allocatable; adopt takes over after a server restart."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from paddlecloud.backends.base import JobLaunch, JobStatus, LogRequest
+from paddlecloud.backends.kubernetes.backend import KubernetesBackend
+from paddlecloud.backends.kubernetes.settings import KubeSettings
+from paddlecloud.core.envcontract import ApiAccess, JobFiles
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler import WorkerPlacement
+from tests.kube.conftest import wait_for
+from tests.kube.fakeapi import FakeKube
+from tests.kube.helpers import G, P, kube_client, running_operator
+from tests.kube.kubelet import Kubelet
+
+NS = "paddlecloud-alice"
+GI = 2**30
+
+
+def launch(name: str = "fit", pservers: int = 1, trainers: int = 2, **kw: Any) -> JobLaunch:
+    placement = [WorkerPlacement("pserver", i, "node-1") for i in range(pservers)]
+    placement += [WorkerPlacement("trainer", i, "node-1") for i in range(trainers)]
+    home = "/pfs/local/home/alice"
+    defaults: dict[str, Any] = dict(
+        key=f"alice/{name}",
+        user="alice",
+        name=name,
+        framework="paddle-ps" if pservers else "none",
+        entry="python train.py",
+        package=Path("/unused"),
+        output_dir=Path("/unused"),
+        placement=tuple(placement),
+        env={"LEARNING_RATE": "0.01"},
+        files=JobFiles(output=f"{home}/jobs/{name}/output"),
+        api=ApiAccess("http://paddlecloud-api:8080", "pcj_secret"),
+        resources={"pserver": Resources(500, GI // 2), "trainer": Resources(1000, GI, 1)},
+        package_path=f"{home}/jobs/{name}/package.tar.gz",
+    )
+    defaults.update(kw)
+    return JobLaunch(**defaults)
+
+
+@pytest.fixture
+def backend(kube: FakeKube, crd: dict[str, Any]) -> Iterator[KubernetesBackend]:
+    kube.add_node("node-1", cpu="16", memory="64Gi", gpu=4)
+    with running_operator(kube):
+        b = KubernetesBackend(KubeSettings(image="python:3.11-slim", grace_s=5), kube=kube_client(kube))
+        yield b
+        b.close()
+
+
+def pods(kube: FakeKube) -> set[str]:
+    return {p["metadata"]["name"] for p in kube.list("pods", NS)}
+
+
+def states(status: JobStatus) -> dict[str, WorkerState]:
+    return {w.name: w.state for w in status.workers}
+
+
+def test_start_creates_the_training_job_and_its_token_secret(
+    kube: FakeKube, backend: KubernetesBackend
+) -> None:
+    backend.start(launch(trainer_range=(1, 4)))
+    tj = kube.get(P, "fit", NS, group=G)
+    spec, meta = tj["spec"], tj["metadata"]
+    assert meta["labels"]["paddlecloud.org/scheduler"] == "platform"
+    assert meta["annotations"]["paddlecloud.org/key"] == "alice/fit"
+    assert spec["package"] == {"path": "/pfs/local/home/alice/jobs/fit/package.tar.gz"}
+    assert spec["platform"] == {"api": "http://paddlecloud-api:8080", "tokenSecret": "fit-job-token"}
+    assert spec["trainer"] == {
+        "replicas": 2,
+        "min": 1,
+        "max": 4,
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}},
+    }
+    assert spec["pserver"]["replicas"] == 1 and spec["env"] == {"LEARNING_RATE": "0.01"}
+    assert kube.store.pruned == []  # everything the backend writes is in the CRD's schema
+    secret = kube.get("secrets", "fit-job-token", NS)
+    assert base64.b64decode(secret["data"]["token"]) == b"pcj_secret"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == meta["uid"]
+    assert next(e.reason for e in backend.sync("alice/fit").events) == "Created"
+
+
+def test_sync_reports_why_it_waits_then_workers_then_success(
+    kube: FakeKube, backend: KubernetesBackend, kubelet: Kubelet
+) -> None:
+    backend.start(launch())
+    wait_for("the pserver pod", lambda: "fit-pserver-0" in pods(kube))
+    kubelet.unschedulable(NS, "fit-pserver-0", "0/1 nodes are available: 1 Insufficient cpu.")
+    events = wait_for(
+        "a scheduling event", lambda: [e for e in backend.sync("alice/fit").events if e.type == "Warning"]
+    )
+    assert events[0].reason == "Unschedulable" and "pserver-0: 0/1 nodes" in events[0].message
+    kubelet.run(NS, "fit-pserver-0")
+    wait_for("trainer pods", lambda: {"fit-trainer-0", "fit-trainer-1"} <= pods(kube))
+    for i in range(2):
+        kubelet.run(NS, f"fit-trainer-{i}")
+    status = wait_for(
+        "all running",
+        lambda: (
+            (s := backend.sync("alice/fit"))
+            and set(states(s).values()) == {WorkerState.RUNNING}
+            and len(s.workers) == 3
+            and s
+        ),
+    )
+    trainer = next(w for w in status.workers if w.name == "trainer-1")
+    assert trainer.node == "node-1" and trainer.endpoint.endswith(":6170") and trainer.role == "trainer"
+    for i in range(2):
+        kubelet.end(NS, f"fit-trainer-{i}", 0)
+    wait_for(
+        "the pserver stopped in place",
+        lambda: kube.get("pods", "fit-pserver-0", NS)["spec"].get("activeDeadlineSeconds") == 1,
+    )
+    kubelet.end(NS, "fit-pserver-0", 137, reason="DeadlineExceeded")
+    final = wait_for("finished", lambda: (s := backend.sync("alice/fit")).finished and s)
+    assert final.failure is None
+    assert states(final) == {
+        "pserver-0": WorkerState.STOPPED,
+        "trainer-0": WorkerState.SUCCEEDED,
+        "trainer-1": WorkerState.SUCCEEDED,
+    }
+
+
+def test_a_failed_worker_fails_the_job_with_its_reason(
+    kube: FakeKube, backend: KubernetesBackend, kubelet: Kubelet
+) -> None:
+    backend.start(launch(pservers=0, trainers=2))
+    wait_for("trainers", lambda: len(pods(kube)) == 2)
+    for i in range(2):
+        kubelet.run(NS, f"fit-trainer-{i}")
+    kubelet.end(NS, "fit-trainer-1", 2, log="Traceback: boom\n")
+    status = wait_for("the failure", lambda: (s := backend.sync("alice/fit")).failure and s)
+    assert "trainer-1" in str(status.failure) and states(status)["trainer-1"] == WorkerState.FAILED
+    kubelet.end(NS, "fit-trainer-0", 137, reason="DeadlineExceeded")  # stopped by the operator
+    assert wait_for("finished", lambda: backend.sync("alice/fit").finished)
+
+
+def test_resize_goes_through_the_scale_subresource(kube: FakeKube, backend: KubernetesBackend) -> None:
+    backend.start(launch(pservers=0, trainers=2, trainer_range=(1, 3)))
+    kube.fail_next("PATCH", r"/trainingjobs/fit/scale$", 409)  # someone else wrote first: retried
+    backend.add_trainer("alice/fit", WorkerPlacement("trainer", 2, "node-1"))
+    assert kube.get(P, "fit", NS, group=G)["spec"]["trainer"]["replicas"] == 3
+    assert [e for e in kube.errors if e[2] == 409]
+    wait_for("trainer-2", lambda: "fit-trainer-2" in pods(kube))
+    backend.remove_trainer("alice/fit", 5)
+    backend.remove_trainer("alice/fit", 5)
+    backend.remove_trainer("alice/fit", 5)  # never below min (1)
+    assert kube.get(P, "fit", NS, group=G)["spec"]["trainer"]["replicas"] == 1
+    wait_for("the highest trainers gone", lambda: pods(kube) == {"fit-trainer-0"})
+    reasons = [e.reason for e in backend.sync("alice/fit").events]
+    assert reasons.count("TrainerAdded") == 1 and reasons.count("TrainerRemoved") == 2
+    with pytest.raises(ValueError):
+        backend.add_trainer("alice/fit", WorkerPlacement("pserver", 1, "node-1"))
+
+
+def test_stop_deletes_the_job_and_its_pods(
+    kube: FakeKube, backend: KubernetesBackend, kubelet: Kubelet
+) -> None:
+    backend.start(launch(pservers=0, trainers=1))
+    wait_for("the trainer", lambda: "fit-trainer-0" in pods(kube))
+    kubelet.run(NS, "fit-trainer-0")
+    wait_for("running", lambda: states(backend.sync("alice/fit")) == {"trainer-0": WorkerState.RUNNING})
+    backend.stop("alice/fit", 1)
+    assert pods(kube) == set() and kube.list(P, NS, group=G) == []
+    status = backend.sync("alice/fit")
+    assert status.finished and status.failure is None and states(status) == {"trainer-0": WorkerState.STOPPED}
+    backend.forget("alice/fit")
+    assert backend.sync("alice/fit").failure == "the backend has no record of this job"
+
+
+def test_logs_tail_follow_and_several_workers(
+    kube: FakeKube, backend: KubernetesBackend, kubelet: Kubelet
+) -> None:
+    backend.start(launch(pservers=0, trainers=2))
+    wait_for("trainers", lambda: len(pods(kube)) == 2)
+    for i in range(2):
+        kubelet.run(NS, f"fit-trainer-{i}", log=f"step 1 of trainer-{i}\nstep 2 of trainer-{i}\n")
+    one = b"".join(backend.read_log(LogRequest("alice/fit", ("trainer-0",), tail=1)))
+    assert one == b"step 2 of trainer-0\n"
+    both = b"".join(backend.read_log(LogRequest("alice/fit", ("trainer-0", "trainer-1"))))
+    assert b"[trainer-1] step 1 of trainer-1\n" in both and b"[trainer-0] step 2 of trainer-0\n" in both
+    follow = backend.read_log(LogRequest("alice/fit", ("trainer-1",), follow=True))
+    assert next(follow) == b"step 1 of trainer-1\n"
+    kubelet.end("paddlecloud-alice", "fit-trainer-1", 0, log="done\n")
+    assert list(follow) == [b"step 2 of trainer-1\n", b"done\n"]  # ends with the container
+
+
+def test_previous_log_is_the_failed_runs_tail(
+    kube: FakeKube, backend: KubernetesBackend, kubelet: Kubelet
+) -> None:
+    from paddlecloud.core.restarts import RestartPolicy, RestartRules
+
+    rules = RestartRules(trainer=RestartPolicy.ON_FAILURE, backoff_s=0)
+    backend.start(launch(pservers=0, trainers=1, restarts=rules))
+    wait_for("the trainer", lambda: "fit-trainer-0" in pods(kube))
+    kubelet.run(NS, "fit-trainer-0")
+    first = kube.get("pods", "fit-trainer-0", NS)["metadata"]["uid"]
+    status = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {
+                "name": "worker",
+                "ready": False,
+                "restartCount": 0,
+                "image": "x",
+                "imageID": "",
+                "state": {"terminated": {"exitCode": 1, "message": "line a\nline b"}},
+            }
+        ],
+    }
+    client.CoreV1Api(backend.kube.api).patch_namespaced_pod_status("fit-trainer-0", NS, {"status": status})
+    wait_for("run 1", lambda: kube.get("pods", "fit-trainer-0", NS)["metadata"]["uid"] != first)
+    kubelet.run(NS, "fit-trainer-0")
+    previous = b"".join(backend.read_log(LogRequest("alice/fit", ("trainer-0",), previous=True)))
+    assert previous == b"line a\nline b\n"
+    restarts = [e for e in backend.sync("alice/fit").events if e.reason == "WorkerRestarted"]
+    assert restarts and "trainer-0 restarted as run 1" in restarts[0].message
+
+
+def test_nodes_are_the_ready_nodes_allocatable(kube: FakeKube, backend: KubernetesBackend) -> None:
+    kube.add_node("node-2", cpu="2500m", memory="8Gi")
+    kube.call(
+        lambda: (
+            kube.store.objects[("", "nodes", "", "node-2")].setdefault("spec", {}).update(unschedulable=True)
+        )
+    )
+    nodes = {n.name: n for n in backend.nodes()}
+    assert set(nodes) == {"node-1"}  # node-2 is cordoned
+    assert nodes["node-1"].capacity == Resources(16000, 64 * GI, 4) and nodes["node-1"].gpus == (0, 1, 2, 3)
+
+
+def test_adopt_takes_over_without_creating_again(kube: FakeKube, backend: KubernetesBackend) -> None:
+    backend.start(launch(pservers=0, trainers=1))
+    uid = kube.get(P, "fit", NS, group=G)["metadata"]["uid"]
+    again = KubernetesBackend(KubeSettings(), kube=kube_client(kube))  # the server restarted
+    again.adopt(launch(pservers=0, trainers=1))
+    assert kube.get(P, "fit", NS, group=G)["metadata"]["uid"] == uid
+    assert not again.sync("alice/fit").failure
+
+
+def test_a_name_pods_cannot_carry_fails_the_start(backend: KubernetesBackend) -> None:
+    with pytest.raises(ValueError, match="DNS-1035"):
+        backend.start(launch(name="9lives"))
