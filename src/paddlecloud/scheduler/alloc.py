@@ -121,20 +121,27 @@ class Allocation:
 
     def shrink(self, job: JobRequest, to: int) -> None:
         """Release trainers above ``to`` (highest index first)."""
-        if self.count(job.key) <= to:
+        n = self.count(job.key)
+        if n <= to:
             return
         held = self._held(job.key)
-        gone = held[to:]
-        del held[to:]
-        self._give_back(job, gone[::-1])
+        if n == to + 1:  # the common step: one trainer
+            p, t = held.pop(), job.trainer
+            self.pool.give(self.pool.index[p.node], t.cpu_m, t.memory, t.gpu, [p.gpus], hint=True)
+        else:
+            gone = held[to:]
+            del held[to:]
+            self._give_back(job, gone[::-1])
         self._changed(job.key)
 
     def _slot(self, job: JobRequest) -> WorkerPlacement | None:
         """The trainer ``job`` ran at the snapshot with its next index, if it is below that count: a
         resize keeps a job's lowest trainers in place, so that index can only come back there."""
         was = self._was.get(job.key)
+        if was is None:
+            return None
         n = len(self.trainers.get(job.key, ()))
-        return was[n] if was is not None and n < len(was) else None
+        return was[n] if n < len(was) else None
 
     def _free(self, job: JobRequest, slot: WorkerPlacement) -> bool:
         t, i = job.trainer, self.pool.index[slot.node]
@@ -149,18 +156,21 @@ class Allocation:
         """Where one more trainer of ``job`` would go: back where it ran if the job is below its
         running count (else nowhere), beside its own trainers, else on the node that most recently
         got capacity back, else the first node with room."""
+        return self._spot(job, self._slot(job))
+
+    def _spot(self, job: JobRequest, slot: WorkerPlacement | None) -> int | None:
         t = job.trainer
         c, m, g = t.cpu_m, t.memory, t.gpu
         pool = self.pool
         if not pool.total_fits(c, m, g) or self._full.get((c, m, g)) == pool.roomier:
             return None
-        slot = self._slot(job)
         if slot is not None:
             return pool.index[slot.node] if self._free(job, slot) else None
-        index = pool.index
+        index, cpu, mem, gpu = pool.index, pool.cpu, pool.mem, pool.gpu
         for p in self.trainers.get(job.key, ()):
-            if pool.fits_at(index[p.node], c, m, g):
-                return index[p.node]
+            i = index[p.node]
+            if c <= cpu[i] and m <= mem[i] and g <= gpu[i]:
+                return i
         node = pool.newest_hint(c, m, g)
         if node is None:
             node = pool.first_fit(c, m, g)
@@ -176,10 +186,11 @@ class Allocation:
         if not self.pool.total_fits(t.cpu_m * n, t.memory * n, t.gpu * n):
             return False
         if n == 1:  # the common elastic step
-            node = self.spot(job)
+            slot = self._slot(job)
+            node = self._spot(job, slot)
             if node is None:
                 return False
-            self.add_at(job, node)
+            self._add(job, node, slot)
             return True
         if self._slot(job) is not None:  # back to where it ran first, one at a time
             before = self.count(job.key)
@@ -191,10 +202,14 @@ class Allocation:
 
     def add_at(self, job: JobRequest, node: int) -> None:
         """One more trainer of ``job`` on ``node`` (where :meth:`spot` said it goes)."""
-        slot = self._slot(job)
+        self._add(job, node, self._slot(job))
+
+    def _add(self, job: JobRequest, node: int, slot: WorkerPlacement | None) -> None:
         held = self._held(job.key)
         if slot is None:
-            held.extend(self._take(job, node, len(held)))
+            t = job.trainer
+            (gpus,) = self.pool.take(node, t.cpu_m, t.memory, t.gpu, t.gpu)
+            held.append(WorkerPlacement("trainer", len(held), self.pool.names[node], gpus))
         else:
             t = job.trainer
             self.pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)

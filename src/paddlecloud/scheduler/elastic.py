@@ -250,14 +250,14 @@ class _Cycle:
         """In priority / least-served order, bring every job up to the count its user asked for,
         taking trainers back from jobs later in that order (down to their min) when nothing is free."""
         alloc, ledger, jobs, lo = self.alloc, self.ledger, self.jobs, self.policy.lo
-        trainers = alloc.trainers
+        trainers, limited = alloc.trainers, bool(ledger.quotas)
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
         for i, job in enumerate(jobs):
             n = len(trainers.get(job.key, ()))
-            if n == 0 or n >= job.trainers:  # the target below is at most job.trainers
+            if n == 0 or n >= job.trainers or job.key in self.preempted:  # the target is <= trainers
                 continue
             target = min(job.trainers, self.policy.hi(job))
-            while job.key not in self.preempted and 0 < n < target and ledger.problem(job, 1) is None:
+            while n < target and not (limited and ledger.problem(job, 1)):
                 if alloc.grow(job, 1):
                     ledger.charge(job, 1)
                     n += 1

@@ -24,12 +24,8 @@ of other users that its policy's own order puts behind it are ahead of it waits 
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_right, insort
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import groupby
-from operator import attrgetter
 from typing import Any
 
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState
@@ -122,29 +118,20 @@ def _share(used: list[int], cap: Vec) -> float:
 def _interleave(
     plain: Sequence[JobRequest], demand: Callable[[JobRequest], Vec], cap: Vec, base: Mapping[str, Vec]
 ) -> list[JobRequest]:
-    out: list[JobRequest] = []
+    """Taking, again and again, the head of the user with the smallest share (ties: the head that
+    comes first in ``plain``) is merging the users' own sequences, each already in order by (share
+    before the job, position): so it is one sort by (priority, that share, position)."""
     used = {u: list(v) for u, v in base.items()}
-    need = [demand(j) for j in plain]
-    start = 0
-    for _, level in groupby(plain, key=attrgetter("priority")):
-        queues: dict[str, deque[int]] = {}  # user -> positions in ``plain``
-        for i, j in enumerate(level, start):
-            queues.setdefault(j.user, deque()).append(i)
-        start += sum(len(q) for q in queues.values())
-        heap = [(_share(used.setdefault(u, [0, 0, 0]), cap), q[0], u) for u, q in queues.items()]
-        heapq.heapify(heap)
-        while heap:
-            user = heap[0][2]
-            q, acc = queues[user], used[user]
-            i = q.popleft()
-            out.append(plain[i])
-            c, m, g = need[i]
-            acc[0], acc[1], acc[2] = acc[0] + c, acc[1] + m, acc[2] + g
-            if q:
-                heapq.heapreplace(heap, (_share(acc, cap), q[0], user))
-            else:
-                heapq.heappop(heap)
-    return out
+    keys: list[tuple[int, float, int]] = []
+    for i, job in enumerate(plain):
+        acc = used.get(job.user)
+        if acc is None:
+            acc = used[job.user] = [0, 0, 0]
+        keys.append((-job.priority, _share(acc, cap), i))
+        c, m, g = demand(job)
+        acc[0], acc[1], acc[2] = acc[0] + c, acc[1] + m, acc[2] + g
+    keys.sort()
+    return [plain[k[2]] for k in keys]
 
 
 def _overtakers(order: Sequence[JobRequest], rank: Mapping[str, int]) -> dict[str, int]:

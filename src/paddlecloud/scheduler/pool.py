@@ -179,7 +179,11 @@ class NodePool:
         held = self.gpus[i]
         got: list[tuple[int, ...]] = [()] * k
         if ngpus:
-            got = [tuple(held[j * ngpus : (j + 1) * ngpus]) for j in range(k)]
+            got = (
+                [tuple(held[:ngpus])]
+                if k == 1
+                else [tuple(held[j * ngpus : (j + 1) * ngpus]) for j in range(k)]
+            )
         left = held[k * ngpus :] if ngpus else held
         self._set(i, self.cpu[i] - c * k, self.mem[i] - m * k, self.gpu[i] - g * k, left, self.stamp[i])
         return got
