@@ -39,7 +39,7 @@ def _cluster_reachable() -> str | None:
 
     try:
         api = config.new_client_from_config(config_file=path)
-        client.VersionApi(api).get_code(_request_timeout=5)
+        client.VersionApi(api).get_code(_request_timeout=5, _preload_content=False)
     except Exception:
         return None
     return path

@@ -401,7 +401,17 @@ class FakeKube:
             if rt.group and rt.version not in groups.setdefault(rt.group, []):
                 groups[rt.group].append(rt.version)
         if path == "/version":
-            return {"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake", "platform": "linux/amd64"}
+            return {
+                "major": "1",
+                "minor": "31",
+                "gitVersion": "v1.31.0-fake",
+                "gitCommit": "fake",
+                "gitTreeState": "clean",
+                "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": "go1.23",
+                "compiler": "gc",
+                "platform": "linux/amd64",
+            }
         if path == "/api":
             return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
         if path == "/apis":

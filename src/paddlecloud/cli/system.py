@@ -114,9 +114,8 @@ def up(
     storage_quota: str, default_quota: str, backend: str, kubeconfig: Path | None, image: str | None,
     kube_image: str | None, kube_namespace: str | None, kube_storage_claim: str | None, api_url: str | None,
 ) -> None:  # fmt: skip
-    """Run the platform in the foreground (Ctrl-C stops it; jobs keep running): jobs run on this
-    machine, or with ``--backend kubernetes`` as TrainingJobs on a cluster (``paddlecloud operator``
-    runs them there)."""
+    """Run the platform in the foreground (Ctrl-C stops it; jobs keep running). Jobs run on this
+    machine, or with --backend kubernetes as TrainingJobs on a cluster (see: paddlecloud operator)."""
     from paddlecloud.server.main import ComputeLimits, KubeSettings, NodeShape, PlatformConfig, prepare, serve
 
     kube_options = {
