@@ -124,3 +124,17 @@ def test_how_many_ignores_dimensions_a_worker_does_not_need() -> None:
     assert how_many(-1000, 8 * GI, 2, 1000, GI, 1) == 0
     assert how_many(1, 1, 1, 0, 0, 0) == 1 << 30
     assert how_many(0, 1 << 40, 0, 0, 1, 0) == 1 << 40
+
+
+@pytest.mark.parametrize("exact", [(), (5,), (1, 7)])
+def test_bounce_is_taking_and_giving_back(exact: tuple[int, ...]) -> None:
+    node = NodeState("n", Resources(8000, 8 * GI, 4), Resources(4000, 4 * GI, 4), (3, 5, 1, 7))
+    stepwise, at_once = NodePool((node,)), NodePool((node,))
+    if exact:
+        stepwise.take_exact(0, 1000, GI, len(exact), exact)
+        stepwise.give(0, 1000, GI, len(exact), [exact], hint=True)
+    else:
+        (got,) = stepwise.take(0, 1000, GI, 2, 2)
+        stepwise.give(0, 1000, GI, 2, [got], hint=True)
+    at_once.bounce(0, 0 if exact else 2, exact)
+    assert _state(stepwise) == _state(at_once)

@@ -15,10 +15,12 @@ from paddlecloud.scheduler.decisions import WorkerPlacement
 from paddlecloud.scheduler.pool import Key, NodePool, how_many
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
-__all__ = ["Allocation", "tiresias_queue"]
+__all__ = ["Allocation", "Spot", "tiresias_queue"]
 
 #: hints that survive a committed trial (what-if copies used to keep this many)
 KEPT_HINTS = 64
+#: where one more trainer goes: the node, and the earlier slot it returns to (if any)
+Spot = tuple[int, WorkerPlacement | None]
 
 
 def tiresias_queue(attained: float, thresholds: tuple[float, ...]) -> int:
@@ -152,11 +154,13 @@ class Allocation:
         slot = self._slot(job)
         return slot is not None and not self._free(job, slot)
 
-    def spot(self, job: JobRequest) -> int | None:
+    def spot(self, job: JobRequest) -> Spot | None:
         """Where one more trainer of ``job`` would go: back where it ran if the job is below its
         running count (else nowhere), beside its own trainers, else on the node that most recently
-        got capacity back, else the first node with room."""
-        return self._spot(job, self._slot(job))
+        got capacity back, else the first node with room. ``(node, the slot it returns to)``."""
+        slot = self._slot(job)
+        node = self._spot(job, slot)
+        return None if node is None else (node, slot)
 
     def _spot(self, job: JobRequest, slot: WorkerPlacement | None) -> int | None:
         t = job.trainer
@@ -200,9 +204,9 @@ class Allocation:
             return False
         return self._grow_many(job, n)
 
-    def add_at(self, job: JobRequest, node: int) -> None:
-        """One more trainer of ``job`` on ``node`` (where :meth:`spot` said it goes)."""
-        self._add(job, node, self._slot(job))
+    def add_at(self, job: JobRequest, spot: Spot) -> None:
+        """One more trainer of ``job`` where :meth:`spot` said it goes."""
+        self._add(job, *spot)
 
     def _add(self, job: JobRequest, node: int, slot: WorkerPlacement | None) -> None:
         held = self._held(job.key)
@@ -246,14 +250,14 @@ class Allocation:
     def _how_many(self, i: int, c: int, m: int, g: int) -> int:
         return how_many(self.pool.cpu[i], self.pool.mem[i], self.pool.gpu[i], c, m, g)
 
-    def bounce(self, job: JobRequest, node: int) -> None:
-        """What growing ``job`` by one trainer on ``node`` and shrinking it straight back leaves."""
-        slot, t = self._slot(job), job.trainer
+    def bounce(self, job: JobRequest, spot: Spot) -> None:
+        """What growing ``job`` by one trainer where :meth:`spot` said and shrinking it straight
+        back leaves: the GPUs it took go to the end of the node's list, the node is the newest hint."""
+        node, slot = spot
         if slot is None:
-            self.pool.bounce(node, t.gpu)
+            self.pool.bounce(node, job.trainer.gpu)
         else:
-            self.pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)
-            self.pool.give(node, t.cpu_m, t.memory, t.gpu, [slot.gpus], hint=True)
+            self.pool.bounce(node, 0, slot.gpus)
 
     def fits(self, need: Resources, n: int) -> bool:
         """Could ``n`` workers of ``need`` be placed now (ignoring which job)?"""

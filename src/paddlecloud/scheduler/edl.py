@@ -87,59 +87,72 @@ class _Scaler:
     def __init__(
         self, max_load: float, alloc: Allocation, ledger: QuotaLedger, cap: Vec, waiting: Vec
     ) -> None:
-        self.max_load, self.alloc, self.ledger, self.cap, self.waiting = max_load, alloc, ledger, cap, waiting
+        self.max_load, self.alloc, self.ledger = max_load, alloc, ledger
+        (cc, _, cg), (wc, _, wg) = cap, waiting
+        #: load = (used - free + extra) / cap, on GPUs (or cpu on a cluster without GPUs)
+        self.gpus = bool(cg)
+        self.used, self.cap = (cg + wg, cg) if cg else (cc + wc, cc)
+        self.elastic: list[JobRequest] = []
+        self._static: list[tuple[int, int, int, int, int]] = []
 
     def load(self, extra_cpu: int = 0, extra_gpu: int = 0) -> float:
         """Used / capacity (GPUs, or cpu on a cluster without GPUs), with ``extra`` more in use."""
-        pool, (cc, _, cg), (wc, _, wg) = self.alloc.pool, self.cap, self.waiting
-        if cg:
-            return (cg - pool.tgpu + wg + extra_gpu) / cg
-        return (cc - pool.tcpu + wc + extra_cpu) / cc if cc else 0.0
+        if not self.cap:
+            return 0.0
+        pool = self.alloc.pool
+        if self.gpus:
+            return (self.used - pool.tgpu + extra_gpu) / self.cap
+        return (self.used - pool.tcpu + extra_cpu) / self.cap
 
-    def fulfillment(self, elastic: list[JobRequest], reverse: bool = False) -> list[JobRequest]:
-        """``elastic`` by ``(cur - min) / (max - min)``, then trainer gpu, cpu, memory (stable)."""
+    def order(self, reverse: bool = False) -> list[int]:
+        """Elastic jobs (positions) by ``(cur - min) / (max - min)``, then trainer gpu, cpu, memory."""
         trainers = self.alloc.trainers
         keys = [
             ((len(trainers.get(j.key, ())) - lo) / span if span else 1.0, g, c, m)
-            for j, (lo, span, g, c, m) in zip(elastic, self._static, strict=True)
+            for j, (lo, span, g, c, m) in zip(self.elastic, self._static, strict=True)
         ]
-        return [elastic[i] for i in sorted(range(len(elastic)), key=keys.__getitem__, reverse=reverse)]
+        return sorted(range(len(keys)), key=keys.__getitem__, reverse=reverse)
 
     def run(self, jobs: list[JobRequest]) -> None:
-        elastic = [j for j in jobs if j.elastic]
+        self.elastic = [j for j in jobs if j.elastic]
         self._static = [
-            (j.lo, j.hi - j.lo, j.trainer.gpu, j.trainer.cpu_m, j.trainer.memory) for j in elastic
+            (j.lo, j.hi - j.lo, j.trainer.gpu, j.trainer.cpu_m, j.trainer.memory) for j in self.elastic
         ]
         for _ in range(10_000):  # dry-run passes until nothing changes (bounded)
-            grown = self._grow_pass(elastic)
-            if not (self._shrink_pass(elastic) or grown):
+            grown = self._grow_pass()
+            if not (self._shrink_pass() or grown):
                 return
 
-    def _grow_pass(self, elastic: list[JobRequest]) -> bool:
+    def _grow_pass(self) -> bool:
         """+1 trainer each, least fulfilled first, while the load stays under ``max_load``; a trainer
         that would pass it is not added (what placing and removing it leaves is kept)."""
         alloc, ledger, changed = self.alloc, self.ledger, False
-        for job in self.fulfillment(elastic):
-            if alloc.count(job.key) >= job.hi or ledger.problem(job, 1):
+        trainers, limited = alloc.trainers, bool(ledger.quotas)
+        for k in self.order():
+            job = self.elastic[k]
+            lo, span = self._static[k][:2]
+            if len(trainers.get(job.key, ())) >= lo + span or (limited and ledger.problem(job, 1)):
                 continue
-            node = alloc.spot(job)
-            if node is None:
+            spot = alloc.spot(job)
+            if spot is None:
                 continue
             if self.load(job.trainer.cpu_m, job.trainer.gpu) <= self.max_load:
-                alloc.add_at(job, node)
+                alloc.add_at(job, spot)
                 ledger.charge(job, 1)
                 changed = True
             else:  # one more would pass max_load: it is given straight back
-                alloc.bounce(job, node)
+                alloc.bounce(job, spot)
         return changed
 
-    def _shrink_pass(self, elastic: list[JobRequest]) -> bool:
+    def _shrink_pass(self) -> bool:
         alloc, changed = self.alloc, False
-        for job in self.fulfillment(elastic, reverse=True):
+        for k in self.order(reverse=True):
             if self.load() <= self.max_load:
                 break
-            if alloc.count(job.key) > job.lo:
-                alloc.shrink(job, alloc.count(job.key) - 1)
+            job = self.elastic[k]
+            n = alloc.count(job.key)
+            if n > self._static[k][0]:
+                alloc.shrink(job, n - 1)
                 self.ledger.credit(job, 1)
                 changed = True
         return changed

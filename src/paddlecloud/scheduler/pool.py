@@ -207,14 +207,16 @@ class NodePool:
             held = [*held, *(x for one in gpus for x in one)]
         self._set(i, self.cpu[i] + c * k, self.mem[i] + m * k, self.gpu[i] + g * k, held, stamp)
 
-    def bounce(self, i: int, ngpus: int) -> None:
-        """What taking one worker from node ``i`` and giving it straight back leaves: its GPUs move to
-        the end of the node's list and the node becomes the newest hint."""
+    def bounce(self, i: int, ngpus: int, exact: Sequence[int] = ()) -> None:
+        """What taking one worker from node ``i`` and giving it straight back leaves: its GPUs (the
+        first ``ngpus``, or ``exact`` ones) move to the end of the node's list and the node becomes
+        the newest hint."""
         held = self.gpus[i]
-        self.hints.append(i)
-        self._set(
-            i, self.cpu[i], self.mem[i], self.gpu[i], [*held[ngpus:], *held[:ngpus]], len(self.hints) - 1
+        kept, taken = (
+            ([x for x in held if x not in exact], list(exact)) if exact else (held[ngpus:], held[:ngpus])
         )
+        self.hints.append(i)
+        self._set(i, self.cpu[i], self.mem[i], self.gpu[i], [*kept, *taken], len(self.hints) - 1)
 
     # ------------------------------------------------------------------------------------- trials
 
