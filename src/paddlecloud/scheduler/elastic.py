@@ -75,26 +75,27 @@ class ElasticPolicy:
 @dataclass
 class _Shrinkable:
     """Elastic jobs above their min, least marginal loss first: ``(rate(n) - rate(n - 1), key, n)``.
-    Entries go stale when a job's count changes (a fresh one is pushed for the new count)."""
+    Entries go stale when a job's count changes (a fresh one is pushed for the new count). Only the
+    ``elastic`` policy shrinks, so a job's min is ``job.lo``."""
 
-    policy: ElasticPolicy
     heap: list[tuple[float, str, int]] = field(default_factory=list)
 
     def sync(self, alloc: Allocation) -> None:
-        changed = alloc.changed or []
+        changed, trainers = alloc.changed or [], alloc.trainers
         for key in changed:
             job = alloc.jobs.get(key)
-            n = alloc.count(key)
-            if job is not None and n > self.policy.lo(job):
+            n = len(trainers.get(key, ()))
+            if job is not None and n > job.lo:
                 heapq.heappush(self.heap, (job.rate(n) - job.rate(n - 1), key, n))
         changed.clear()
 
     def pop(self, alloc: Allocation) -> JobRequest | None:
         self.sync(alloc)
+        trainers = alloc.trainers
         while self.heap:
             _, key, n = heapq.heappop(self.heap)
             job = alloc.jobs.get(key)
-            if job is not None and alloc.count(key) == n and n > self.policy.lo(job):
+            if job is not None and len(trainers.get(key, ())) == n:  # above its min when pushed
                 return job
         return None
 
@@ -121,7 +122,7 @@ class _Cycle:
         # Within a cycle, room only shrinks for later jobs (admissions consume; fewer jobs are later in
         # the order to take from), so once a shape failed at some count every later need as large fails
         self.failed: dict[tuple[int, ...], int] = {}
-        self.soft = _Shrinkable(policy)
+        self.soft = _Shrinkable()
         self._ahead: list[Vec] = []
 
     def _counts(self, job: JobRequest) -> Vec:
