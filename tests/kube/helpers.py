@@ -14,6 +14,7 @@ from kubernetes import client
 from paddlecloud.backends.kubernetes import crd
 from paddlecloud.backends.kubernetes.kube import Kube
 from paddlecloud.backends.kubernetes.operator import OperatorConfig, registry
+from tests.kube.conftest import wait_for
 from tests.kube.fakeapi import FakeKube
 from tests.kube.kubelet import Kubelet
 
@@ -46,7 +47,14 @@ def running_operator(kube: FakeKube, config: OperatorConfig | None = None) -> It
     with KopfRunner(
         ["run", "-A", "--standalone"], registry=registry(kube_client(kube), config), timeout=30
     ) as r:
+        wait_for("the operator to watch TrainingJobs and Pods", lambda: _watching(kube), timeout=15)
         yield r
+    assert "Traceback" not in r.output, r.output[-5000:]  # no handler failed
+
+
+def _watching(kube: FakeKube) -> bool:
+    watched = kube.call(lambda: {(lst.group, lst.plural) for lst in kube.store.listeners})
+    return {(G, P), ("", "pods")} <= watched
 
 
 class AutoKubelet:

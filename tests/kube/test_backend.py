@@ -254,3 +254,17 @@ def test_adopt_takes_over_without_creating_again(kube: FakeKube, backend: Kubern
 def test_a_name_pods_cannot_carry_fails_the_start(backend: KubernetesBackend) -> None:
     with pytest.raises(ValueError, match="DNS-1035"):
         backend.start(launch(name="9lives"))
+
+
+def test_api_errors_say_what_kubernetes_said(kube: FakeKube, backend: KubernetesBackend) -> None:
+    kube.fail_next("POST", r"/trainingjobs$", 500)
+    with pytest.raises(RuntimeError, match=r"creating TrainingJob paddlecloud-alice/fit failed: .*\(500\)"):
+        backend.start(launch(pservers=0, trainers=1))
+    backend.start(launch(pservers=0, trainers=1))
+    kube.fail_next("GET", r"/trainingjobs/fit$", 503, times=2)
+    first, second = backend.sync("alice/fit"), backend.sync("alice/fit")
+    assert [e.reason for e in first.events] == ["Created", "KubernetesUnreachable"] and second.events == ()
+    assert not first.finished and first.failure is None  # an outage is no failure of the job
+    kube.fail_next("GET", r"/trainingjobs/fit/scale$", 500)
+    backend.remove_trainer("alice/fit", 1)  # never raises: the job keeps its trainers
+    assert [e.reason for e in backend.sync("alice/fit").events] == ["ResizeFailed"]

@@ -166,3 +166,28 @@ def test_the_same_cli_session_on_both_backends(backend: str, tmp_path: Path) -> 
         (job,) = [j for j in s.json("get", "jobs", "-a")["items"] if j["name"] == "hello"]
         assert job["phase"] == "Killed"
         assert {w["state"] for w in s.json("get", "workers", "hello")["items"]} <= {"Stopped", "Succeeded"}
+
+
+def test_the_operator_command_runs_the_operator(
+    kube: FakeKube, api: client.ApiClient, tmp_path: Path
+) -> None:
+    """``paddlecloud operator`` (what the Deployment runs, with a kubeconfig instead of the service
+    account) reconciles a TrainingJob; it stops on SIGTERM."""
+    from tests.kube.helpers import training_job
+
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(manifest())
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": "ns1"}})
+    config = kube.kubeconfig(tmp_path / "kubeconfig")
+    log = tmp_path / "operator.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [PADDLECLOUD, "operator", "--kubeconfig", str(config), "--standalone", "--edl"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        client.CustomObjectsApi(api).create_namespaced_custom_object(G, "v1", "ns1", P, training_job("job"))
+        wait_for("the operator's pod", lambda: kube.list("pods", "ns1"), timeout=30)
+        assert "paddlecloud.org/cleanup" in kube.get(P, "job", "ns1", group=G)["metadata"]["finalizers"]
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, log.read_text()[-3000:]

@@ -37,7 +37,7 @@ from paddlecloud.backends.base import (
     NodeInfo,
 )
 from paddlecloud.backends.kubernetes import crd
-from paddlecloud.backends.kubernetes.kube import Kube, api_status, connect, retry_conflict
+from paddlecloud.backends.kubernetes.kube import Kube, api_message, api_status, connect, retry_conflict
 from paddlecloud.backends.kubernetes.launch import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_KEY,
@@ -117,10 +117,13 @@ class KubernetesBackend:
         job = _Job(launch, ns, name)
         with self._lock:
             self._jobs[launch.key] = job
-        if self.settings.namespace is None:
-            self._ensure_namespace(ns)
-        with job.lock:
-            self._create(job)
+        try:
+            if self.settings.namespace is None:
+                self._ensure_namespace(ns)
+            with job.lock:
+                self._create(job)
+        except _API_ERRORS as exc:  # the job fails to start, with what Kubernetes said
+            raise RuntimeError(f"creating TrainingJob {ns}/{name} failed: {api_message(exc)}") from None
 
     def adopt(self, launch: JobLaunch) -> None:
         ns, name = placed(self.settings, launch)
@@ -151,9 +154,8 @@ class KubernetesBackend:
             except _API_ERRORS as exc:
                 if not job.unreachable:
                     job.unreachable = True
-                    job.events.append(
-                        BackendEvent("Warning", "KubernetesUnreachable", f"reading the job failed: {exc}")
-                    )
+                    message = f"reading the job failed: {api_message(exc)}"
+                    job.events.append(BackendEvent("Warning", "KubernetesUnreachable", message))
                 return JobStatus(workers=tuple(job.seen.workers.values()), events=job.take_events())
 
     def stop(self, key: str, grace: float) -> None:
@@ -181,7 +183,13 @@ class KubernetesBackend:
         if job is None:
             return
         lo = job.launch.trainer_range[0] if job.launch.trainer_range else 1
-        self._scale(job, lambda n: n - 1 if n > max(lo, 1) else n, "TrainerRemoved")
+        try:
+            self._scale(job, lambda n: n - 1 if n > max(lo, 1) else n, "TrainerRemoved")
+        except _API_ERRORS as exc:  # the contract: retiring never raises; the job keeps its trainers
+            with job.lock:
+                job.events.append(
+                    BackendEvent("Warning", "ResizeFailed", f"removing a trainer: {api_message(exc)}")
+                )
 
     def read_log(self, req: LogRequest) -> Iterator[bytes]:
         job = self._get(req.key)

@@ -21,7 +21,7 @@ from kubernetes import client, config
 
 from paddlecloud.backends.kubernetes import crd
 
-__all__ = ["Kube", "api_status", "connect", "retry_conflict"]
+__all__ = ["Kube", "api_message", "api_status", "connect", "retry_conflict"]
 
 log = logging.getLogger("paddlecloud.kubernetes")
 
@@ -37,6 +37,17 @@ CONFLICT_ATTEMPTS = 5
 def api_status(exc: BaseException) -> int | None:
     """The HTTP status of a failed API call, or None when it was not an answer from the server."""
     return int(exc.status) if isinstance(exc, client.ApiException) and exc.status else None
+
+
+def api_message(exc: BaseException) -> str:
+    """What the API server said (its Status message), else the error itself, in one line."""
+    if isinstance(exc, client.ApiException):
+        try:
+            body = json.loads(exc.body or "")
+            return f"{body.get('reason') or exc.reason} ({exc.status}): {body.get('message')}"
+        except (ValueError, AttributeError):
+            return f"{exc.reason} ({exc.status})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass
