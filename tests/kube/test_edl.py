@@ -137,3 +137,16 @@ def test_snapshot_counts_every_bound_pod_against_its_node(
     (job,) = snap.running
     assert job.key == "ns1/stretchy" and job.running == 2 and (job.min_trainers, job.max_trainers) == (1, 3)
     assert refs["ns1/stretchy"].resizable
+
+
+def test_no_job_grows_while_pods_wait_for_a_node(
+    kube: FakeKube, custom: client.CustomObjectsApi, kubelet: Kubelet
+) -> None:
+    kube.add_node("node-1", cpu="8", memory="32Gi")
+    _submit(kube, custom, kubelet, "stretchy", 2, min=1, max=4)
+    _submit(kube, custom, kubelet, "fixed", 1)
+    custom.patch_namespaced_custom_object_scale(G, V, NS, P, "fixed", {"spec": {"replicas": 2}})
+    client.CoreV1Api(custom.api_client).create_namespaced_pod(NS, _pod("fixed", 1))  # not on a node yet
+    assert EdlController(kube_client(kube)).step() == []
+    kubelet.run(NS, "fixed-trainer-1")
+    assert [(r.job.name, r.trainers) for r in EdlController(kube_client(kube)).step()] == [("stretchy", 4)]

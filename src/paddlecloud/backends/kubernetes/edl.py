@@ -8,6 +8,7 @@
         queue     jobs none of whose pods could be scheduled (reason Unschedulable / PodGroupPending):
                   the policy may shrink elastic jobs to make room for them
     scheduler.policy("elastic").schedule(snapshot) ──▶ Plan ──decide()──▶ [Resize] of resizable jobs
+                  (a grow waits until every job's pods are bound: what they take is on no node yet)
     PATCH trainingjobs/scale (resourceVersion read, 409 retried) + annotation resized-at, an Event
 
 Admissions and preemptions of the plan are not applied: the kube-scheduler places pods, and a job
@@ -66,6 +67,7 @@ class JobRef:
     lo: int
     hi: int
     resizable: bool
+    settled: bool  # every desired pod of the job is bound to a node
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ def _request(
         resized_at=resized if resized is not None else float("-inf"),
     )
     return request, JobRef(
-        job.namespace, job.name, job.trainer.replicas, job.trainer_min, job.trainer_max, resizable
+        job.namespace, job.name, job.trainer.replicas, job.trainer_min, job.trainer_max, resizable, settled
     )
 
 
@@ -184,13 +186,17 @@ def build_snapshot(
 
 
 def decide(plan: Plan, refs: Mapping[str, JobRef]) -> list[Resize]:
-    """The plan's resizes this controller applies: resizable jobs only, within their bounds."""
+    """The plan's resizes this controller applies: resizable jobs only, within their bounds; no job
+    grows while some job's pods wait for a node (what they will take is not on any node yet)."""
+    grow = all(ref.settled for ref in refs.values())
     out = []
     for r in plan.resize:
         ref = refs.get(r.job)
         if ref is None or not ref.resizable or ref.lo >= ref.hi:
             continue  # never a job that is not elastic, nor one the API server sizes
         n = max(ref.lo, min(r.trainers, ref.hi))
+        if n > ref.replicas and not grow:
+            continue
         if n != ref.replicas:
             out.append(Resize(ref, n, r.message))
     return out
