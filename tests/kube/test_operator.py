@@ -185,3 +185,20 @@ def test_an_expired_watch_is_restarted(kube: FakeKube, custom: client.CustomObje
         p for m, p in kube.requests if m == "GET" and p.startswith(f"/apis/{G}/{V}/{P}") and "watch" not in p
     ]
     assert len(relists) >= 2  # listed at start, and again after the 410
+
+
+def test_a_failing_reconcile_is_reported_on_the_job(kube: FakeKube, custom: client.CustomObjectsApi) -> None:
+    from kopf.testing import KopfRunner
+
+    from paddlecloud.backends.kubernetes.operator import OperatorConfig, registry
+    from tests.kube.helpers import kube_client
+
+    kube.fail_next("POST", r"/namespaces/ns1/pods$", 500, times=2)
+    reg = registry(kube_client(kube), OperatorConfig(resync_s=0))
+    with KopfRunner(["run", "-A", "--standalone"], registry=reg, timeout=30):
+        custom.create_namespaced_custom_object(G, V, NS, P, training_job("job", trainers=1))
+        events = wait_for("a ReconcileFailed event", lambda: [
+            e for e in kube.list("events", NS) if e["reason"] == "ReconcileFailed"])  # fmt: skip
+        assert events[0]["type"] == "Warning" and "500" in events[0]["message"]
+        assert events[0]["involvedObject"]["name"] == "job"
+        wait_for("the pod, once the API server answers again", lambda: "job-trainer-0" in pods(kube))

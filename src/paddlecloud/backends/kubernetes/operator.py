@@ -35,7 +35,7 @@ from kubernetes import client
 
 from paddlecloud.backends.kubernetes import crd, objects
 from paddlecloud.backends.kubernetes.edl import EdlController
-from paddlecloud.backends.kubernetes.kube import Kube, api_status, connect
+from paddlecloud.backends.kubernetes.kube import Kube, api_message, api_status, connect
 from paddlecloud.backends.kubernetes.status import rfc3339
 
 __all__ = ["Operator", "OperatorConfig", "main", "registry"]
@@ -44,6 +44,9 @@ log = logging.getLogger("paddlecloud.operator")
 
 Obj = dict[str, Any]
 CONFLICT_ROUNDS = 3
+#: a failed reconcile is tried again after 1, 2, 4, ... seconds, at most this many
+RETRY_BASE_S = 1.0
+RETRY_MAX_S = 60.0
 _VOLCANO = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 
 
@@ -64,7 +67,8 @@ class Operator:
     clock: Callable[[], float] = time.time
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _timers: dict[tuple[str, str], threading.Timer] = field(default_factory=dict)
-    _failed: dict[tuple[str, str], str] = field(default_factory=dict)  # the last error reported per job
+    #: per job: the last error reported, and how many reconciles failed in a row
+    _failed: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
     def reconcile(self, ns: str, name: str) -> objects.Plan | None:
@@ -81,26 +85,32 @@ class Operator:
         return None  # pragma: no cover
 
     def handle(self, ns: str, name: str) -> None:
-        """Reconcile on a kopf event; a failure is logged and shown on the TrainingJob as a Warning
-        event (once per distinct error), so a job never waits without saying why."""
+        """Reconcile on a kopf event. A failure is logged, shown on the TrainingJob as a Warning
+        event (once per distinct error), so a job never waits without saying why, and retried
+        after a backoff that doubles per failure in a row (at most ``RETRY_MAX_S``)."""
         try:
             self.reconcile(ns, name)
-            with self._guard:
-                self._failed.pop((ns, name), None)
         except Exception as exc:
             log.exception("reconciling %s/%s failed", ns, name)
-            text = f"{type(exc).__name__}: {exc}"[:1024]
-            with self._guard:
-                if self._failed.get((ns, name)) == text:
-                    return
-                self._failed[(ns, name)] = text
-            try:
-                job = self.kube.get_job(ns, name)
-            except client.ApiException:
-                return
-            self.kube.post_event(
-                job, "Warning", "ReconcileFailed", text, rfc3339(self.clock()), "paddlecloud-operator"
-            )
+            self._failure(ns, name, f"{api_message(exc)}"[:1024])
+            return
+        with self._guard:
+            self._failed.pop((ns, name), None)
+
+    def _failure(self, ns: str, name: str, text: str) -> None:
+        with self._guard:
+            last, count = self._failed.get((ns, name), ("", 0))
+            self._failed[(ns, name)] = (text, count + 1)
+        self._requeue(ns, name, min(RETRY_BASE_S * 2**count, RETRY_MAX_S))
+        if text == last:
+            return
+        try:
+            job = self.kube.get_job(ns, name)
+        except client.ApiException:
+            return
+        self.kube.post_event(
+            job, "Warning", "ReconcileFailed", text, rfc3339(self.clock()), "paddlecloud-operator"
+        )
 
     def resync(self) -> None:
         """Reconcile every TrainingJob (what a missed watch event would have triggered)."""
