@@ -47,8 +47,9 @@ PREEMPTIVE = ("tiresias", "elastic")
 SMART = ("tiresias", "edl", "elastic")
 ALL = ("fifo", *SMART)
 
-#: attained service that puts a job in the 2nd / 3rd LAS queue (default thresholds 3,600 and 36,000 s)
-SERVED = 4_000.0
+#: attained service that puts a job in the 2nd / 3rd LAS queue of both ladders (tiresias: 3,600 /
+#: 36,000 s; elastic: 10,000 / 30,000 / 90,000 s)
+SERVED = 12_000.0
 MUCH_SERVED = 40_000.0
 
 
@@ -512,14 +513,14 @@ def test_only_the_victims_that_are_needed_are_preempted(name: str) -> None:
 
 
 def test_a_trainer_shrunk_for_a_job_is_not_grown_back_elsewhere() -> None:
-    # j gives its 2nd trainer to w (its marginal loss is the smallest); topping j up again by taking
-    # from d would put that trainer on n1 while the plan, with j still at 2, kept it on n0 under w
-    j = elastic("j", 2, 1, 2, speedup=(1.0, 1.1))
-    d = elastic("d", 1, 1, 2, attained=SERVED, at=2)
-    s = snap([gnode("n0", 2), gnode("n1", 2)], [job("w", at=1)], [(j, ["n0", "n0"]), (d, ["n1", "n1"])])
+    # j gives its 2nd trainer to w (w needs n0's cpu); topping j up again would put that trainer on
+    # n1 (2 GPUs free, cpu enough for j's trainers only) while the plan, with j still at 2, kept it on
+    # n0 under w
+    j = elastic("j", 2, 1, 2, attained=SERVED)
+    s = snap([gnode("n0", 2), gnode("n1", 2, cpu=2)], [job("w", at=1, cpu=8)], [(j, ["n0", "n0"])])
     plan = decide("elastic", s)
     assert outcome(s, plan) == want(admit={"w": 1}, resize={"j": 1})
-    assert [p.gpus for p in plan.admit[0].placement] == [(1,)]
+    assert [(p.node, p.gpus) for p in plan.admit[0].placement] == [("n0", (1,))]
 
 
 def test_edl_a_job_that_never_fits_does_not_shrink_running_jobs() -> None:

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.scheduler.edl import EdlPolicy
-from paddlecloud.scheduler.elastic import ElasticPolicy
+from paddlecloud.scheduler.elastic import TIRESIAS_THRESHOLDS, ElasticPolicy
 from paddlecloud.scheduler.fifo import FifoPolicy
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState, Snapshot
 
@@ -49,7 +49,7 @@ def policy(name: str) -> Policy:
     policies: dict[str, Policy] = {
         "fifo": FifoPolicy(),
         "fifo-backfill": FifoPolicy(backfill=True, name="fifo-backfill"),
-        "tiresias": ElasticPolicy(name="tiresias", elastic=False, grow=False),
+        "tiresias": ElasticPolicy(name="tiresias", elastic=False, grow=False, thresholds=TIRESIAS_THRESHOLDS),
         "edl": EdlPolicy(),
         "elastic": ElasticPolicy(),
     }
