@@ -106,15 +106,6 @@ class FairOrder:
         return self._ahead.get(job.key, 0)
 
 
-def _share(used: list[int], cap: Vec) -> float:
-    share = used[0] / cap[0] if cap[0] else 0.0
-    if cap[1]:
-        share = max(share, used[1] / cap[1])
-    if cap[2]:
-        share = max(share, used[2] / cap[2])
-    return share
-
-
 def _interleave(
     plain: Sequence[JobRequest], demand: Callable[[JobRequest], Vec], cap: Vec, base: Mapping[str, Vec]
 ) -> list[JobRequest]:
@@ -123,13 +114,20 @@ def _interleave(
     before the job, position): so it is one sort by (priority, that share, position)."""
     used = {u: list(v) for u, v in base.items()}
     keys: list[tuple[int, float, int]] = []
+    c0, c1, c2 = cap
     for i, job in enumerate(plain):
         acc = used.get(job.user)
         if acc is None:
             acc = used[job.user] = [0, 0, 0]
-        keys.append((-job.priority, _share(acc, cap), i))
+        a0, a1, a2 = acc
+        share = a0 / c0 if c0 else 0.0  # _share, inline: this runs once per job
+        if c1 and a1 / c1 > share:
+            share = a1 / c1
+        if c2 and a2 / c2 > share:
+            share = a2 / c2
+        keys.append((-job.priority, share, i))
         c, m, g = demand(job)
-        acc[0], acc[1], acc[2] = acc[0] + c, acc[1] + m, acc[2] + g
+        acc[0], acc[1], acc[2] = a0 + c, a1 + m, a2 + g
     keys.sort()
     return [plain[k[2]] for k in keys]
 
