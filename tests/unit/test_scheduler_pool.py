@@ -47,6 +47,8 @@ def _check(pool: NodePool) -> None:
         keyed = sorted(room, key=lambda i, c=c, m=m, g=g: (_rank(pool.keys[i], c, m, g, 5)[0], i))
         got = pool.gang(c, m, g, 5, lambda k, c=c, m=m, g=g: _rank(k, c, m, g, 5))
         assert [i for i, _ in got] == keyed[: len(got)]
+        fullest = sorted(room, key=lambda i: (-can[i], i))
+        assert [i for i, _ in pool.gang(c, m, g, 5)] == fullest[: len(pool.gang(c, m, g, 5))]
     assert (pool.tcpu, pool.tmem, pool.tgpu) == (sum(pool.cpu), sum(pool.mem), sum(pool.gpu))
     for i in range(n):
         assert i in pool.buckets[pool.keys[i]].nodes

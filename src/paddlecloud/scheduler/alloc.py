@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import WorkerPlacement
-from paddlecloud.scheduler.pool import Key, NodePool, how_many
+from paddlecloud.scheduler.pool import NodePool, how_many
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
 __all__ = ["Allocation", "Spot", "tiresias_queue"]
@@ -226,7 +226,7 @@ class Allocation:
         t = job.trainer
         c, m, g = t.cpu_m, t.memory, t.gpu
         order = self._own_nodes(held, c, m, g)  # nodes the job already uses first
-        order += self.pool.gang(c, m, g, n, lambda key: _by_count(key, c, m, g), skip={i for i, _ in order})
+        order += self.pool.gang(c, m, g, n, skip={i for i, _ in order})  # the fullest fit first
         added: list[WorkerPlacement] = []
         for i, can in order:
             added += self._take(job, i, len(held) + len(added), min(can, n - len(added)))
@@ -310,8 +310,3 @@ class Allocation:
             self.pool.take(node, ps.cpu_m, ps.memory, ps.gpu, 0)
             out.append(WorkerPlacement("pserver", n, self.pool.names[node]))
         return out
-
-
-def _by_count(key: Key, c: int, m: int, g: int) -> tuple[tuple[int, ...], int]:
-    k = how_many(key[0], key[1], key[2], c, m, g)
-    return (-k,), k

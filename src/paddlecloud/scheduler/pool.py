@@ -146,31 +146,25 @@ class NodePool:
         return False
 
     def gang(
-        self, c: int, m: int, g: int, n: int, order: Rank, skip: Container[int] = ()
+        self, c: int, m: int, g: int, n: int, order: Rank | None = None, skip: Container[int] = ()
     ) -> list[tuple[int, int]]:
         """Where ``n`` workers of ``(c, m, g)`` go: ``(node, workers)`` over the nodes where one fits
         (but ``skip``), best first by ``order(bucket key)`` (which also says how many workers a node
-        of that bucket takes), then by node number; all of them if together they take fewer than
-        ``n``. Nothing is changed."""
+        of that bucket takes; None: the nodes that take the most first), then by node number; all of
+        them if together they take fewer than ``n``. Nothing is changed."""
         self.sync()
         groups: dict[tuple[int, ...], tuple[int, list[list[int]]]] = {}
         for key, b in self.buckets.items():
-            if c > key[0] or m > key[1] or g > key[2]:
+            fc, fm, fg, _ = key
+            if c > fc or m > fm or g > fg:
                 continue
-            rank, take = order(key)
+            if order is None:
+                take = how_many(fc, fm, fg, c, m, g)
+                rank: tuple[int, ...] = (-take,)
+            else:
+                rank, take = order(key)
             groups.setdefault(rank, (take, []))[1].append(b.nodes)
-        out: list[tuple[int, int]] = []
-        for rank in sorted(groups):
-            take, lists = groups[rank]
-            for i in lists[0] if len(lists) == 1 else merge(*lists):
-                if i in skip:
-                    continue
-                k = min(take, n)
-                out.append((i, k))
-                n -= k
-                if n <= 0:
-                    return out
-        return out
+        return _fill(groups, n, skip)
 
     # ----------------------------------------------------------------------------------- changing
 
@@ -283,3 +277,21 @@ class NodePool:
         if stamp >= 0:
             insort(nb.stamps, stamp)
         self.keys[i] = key
+
+
+def _fill(
+    groups: dict[tuple[int, ...], tuple[int, list[list[int]]]], n: int, skip: Container[int]
+) -> list[tuple[int, int]]:
+    """Nodes of the groups in rank order (nodes of one rank by number) until ``n`` workers are placed."""
+    out: list[tuple[int, int]] = []
+    for rank in sorted(groups):
+        take, lists = groups[rank]
+        for i in lists[0] if len(lists) == 1 else merge(*lists):
+            if i in skip:
+                continue
+            k = min(take, n)
+            out.append((i, k))
+            n -= k
+            if n <= 0:
+                return out
+    return out
