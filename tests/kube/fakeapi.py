@@ -47,6 +47,7 @@ class _Fault:
     status: int
     reason: str
     times: int
+    agent: str
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,13 @@ class FakeKube:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
-    def fail_next(self, method: str, path: str, status: int = 409, *, times: int = 1) -> None:
-        """The next ``times`` requests ``METHOD`` whose path matches the regex ``path`` fail with
-        ``status`` before touching any state."""
+    def fail_next(
+        self, method: str, path: str, status: int = 409, *, times: int = 1, agent: str = ""
+    ) -> None:
+        """The next ``times`` requests ``METHOD`` whose path matches the regex ``path`` (and whose
+        User-Agent contains ``agent``) fail with ``status`` before touching any state."""
         reason = {409: "Conflict", 410: "Gone", 500: "InternalError", 503: "ServiceUnavailable"}
-        fault = _Fault(method.upper(), re.compile(path), status, reason.get(status, "Error"), times)
+        fault = _Fault(method.upper(), re.compile(path), status, reason.get(status, "Error"), times, agent)
         self.call(lambda: self._faults.append(fault))
 
     def expire_watches(self) -> None:
@@ -205,7 +208,8 @@ class FakeKube:
 
     def _check_fault(self, req: web.Request) -> None:
         for f in self._faults:
-            if f.method == req.method and f.path.search(req.path) and f.times > 0:
+            agent = f.agent in req.headers.get("User-Agent", "")
+            if f.method == req.method and f.path.search(req.path) and f.times > 0 and agent:
                 f.times -= 1
                 raise ApiError(f.status, f.reason, f"scripted failure of {req.method} {req.path}")
 

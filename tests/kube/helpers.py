@@ -36,8 +36,11 @@ def training_job(name: str, *, pservers: int = 0, trainers: int = 1, **spec: Any
     return {"apiVersion": f"{G}/{V}", "kind": crd.KIND, "metadata": {"name": name}, "spec": body}
 
 
-def kube_client(kube: FakeKube) -> Kube:
-    return Kube(client.ApiClient(client.Configuration(host=kube.url)), timeout_s=5.0)
+def kube_client(kube: FakeKube, agent: str = "paddlecloud-test") -> Kube:
+    """A client of the fake; ``agent`` (its User-Agent) lets ``fail_next`` pick whom to fail."""
+    api = client.ApiClient(client.Configuration(host=kube.url))
+    api.user_agent = agent
+    return Kube(api, timeout_s=5.0)
 
 
 @contextlib.contextmanager
@@ -45,7 +48,9 @@ def running_operator(kube: FakeKube, config: OperatorConfig | None = None) -> It
     """The operator (its kopf registry) against the fake, all namespaces, no peering."""
     config = config or OperatorConfig(resync_s=0)
     with KopfRunner(
-        ["run", "-A", "--standalone"], registry=registry(kube_client(kube), config), timeout=30
+        ["run", "-A", "--standalone"],
+        registry=registry(kube_client(kube, "paddlecloud-operator"), config),
+        timeout=30,
     ) as r:
         wait_for("the operator to watch TrainingJobs and Pods", lambda: _watching(kube), timeout=15)
         yield r

@@ -92,7 +92,7 @@ class KubernetesBackend:
         self.settings = settings
         self.datacenter = datacenter
         self._wake = wake
-        self.kube = kube or connect(settings.kubeconfig, settings.request_timeout_s)
+        self.kube = kube or connect(settings.kubeconfig, settings.request_timeout_s, "paddlecloud-server")
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._nodes: tuple[float, tuple[NodeInfo, ...]] = (float("-inf"), ())

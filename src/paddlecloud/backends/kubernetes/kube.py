@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client, config
 
+from paddlecloud._version import __version__
 from paddlecloud.backends.kubernetes import crd
 
 __all__ = ["Kube", "api_message", "api_status", "connect", "retry_conflict"]
@@ -124,15 +125,16 @@ class Kube:
         return list(out.get("items") or [])
 
 
-def connect(kubeconfig: str | None, timeout_s: float = 10.0) -> Kube:
+def connect(kubeconfig: str | None, timeout_s: float = 10.0, agent: str = "paddlecloud") -> Kube:
     """A client from a kubeconfig file, or from the pod's service account when ``kubeconfig`` is
-    None (in-cluster)."""
+    None (in-cluster). ``agent``: the User-Agent, which names the caller in the API server's logs."""
     if kubeconfig:
         api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     else:
         cfg = client.Configuration()
         config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         api = client.ApiClient(cfg)
+    api.user_agent = f"{agent}/{__version__}"
     return Kube(api, timeout_s)
 
 

@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     kopf.configure(verbose=args.verbose)
-    kube = connect(args.kubeconfig)
+    kube = connect(args.kubeconfig, agent="paddlecloud-operator")
     config = OperatorConfig(resync_s=args.resync, edl_interval_s=args.edl_interval if args.edl else 0.0)
     kopf.run(
         registry=registry(kube, config),
