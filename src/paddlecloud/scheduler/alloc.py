@@ -285,6 +285,19 @@ class Allocation:
         self._changed(job.key)
         return True
 
+    def as_it_ran(self, job: JobRequest) -> bool:
+        """Whether ``job`` holds exactly the trainers it ran with at the snapshot."""
+        held, was = self.trainers.get(job.key), self._was.get(job.key)
+        return was is not None and held == was
+
+    def release_again(self, job: JobRequest) -> None:
+        """What restoring a job just released whole (:meth:`restore`) and releasing it again
+        (``shrink(job, 0)``, :meth:`release_pservers`) leaves: the same nodes hinted once more."""
+        trainers = [p.node for p in reversed(self._was[job.key])]
+        pservers = [p.node for p in job.placement if p.role == "pserver"]
+        self.pool.hint([self.pool.index[n] for n in (*trainers, *pservers)])
+        self._changed(job.key)
+
     # ----------------------------------------------------------------------------------- pservers
 
     def release_pservers(self, job: JobRequest) -> None:

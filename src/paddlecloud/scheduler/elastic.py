@@ -235,7 +235,7 @@ class _Cycle:
         without; the ones that stay released."""
         alloc, rank = self.alloc, self.rank[job.key]
         released: list[JobRequest] = []
-        at = len(self.live) - 1
+        at, as_it_ran = len(self.live) - 1, False
         while at >= 0 and self.live_ranks[at] > rank:
             if fits is None:
                 fits = self._fits(job, need)
@@ -243,11 +243,17 @@ class _Cycle:
                 break
             fits = None
             other = self.live[at]
+            as_it_ran = alloc.as_it_ran(other)
             alloc.shrink(other, 0)
             alloc.release_pservers(other)
             released.append(other)
             at -= 1
         victims: list[JobRequest] = []
+        if released and as_it_ran:
+            # the job did not fit just before the last one was released, and giving that one back
+            # exactly what it held would return there: restoring and releasing it again only hints
+            victims.append(released.pop())
+            alloc.release_again(victims[0])
         for other in reversed(released):  # most important first
             if alloc.restore(other):
                 if self._fits(job, need):

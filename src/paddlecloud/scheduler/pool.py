@@ -212,6 +212,15 @@ class NodePool:
         self.hints.append(i)
         self._set(i, self.cpu[i], self.mem[i], self.gpu[i], [*kept, *taken], len(self.hints) - 1)
 
+    def hint(self, nodes: Sequence[int]) -> None:
+        """Mark ``nodes``, in order, as the newest with capacity back (nothing else changes)."""
+        newest: dict[int, int] = {}
+        for i in nodes:
+            newest[i] = len(self.hints)
+            self.hints.append(i)
+        for i, pos in newest.items():
+            self._set(i, self.cpu[i], self.mem[i], self.gpu[i], self.gpus[i], pos)
+
     # ------------------------------------------------------------------------------------- trials
 
     def begin(self) -> None:
