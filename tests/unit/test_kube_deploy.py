@@ -116,10 +116,11 @@ def test_operator_rbac_is_per_verb(built: dict[str, list[dict[str, Any]]]) -> No
 def test_api_server_rbac(built: dict[str, list[dict[str, Any]]]) -> None:
     got = rules(by_kind(built["base"], "Role", "paddlecloud-api"))
     assert got == {
-        "paddlecloud.org/trainingjobs": {"create", "get", "list", "watch", "delete"},
-        "pods": {"get", "list", "watch"},
+        "paddlecloud.org/trainingjobs": {"create", "get", "list", "watch", "patch", "delete"},
+        "paddlecloud.org/trainingjobs/scale": {"get", "patch"},
+        "pods": {"get", "list", "watch", "delete"},
         "pods/log": {"get"},
-        "secrets": {"create", "delete"},
+        "secrets": {"create", "patch", "delete"},
     }
     binding = by_kind(built["base"], "RoleBinding", "paddlecloud-api")
     assert binding["subjects"] == [

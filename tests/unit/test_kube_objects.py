@@ -112,7 +112,10 @@ def test_torch_and_gpus() -> None:
     assert (env["RANK"], env["WORLD_SIZE"]) == ("1", "2")
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and "NVIDIA_VISIBLE_DEVICES" not in env
     res = pod["spec"]["containers"][0]["resources"]
-    assert res == {"requests": {"cpu": "4", "nvidia.com/gpu": 2}, "limits": {"nvidia.com/gpu": 2}}
+    assert res == {
+        "requests": {"cpu": "4", "nvidia.com/gpu": "2"},
+        "limits": {"nvidia.com/gpu": "2"},
+    }  # strings, as Pods take them
     for init in pod["spec"]["initContainers"]:
         assert "nvidia.com/gpu" not in str(init["resources"])
     assert pod["spec"]["hostname"] == "trainer-1" and pod["spec"]["subdomain"] == "fit-trainers"

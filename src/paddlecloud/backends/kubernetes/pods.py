@@ -213,12 +213,13 @@ def _worker_env(job: JobView, role: str, index: int, run: int) -> list[Obj]:
 
 
 def _resources(spec: RoleSpec, gpus: bool = True) -> Obj:
-    requests = {k: v for k, v in spec.requests.items() if gpus or k != GPU}
-    limits = {k: v for k, v in spec.limits.items() if gpus or k != GPU}
+    # quantities are strings in the Pod API (the CRD also allows integers, e.g. nvidia.com/gpu: 1)
+    requests = {k: str(v) for k, v in spec.requests.items() if gpus or k != GPU}
+    limits = {k: str(v) for k, v in spec.limits.items() if gpus or k != GPU}
     if gpus:
         for key, value in spec.requests.items():
             if "/" in key and key not in limits:  # extended resources must be limits too
-                limits[key] = value
+                limits[key] = str(value)
     out: Obj = {}
     if requests:
         out["requests"] = requests
