@@ -20,17 +20,17 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.conftest import Server, write_package  # noqa: E402
+from _server import platform  # noqa: E402
+from tests.e2e.conftest import write_package  # noqa: E402
 
 from paddlecloud.api.models import WorkerView  # noqa: E402
-from paddlecloud.client import Client, load_config  # noqa: E402
+from paddlecloud.client import Client  # noqa: E402
 
 PROGRAM = """\
 import os, time
@@ -98,20 +98,9 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--backoff", type=float, default=0.0, help="restart_backoff_s (doubles per restart)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp)
-        (base / "home").mkdir()
-        srv = Server(data_dir=base / "data", home=base / "home")
-        srv.start()
-        try:
-            os.environ["PADDLECLOUD_CONFIG"] = srv.env["PADDLECLOUD_CONFIG"]
-            cfg = load_config()
-            assert cfg.current is not None
-            client = Client(cfg.current.endpoint, cfg.current.token)
-            pkg = write_package(base / "pkg", {"train.py": PROGRAM})
-            api, program = measure(client, pkg, args.kills, args.backoff)
-        finally:
-            srv.stop()
+    with platform() as (_, client, base):
+        pkg = write_package(base / "pkg", {"train.py": PROGRAM})
+        api, program = measure(client, pkg, args.kills, args.backoff)
     print(f"killed trainer (SIGKILL to its process group) -> restarted, framework none, OnFailure, "
           f"backoff {args.backoff:g} s, {len(api)} kills, real server on loopback")  # fmt: skip
     for label, xs in (("platform reports it Running", api), ("restarted program running", program)):

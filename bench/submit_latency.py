@@ -12,16 +12,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.conftest import Server, write_package  # noqa: E402
+from _server import platform  # noqa: E402
+from tests.e2e.conftest import write_package  # noqa: E402
 
-from paddlecloud.client import Client, load_config  # noqa: E402
+from paddlecloud.client import Client  # noqa: E402
 
 
 def one_run(client: Client, pkg: Path, name: str) -> tuple[float, float]:
@@ -48,23 +48,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp)
-        (base / "home").mkdir()
-        srv = Server(data_dir=base / "data", home=base / "home")
-        srv.start()
-        try:
-            import os
-
-            os.environ["PADDLECLOUD_CONFIG"] = srv.env["PADDLECLOUD_CONFIG"]
-            cfg = load_config()
-            assert cfg.current is not None
-            client = Client(cfg.current.endpoint, cfg.current.token)
-            pkg = write_package(base / "pkg", {"README": "sleep job\n"})
-            cold = one_run(client, pkg, "cold")
-            warm = [one_run(client, pkg, f"warm-{i}") for i in range(args.runs)]
-        finally:
-            srv.stop()
+    with platform() as (_, client, base):
+        pkg = write_package(base / "pkg", {"README": "sleep job\n"})
+        cold = one_run(client, pkg, "cold")
+        warm = [one_run(client, pkg, f"warm-{i}") for i in range(args.runs)]
     runs = [w[1] for w in warm]
     acks = [w[0] for w in warm]
     print("submit -> 8 trainers running (framework none, entry `sleep 30`), real server on loopback")

@@ -24,7 +24,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,10 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _server import platform  # noqa: E402
 from tests.e2e.conftest import Server  # noqa: E402
 
 from paddlecloud.api.tasks import TaskList, TaskView  # noqa: E402
-from paddlecloud.client import Client, load_config  # noqa: E402
+from paddlecloud.client import Client  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "fit_a_line"
 JOB, WORKER = "fit-a-line", "trainer-1"
@@ -116,23 +116,12 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--passes", type=int, default=60, help="long enough to outlast every kill")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp)
-        (base / "home").mkdir()
-        srv = Server(data_dir=base / "data", home=base / "home")
-        srv.start()
-        try:
-            os.environ["PADDLECLOUD_CONFIG"] = srv.env["PADDLECLOUD_CONFIG"]
-            cfg = load_config()
-            assert cfg.current is not None
-            client = Client(cfg.current.endpoint, cfg.current.token)
-            submit(srv, base, args.passes, args.kills)
-            handed, rejoined = measure(client, args.kills)
-            job = client.wait(JOB, timeout=900)
-            status = client.tasks.status(JOB)
-            log = "".join(client.logs(JOB, worker="trainer-0"))
-        finally:
-            srv.stop()
+    with platform() as (srv, client, base):
+        submit(srv, base, args.passes, args.kills)
+        handed, rejoined = measure(client, args.kills)
+        job = client.wait(JOB, timeout=900)
+        status = client.tasks.status(JOB)
+        log = "".join(client.logs(JOB, worker="trainer-0"))
     report(args.passes, handed, rejoined, status, f"{job.phase}", log)
 
 
