@@ -46,6 +46,12 @@ def test_elastic_torch_trainers_restart_on_failure_by_default() -> None:
         {**base, "trainers": {"count": 2, "min": 1, "max": 4, "restart": "Never"}}
     )
     assert chosen.restart_rules().trainer == "Never"
+    # an agent that failed rejoins at once (the survivors' next rendezvous round waits for it)
+    assert (elastic.restart_rules().backoff_s, fixed.restart_rules().backoff_s) == (0.0, 1.0)
+    slow = JobSpec.model_validate(
+        {**base, "trainers": {"count": 2, "min": 1, "max": 4}, "restart_backoff_s": 2}
+    )
+    assert slow.restart_rules().backoff_s == 2.0
 
 
 def test_restart_rules_from_the_spec() -> None:

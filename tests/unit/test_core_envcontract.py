@@ -278,5 +278,10 @@ def test_elastic_torch_trainers_are_torchrun_agents_on_the_platform_store() -> N
     assert "is_host=false" in env["PET_RDZV_CONF"]
     assert env["PET_RDZV_ID"] == "alice-el"
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert env["TORCH_ELASTIC_WORKER_IDENTICAL"] == "1"
+    assert env["PET_RDZV_BACKEND"] == "paddlecloud"  # c10d kept open when an agent fails
+    conf = dict(kv.split("=") for kv in env["PET_RDZV_CONF"].split(","))
+    assert conf == {"is_host": "false", "last_call_timeout": "1", "keep_alive_interval": "1",
+                    "keep_alive_max_attempt": "3", "read_timeout": "10"}  # fmt: skip
     assert "RANK" not in env and "WORLD_SIZE" not in env  # torchrun assigns them per rendezvous round
     assert env["PADDLECLOUD_CHECKPOINT_DIR"] == "/out/checkpoints"

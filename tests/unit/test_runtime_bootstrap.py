@@ -76,6 +76,10 @@ def test_fetch_unpacks_the_package_and_the_runtime(
     assert (tmp_path / "job/train.py").read_text() == "print('hi')\n"
     assert (tmp_path / "job/data/x.txt").exists()
     assert (tmp_path / "lib/paddlecloud/runtime/launcher.py").exists()
+    # torchrun finds the platform's rendezvous backend beside it (elastic torch jobs)
+    assert (
+        "paddlecloud = " in (tmp_path / "lib/paddlecloud_runtime-1.0.dist-info/entry_points.txt").read_text()
+    )
     assert not (tmp_path / "package.tar.gz").exists()
 
 

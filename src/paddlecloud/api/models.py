@@ -163,7 +163,13 @@ class JobSpec(_Strict):
     retry_exit_codes: list[int] = Field(
         default_factory=list, max_length=64, description="exit codes the ExitCode policy retries (1..255)"
     )
-    restart_backoff_s: float = Field(1.0, ge=0, le=600, description="delay before a worker's first restart")
+    restart_backoff_s: float | None = Field(
+        None,
+        ge=0,
+        le=600,
+        description="delay before a worker's first restart; default 1 s, but 0 for the torchrun agents "
+        "of an elastic torch job (torch's rendezvous handles their return)",
+    )
     restart_backoff_max_s: float = Field(
         30.0, ge=0, le=3600, description="cap of the delay, which doubles per restart of the worker"
     )
@@ -215,17 +221,24 @@ class JobSpec(_Strict):
         return self
 
     def restart_rules(self) -> RestartRules:
-        """The restart settings the backend applies (``core.restarts.decide``)."""
+        """The restart settings the backend applies (``core.restarts.decide``).
+
+        The torchrun agents of an elastic torch job restart on failure and at once by default: the
+        sooner a killed agent is back, the sooner it is in the survivors' next rendezvous round (a
+        later one would restart the group a second time when it arrives)."""
         elastic_torch = self.framework == Framework.TORCH and (self.trainers.min or 0) < (
             self.trainers.max or 0
         )
         default = RestartPolicy.ON_FAILURE if elastic_torch else RestartPolicy.NEVER
+        backoff = self.restart_backoff_s
+        if backoff is None:
+            backoff = 0.0 if elastic_torch else 1.0
         return RestartRules(
             trainer=self.trainers.restart or default,
             pserver=self.pservers.restart,
             max_restarts=self.max_restarts,
             retry_exit_codes=frozenset(self.retry_exit_codes),
-            backoff_s=self.restart_backoff_s,
+            backoff_s=backoff,
             backoff_max_s=self.restart_backoff_max_s,
         )
 

@@ -70,7 +70,11 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--max-restarts", type=int, help="restarts allowed over all workers of the job [default: 3]")
 @click.option("--retry-exit-code", "retry_codes", type=int, multiple=True, help="ExitCode policy: retry it")
-@click.option("--restart-backoff", type=float, help="seconds before a first restart, doubling [default: 1]")
+@click.option(
+    "--restart-backoff",
+    type=float,
+    help="seconds before a first restart, doubling [default: 1; 0 for an elastic torch job's trainers]",
+)
 @task_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
 @click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
@@ -283,7 +287,7 @@ def _restart_line(d: JobDetail) -> str:
     )
     return (
         f"trainers {t}, pservers {p}; at most {d.spec.max_restarts} per job, backoff "
-        f"{d.spec.restart_backoff_s:g} s doubling to {d.spec.restart_backoff_max_s:g} s{codes}"
+        f"{rules.backoff_s:g} s doubling to {rules.backoff_max_s:g} s{codes}"
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from paddlecloud.runtime import contract as c
+from paddlecloud.runtime import torchelastic
 
 __all__ = ["ApiAccess", "JobFiles", "Topology", "WorkerContext", "worker_env"]
 
@@ -150,20 +151,46 @@ def _paddle_collective(ctx: WorkerContext) -> dict[str, str]:
     return env
 
 
+#: torchrun's c10d rendezvous settings for elastic jobs (``PET_RDZV_CONF``), measured with
+#: bench/torch_recovery.py (a killed trainer: the survivors train again after 13-22 s with torch's
+#: defaults and ``last_call_timeout=3``, ~6 s with these):
+#: - ``is_host=false``: the store is the platform's ``rendezvous-0``, never an agent's;
+#: - ``keep_alive_interval=1,keep_alive_max_attempt=3``: a killed agent stays a member of the
+#:   completed round until its heartbeats are 3 s old (torch's default: 5 s x 3 = 15 s), and the
+#:   survivors' next round cannot begin before; a live agent that missed 3 s of heartbeats is
+#:   dropped from the round and joins the next one;
+#: - ``last_call_timeout=1``: once a round has its minimum, wait 1 s more for others (torch's
+#:   default 30 s; the restarted agent is usually waiting already);
+#: - ``read_timeout=10``: after each round rank 0's agent publishes the workers' master address in
+#:   the store and the others wait for it; when rank 0 is killed in between (the chaos test hit
+#:   it), they would wait 60 s (torch's default) before failing with ``DistStoreError``, silent and
+#:   out of the rendezvous meanwhile (their heartbeats stop), then be restarted by their OnFailure
+#:   policy. 10 s bounds that; every other read of this store answers in milliseconds.
+TORCH_RDZV_CONF = (
+    "is_host=false,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,read_timeout=10"
+)
+
+
 def _torch_elastic(ctx: WorkerContext, lo: int, hi: int) -> dict[str, str]:
     """torchrun reads its options from ``PET_*``: the entry is just ``torchrun train.py``. The
     rendezvous store is the platform's (``runtime.rendezvous`` on the master endpoint), never a
-    trainer's; ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` lets new agents join a running job."""
+    trainer's; the rendezvous is c10d kept open when an agent fails (``runtime.torchelastic``);
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` lets new agents join a running job;
+    ``TORCH_ELASTIC_WORKER_IDENTICAL`` (one worker per agent, one role) makes each agent compute its
+    worker's rank from its own group rank instead of exchanging role infos through the store after
+    every round (there rank 0's agent would wait ``read_timeout`` for the role info of an agent killed
+    just after the round completed, then fail with ``DistStoreError``)."""
     return {
         "PET_NNODES": f"{lo}:{hi}",
         "PET_NPROC_PER_NODE": "1",
-        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_BACKEND": torchelastic.BACKEND,
         "PET_RDZV_ENDPOINT": ctx.topology.master_endpoint,
         "PET_RDZV_ID": f"{ctx.user}-{ctx.job_name}",
-        "PET_RDZV_CONF": "is_host=false,last_call_timeout=3",
+        "PET_RDZV_CONF": TORCH_RDZV_CONF,
         "PET_MAX_RESTARTS": "1000",
         "PET_LOCAL_ADDR": _host_port(ctx.endpoint)[0],
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "TORCH_ELASTIC_WORKER_IDENTICAL": "1",
     }
 
 

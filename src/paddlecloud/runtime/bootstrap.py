@@ -23,6 +23,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from paddlecloud.runtime.torchelastic import install_entry_point
+
 __all__ = ["fetch", "install", "main", "unpack", "wait_for"]
 
 _CHUNK = 1 << 20
@@ -74,6 +76,7 @@ def _copy_runtime(lib: Path) -> None:
     init = pkg / "__init__.py"
     if not init.exists():
         init.write_text('"""PaddleCloud worker-side runtime (copied by the fetch init container)."""\n')
+    install_entry_point(lib)  # torchrun's rendezvous backend "paddlecloud" (elastic torch jobs)
 
 
 def fetch(dest: Path, url: str, token: str, attempts: int = 8, delay: float = 1.0) -> None:

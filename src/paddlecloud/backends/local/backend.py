@@ -56,6 +56,7 @@ from paddlecloud.backends.local.restarts import RestartBook
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
+from paddlecloud.runtime import torchelastic
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
 
@@ -556,4 +557,5 @@ class LocalBackend:
         shutil.rmtree(pkg, ignore_errors=True)
         shutil.copytree(src, pkg / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
         (pkg / "__init__.py").write_text('"""PaddleCloud worker runtime (stdlib only)."""\n')
+        torchelastic.install_entry_point(target)  # torchrun's rendezvous backend "paddlecloud"
         return target

@@ -8,6 +8,12 @@ process start time, to tell a re-used pid from ours) so a restarted server can r
 A worker restarted by its restart policy is a new ``WorkerProc`` for its next run (``next_run``): the
 same name, role, index, node, endpoint, GPUs and directory, a log file of its own, and ``restart_at``
 (when it may be spawned) until it is. ``watch_exit`` wakes the controller the moment a process ends.
+
+Every process of a run carries ``PADDLECLOUD_RUN_TAG`` (a fresh random value per run, kept in the pid
+file) in its environment. Programs may start processes in sessions of their own (torchrun does so
+for its workers), which a signal to the run's process group never reaches; when the run has ended
+(``kill_leftovers``) or is stopped (``stop_group``, after the grace period), every process that
+still carries its tag is SIGKILLed too, as the end of a container would end all of its processes.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +37,10 @@ import psutil
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.runtime.launcher import write_json_atomic
 
-__all__ = ["WorkerProc", "kill_leftovers", "stop_group", "watch_exit"]
+__all__ = ["RUN_TAG", "WorkerProc", "kill_leftovers", "stop_group", "watch_exit"]
+
+#: the variable that marks every process of one run of a worker (see the module's doc)
+RUN_TAG = "PADDLECLOUD_RUN_TAG"
 
 
 @dataclass
@@ -57,6 +67,8 @@ class WorkerProc:
     command: str | None = None
     #: a restarted worker not spawned yet: the clock time it may be
     restart_at: float | None = None
+    #: this run's ``RUN_TAG`` value, set when it is spawned
+    tag: str | None = None
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -74,6 +86,8 @@ class WorkerProc:
     def spawn(self, entry: str, env: dict[str, str], now: float) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.status_file.unlink(missing_ok=True)
+        self.tag = uuid.uuid4().hex
+        env = {**env, RUN_TAG: self.tag}
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "paddlecloud.runtime.launcher",
@@ -94,7 +108,13 @@ class WorkerProc:
         self.started_at = now
         write_json_atomic(
             str(self.pid_file),
-            {"pid": self.pid, "create_time": self.create_time, "started_at": now, "restart": self.restart},
+            {
+                "pid": self.pid,
+                "create_time": self.create_time,
+                "started_at": now,
+                "restart": self.restart,
+                "tag": self.tag,
+            },
         )
 
     def next_run(self, run: int, restart_at: float) -> WorkerProc:
@@ -102,7 +122,7 @@ class WorkerProc:
         return replace(
             self, restart=run, log_path=self.log_path.parent / f"{self.name}.{run}.log",
             pid=None, create_time=None, started_at=None, finished_at=None, exit_code=None, signal=None,
-            stopped=False, restart_at=restart_at, popen=None,
+            stopped=False, restart_at=restart_at, popen=None, tag=None,
         )  # fmt: skip
 
     def load_pid_file(self) -> bool:
@@ -115,6 +135,7 @@ class WorkerProc:
         self.create_time = data.get("create_time")
         self.started_at = data.get("started_at")
         self.restart = int(data.get("restart", 0))
+        self.tag = data.get("tag")
         self.log_path = self.log_path.parent / f"{self.name}.{self.restart}.log"  # the adopted run's log
         return True
 
@@ -174,9 +195,40 @@ def watch_exit(w: WorkerProc, wake: Callable[[], None]) -> None:
 
 
 def kill_leftovers(w: WorkerProc) -> None:
-    """SIGKILL what an ended worker left in its process group (children still holding its port)."""
+    """SIGKILL what an ended worker left behind, in its process group or outside it (children still
+    holding its port, torchrun's workers)."""
     if w.pid is not None and (w.popen is None or w.popen.poll() is not None):
         _signal_group(w.pid, signal.SIGKILL)
+        _kill_tagged([w])
+
+
+def _tagged(workers: list[WorkerProc]) -> list[int]:
+    """The pids of live processes that carry the run tag of one of ``workers``."""
+    tags = {f"{RUN_TAG}={w.tag}".encode() for w in workers if w.tag}
+    if not tags:
+        return []
+    found = []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:  # no procfs: only process groups are signalled
+        return []
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                variables = f.read().split(b"\0")
+        except OSError:  # gone, or not ours
+            continue
+        if tags.intersection(variables):
+            found.append(int(entry.name))
+    return found
+
+
+def _kill_tagged(workers: list[WorkerProc]) -> None:
+    for pid in _tagged(workers):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -200,7 +252,8 @@ def _group_alive(pgid: int) -> bool:
 
 
 def stop_group(workers: list[WorkerProc], grace: float) -> None:
-    """SIGTERM every worker's process group, wait up to ``grace`` s, then SIGKILL what is left."""
+    """SIGTERM every worker's process group, wait up to ``grace`` s, then SIGKILL what is left (also
+    the processes carrying their run tags outside their groups)."""
     live = [w for w in workers if w.pid is not None and _group_alive(w.pid)]
     for w in live:
         w.stopped = True
@@ -217,6 +270,7 @@ def stop_group(workers: list[WorkerProc], grace: float) -> None:
     for w in live:
         assert w.pid is not None
         _signal_group(w.pid, signal.SIGKILL)
+    _kill_tagged(workers)
     for w in workers:
         if w.popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
