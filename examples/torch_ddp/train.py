@@ -49,6 +49,10 @@ EPOCHS = int(os.environ.get("EPOCHS", "8"))
 GLOBAL_BATCH = 128  # rows per optimizer step, over all ranks
 LEARNING_RATE = 0.02
 TARGET_ACCURACY = 0.97
+# Rank 0 prints "step S epoch E world W at T started T0" every PROGRESS_EVERY optimizer steps (T:
+# wall-clock seconds, T0: when this worker process started); 0 (the default): no step lines.
+# bench/torch_recovery.py reads them to see training steps flow again after a trainer is killed.
+PROGRESS_EVERY = int(os.environ.get("PROGRESS_EVERY", "0"))
 
 
 def log(msg):
@@ -99,6 +103,7 @@ def save_checkpoint(model, optimizer, epoch):
 
 
 def main():
+    started = time.time()
     # Workers share two cores: one intra-op thread each avoids oversubscription.
     torch.set_num_threads(1)
     dist.init_process_group("gloo")  # env:// from MASTER_ADDR/PORT, WORLD_SIZE, RANK (torchrun sets them too)
@@ -132,12 +137,15 @@ def main():
         model.train()
         # [sum of loss, number of rows] over this rank's shard, summed over ranks below.
         stats = torch.zeros(2, dtype=torch.float64)
-        for x, y in loader:
+        for i, (x, y) in enumerate(loader):
             optimizer.zero_grad()
             loss = loss_fn(model(x), y)
             (loss / len(y)).backward()
             optimizer.step()
             stats += torch.tensor([loss.item(), len(y)], dtype=torch.float64)
+            step = epoch * len(loader) + i + 1
+            if PROGRESS_EVERY and rank == 0 and step % PROGRESS_EVERY == 0:
+                log(f"step {step} epoch {epoch} world {world} at {time.time():.3f} started {started:.3f}")
         dist.all_reduce(stats)
         train_loss = (stats[0] / stats[1]).item()
         test_loss, test_acc = evaluate(model, test_set, rank, world, loss_fn)
