@@ -173,6 +173,13 @@ class JobSpec(_Strict):
     restart_backoff_max_s: float = Field(
         30.0, ge=0, le=3600, description="cap of the delay, which doubles per restart of the worker"
     )
+    restart_backoff_reset_s: float = Field(
+        600.0,
+        ge=0,
+        le=86_400,
+        description="a worker run that lasted this long was stable: its worker's next restart waits "
+        "restart_backoff_s again instead of the doubled delay (Kubernetes: 10 minutes)",
+    )
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -240,6 +247,7 @@ class JobSpec(_Strict):
             retry_exit_codes=frozenset(self.retry_exit_codes),
             backoff_s=backoff,
             backoff_max_s=self.restart_backoff_max_s,
+            backoff_reset_s=self.restart_backoff_reset_s,
         )
 
 

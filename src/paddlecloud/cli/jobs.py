@@ -75,6 +75,12 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
     type=float,
     help="seconds before a first restart, doubling [default: 1; 0 for an elastic torch job's trainers]",
 )
+@click.option(
+    "--restart-backoff-reset",
+    type=float,
+    metavar="S",
+    help="a worker run lasting S seconds resets its doubling backoff [default: 600]",
+)
 @task_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
 @click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
@@ -124,6 +130,8 @@ def _add_restart_spec(spec: dict[str, Any], opts: dict[str, Any]) -> None:
         spec["retry_exit_codes"] = list(opts["retry_codes"])
     if opts["restart_backoff"] is not None:
         spec["restart_backoff_s"] = opts["restart_backoff"]
+    if opts["restart_backoff_reset"] is not None:
+        spec["restart_backoff_reset_s"] = opts["restart_backoff_reset"]
 
 
 def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
