@@ -132,3 +132,21 @@ def test_a_server_killed_while_tasks_are_leased_loses_and_repeats_nothing(
     assert [(t["state"], t["done_passes"]) for t in after["items"]] == [("done", 2)] * len(ITEMS)  # ... kept
     assert acks(server, "tm-crash") == Counter({(item, p): 1 for item in ITEMS for p in range(2)})
     print(json.dumps(after["summary"]))
+
+
+def test_get_tasks_follows_the_pages_or_shows_the_first_with_a_hint(server: Server, tmp_path: Path) -> None:
+    pkg = write_package(tmp_path / "paged", {"main.py": "print('no leases')\n"})
+    args = ["submit", str(pkg), "--name", "tm-paged", "--entry", "python main.py", "--cpu", "100m"]
+    for i in range(2500):  # more than two pages of 1000
+        args += ["--task", f"s{i}"]
+    server.cli(*args)
+    every = tasks(server, "tm-paged")
+    assert [t["index"] for t in every["items"]] == list(range(2500))
+    assert every["summary"]["total"] == 2500 and every["next_after"] is None
+    table = server.cli("get", "tasks", "tm-paged")
+    assert len(table.stdout.splitlines()) == 2 + 2500  # the summary line, the header, every task
+    first = server.cli("get", "tasks", "tm-paged", "--limit", "10")
+    assert [ln.split()[0] for ln in first.stdout.splitlines()[2:]] == [str(i) for i in range(10)]
+    assert "paddlecloud get tasks tm-paged --after 9" in first.stderr
+    rest = server.json("get", "tasks", "tm-paged", "--after", "2490")
+    assert [t["index"] for t in rest["items"]] == list(range(2491, 2500)) and rest["next_after"] is None

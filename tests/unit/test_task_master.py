@@ -206,6 +206,44 @@ def test_leases_of_a_worker_run_that_ended_are_handed_on_at_once(bench: Bench, a
         w.tasks.done("dead", 1, lease_id(1))
 
 
+# -- paging ---------------------------------------------------------------------------------------
+
+
+def test_tasks_are_listed_page_by_page_with_the_counts_of_all(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "paged", {"items": [f"shard-{i:02d}" for i in range(25)]})
+    w = bench.worker("alice", "paged")
+    for n in range(5):  # tasks 0..4 leased
+        w.tasks.lease("paged", lease_id(n), "trainer-0")
+    pages, after = [], None
+    while True:
+        page = alice.tasks.status("paged", limit=10, after=after)
+        assert (page.summary.total, page.summary.leased, page.summary.todo) == (25, 5, 20)
+        pages.append([t.index for t in page.items])
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert pages == [list(range(10)), list(range(10, 20)), list(range(20, 25))]
+    todo = alice.tasks.status("paged", state="todo", limit=10)
+    assert ([t.index for t in todo.items], todo.next_after) == (list(range(5, 15)), 14)
+    last = alice.tasks.status("paged", state="todo", limit=10, after=14)
+    assert ([t.index for t in last.items], last.next_after) == (list(range(15, 25)), None)
+    counts_only = alice.tasks.status("paged", limit=0)
+    assert (counts_only.items, counts_only.next_after, counts_only.summary.total) == ([], None, 25)
+    every = alice.tasks.all("paged", page=7)
+    assert [t.index for t in every.items] == list(range(25)) and every.next_after is None
+
+
+def test_a_page_is_bounded_by_default_and_by_a_limit(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "big", {"items": [f"s{i}" for i in range(1500)]})
+    first = alice.tasks.status("big")
+    assert (len(first.items), first.next_after, first.summary.total) == (1000, 999, 1500)
+    assert len(alice.tasks.all("big").items) == 1500
+    for params in ({"limit": 10_001}, {"limit": -1}, {"after": -1}, {"limit": "many"}):
+        with pytest.raises(InvalidInput) as err:
+            alice.request("GET", "/jobs/big/tasks", params=params)
+        assert err.value.code == ErrorCode.INVALID_REQUEST
+
+
 # -- who may touch which tasks --------------------------------------------------------------------
 
 

@@ -3,8 +3,9 @@
 Request: :class:`TaskSpec` (the ``tasks`` field of a ``JobSpec``: how the input becomes tasks),
 :class:`LeaseRequest` and :class:`AckRequest` (what trainers send). Responses: :class:`TaskLease`
 (a lease, or wait, or finished), :class:`TaskView` (one task), :class:`TaskList` (a summary and
-every task: ``paddlecloud get tasks``). The runtime client (``paddlecloud.runtime.taskmaster``)
-reads these as plain JSON: the field names are the contract.
+one page of tasks, in index order: ``paddlecloud get tasks`` follows ``next_after``). The runtime
+client (``paddlecloud.runtime.taskmaster``) reads these as plain JSON: the field names are the
+contract.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from paddlecloud.core.quantity import QuantityError, parse_memory
 from paddlecloud.core.tasks import TaskKind, TaskState
 
 __all__ = [
+    "MAX_PAGE",
     "MAX_TASKS",
+    "PAGE",
     "AckRequest",
     "LeaseRequest",
     "TaskLease",
@@ -30,6 +33,9 @@ __all__ = [
 
 #: the most tasks one job may have (a bigger input: use a larger chunk_size or a coarser list)
 MAX_TASKS = 100_000
+#: tasks per page of ``GET /jobs/{name}/tasks`` by default, and at most
+PAGE = 1000
+MAX_PAGE = 10_000
 
 
 def _size(v: str) -> str:
@@ -134,5 +140,9 @@ class TaskSummary(_Model):
 
 
 class TaskList(_Model):
+    """The summary (counts over every task) and one page of tasks in index order."""
+
     summary: TaskSummary
     items: list[TaskView]
+    #: more tasks follow: ask again with ``after`` = this (the last index here); None: the last page
+    next_after: int | None = None

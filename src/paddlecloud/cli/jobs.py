@@ -256,7 +256,9 @@ def describe(job: str, user: str | None, fmt: str) -> None:
     if d.spec.input:
         out.print(f"[bold]Input:[/bold]      {d.spec.input}")
     if d.spec.tasks is not None:
-        out.print(f"[bold]Tasks:[/bold]      {summary_line(client.tasks.status(job, user=user).summary)}")
+        out.print(
+            f"[bold]Tasks:[/bold]      {summary_line(client.tasks.status(job, user=user, limit=0).summary)}"
+        )
     out.print(f"[bold]Output:[/bold]     {d.spec.output}   (fetch: paddlecloud pfs cp -r {d.spec.output} .)")
     if d.workers:
         out.print("\n[bold]Workers[/bold]")

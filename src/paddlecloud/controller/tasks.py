@@ -6,7 +6,7 @@
     trainer (job token) ──lease──▶ TaskService.lease: reclaim expired leases, pass_step →
              grant the first todo task | wait (retry_after) | next pass | finished
              ──done / fail / renew (lease id)──▶ core.tasks.complete / fail / renew
-    owner (user token) ──GET tasks──▶ TaskService.status: summary + every task
+    owner (user token) ──GET tasks──▶ TaskService.status: summary (counts) + one page of tasks
 
 Every decision is a pure function of ``core.tasks``; this module loads rows, asks, writes them
 back and commits before it answers, so an acknowledged ``done`` survives a server restart and a
@@ -30,6 +30,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Literal
 
 from sqlalchemy import func, insert, select, update
@@ -39,6 +40,7 @@ from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput,
 from paddlecloud.api.models import JobSpec
 from paddlecloud.api.tasks import (
     MAX_TASKS,
+    PAGE,
     AckRequest,
     LeaseRequest,
     TaskLease,
@@ -59,10 +61,20 @@ from paddlecloud.core.quantity import parse_memory
 from paddlecloud.core.tasks import LeaseError, PassStep, TaskDef, TaskKind, TaskLimits, TaskSlot, TaskState
 from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow
 
-__all__ = ["Caller", "JobLocks", "TaskService", "add_queue", "plan_tasks", "release_ended"]
+__all__ = ["Caller", "JobLocks", "TaskPage", "TaskService", "add_queue", "plan_tasks", "release_ended"]
 
 #: who calls a task route: a user (owner or admin) or a job's own workers
 Caller = Identity | JobIdentity
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """Which tasks a status lists: at most ``limit`` (0: the summary only), in index order, with an
+    index above ``after`` (None: from the first), only those in ``state`` if given."""
+
+    limit: int = PAGE
+    after: int | None = None
+    state: str | None = None
 
 
 # -- at submit ------------------------------------------------------------------------------------
@@ -288,14 +300,25 @@ class TaskService:
 
     # -- queries ----------------------------------------------------------------------------------
 
-    def status(self, who: Caller, name: str, user: str | None = None, state: str | None = None) -> TaskList:
+    def status(
+        self, who: Caller, name: str, user: str | None = None, page: TaskPage | None = None
+    ) -> TaskList:
+        """The summary and one page of tasks: at most ``page.limit`` with an index above ``page.after``
+        (only those in ``page.state`` if given); ``next_after`` says where the next page starts."""
+        page = page or TaskPage()
         with self.ctx.session() as s:
             q = self._queue(s, who, name, user)
             query = select(TaskRow).where(TaskRow.queue_id == q.id).order_by(TaskRow.index)
-            if state:
-                query = query.where(TaskRow.state == state)
-            items = [_view(q, t) for t in s.scalars(query)]
-            return TaskList(summary=self._summary(s, q), items=items)
+            if page.state:
+                query = query.where(TaskRow.state == page.state)
+            if page.after is not None:
+                query = query.where(TaskRow.index > page.after)
+            rows = list(s.scalars(query.limit(page.limit + 1)))  # one more: is there a next page?
+            items = [_view(q, t) for t in rows[: page.limit]]
+            more = len(rows) > page.limit and bool(items)
+            return TaskList(
+                summary=self._summary(s, q), items=items, next_after=items[-1].index if more else None
+            )
 
     def _summary(self, s: Session, q: TaskQueueRow) -> TaskSummary:
         c = _counts(s, q)
