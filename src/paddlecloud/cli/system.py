@@ -108,11 +108,19 @@ def _datacenter(name: str) -> str:
     "--kube-storage-claim", help="kubernetes: the PersistentVolumeClaim holding PFS, mounted in pods"
 )
 @click.option("--api-url", help="this server's URL as workers reach it (default: http://HOST:PORT)")
+@click.option(
+    "--env-cache-size",
+    default="20Gi",
+    show_default=True,
+    help="local: cap of the job environment cache; least recently used ones no job uses are evicted "
+    "('none': no cap)",
+)
 def up(
     host: str, port: int, data_dir: Path, database: str | None, nodes: int, node_cpu: str | None,
     node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, datacenter: str,
     storage_quota: str, default_quota: str, backend: str, kubeconfig: Path | None, image: str | None,
     kube_image: str | None, kube_namespace: str | None, kube_storage_claim: str | None, api_url: str | None,
+    env_cache_size: str,
 ) -> None:  # fmt: skip
     """Run the platform in the foreground (Ctrl-C stops it; jobs keep running). Jobs run on this
     machine, or with --backend kubernetes as TrainingJobs on a cluster (see: paddlecloud operator)."""
@@ -152,6 +160,9 @@ def up(
         if storage_quota == "none"
         else _quantity(parse_memory, storage_quota, "--storage-quota"),
         default_quota=ComputeLimits(**_limits(default_quota)),
+        env_cache_bytes=None
+        if env_cache_size == "none"
+        else _quantity(parse_memory, env_cache_size, "--env-cache-size"),
         api_url=api_url or endpoint,  # the workers' PADDLECLOUD_API (their task master)
         backend=backend,
         kube=kube,

@@ -45,7 +45,7 @@ class TaskMaster:
         )
 
     def all(
-        self, job: str, *, user: str | None = None, state: str | None = None, page: int = PAGE
+        self, job: str, *, user: str | None = None, state: str | None = None, page: int = MAX_PAGE
     ) -> TaskList:
         """Every task, page after page (the summary is the first page's; the pages are read one
         after another, so a running job's tasks may move between them)."""

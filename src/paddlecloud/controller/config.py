@@ -42,6 +42,8 @@ class PlatformConfig:
     datacenter: str = "local"
     #: Default per-user PFS storage limit in bytes (None: unlimited); users.storage_quota overrides.
     storage_quota: int | None = 100 * 2**30
+    #: local backend: cap of the job environment cache (``<data>/cluster/envs``; None: no cap)
+    env_cache_bytes: int | None = 20 * 2**30
     #: compute limits given to each new non-admin user (``admin set-quota`` changes them later)
     default_quota: ComputeLimits = field(default_factory=ComputeLimits)
     #: this server's URL as workers reach it (``PADDLECLOUD_API``: the task master); "" unknown

@@ -43,7 +43,8 @@ def _backend(config: PlatformConfig, clock: Clock, wake: Callable[[], None]) -> 
         return KubernetesBackend(config.kube, config.datacenter, wake)
     if config.backend != "local":
         raise ValueError(f"unknown backend {config.backend!r} (local, kubernetes)")
-    return LocalBackend(LocalConfig(root=config.cluster_dir, nodes=config.nodes), clock.now, wake)
+    local = LocalConfig(root=config.cluster_dir, nodes=config.nodes, env_cache_bytes=config.env_cache_bytes)
+    return LocalBackend(local, clock.now, wake)
 
 
 @dataclass

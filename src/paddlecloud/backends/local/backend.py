@@ -84,6 +84,8 @@ class LocalConfig:
     nodes: NodeShape = field(default_factory=NodeShape)
     #: Grace period used when the backend itself stops workers (pservers after success, after a failure).
     cleanup_grace: float = 5.0
+    #: cap of the environment cache (``envs.py``: least recently used, unused ones evicted); None: none
+    env_cache_bytes: int | None = None
 
 
 @dataclass
@@ -137,7 +139,7 @@ class LocalBackend:
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._ports = PortAllocator()
-        self._envs = EnvCache(config.root / "envs")
+        self._envs = EnvCache(config.root / "envs", config.env_cache_bytes)
         self._pythonpath = self._install_runtime_shim(config.root / "pythonpath")
 
     # -- contract -------------------------------------------------------------------------------
@@ -194,6 +196,7 @@ class LocalBackend:
         if job.stage == Stage.PREPARING:
             self._prepare_async(job)
         else:
+            self._envs.pin(self._requirements(job), launch.key)  # in use until its processes end
             job.env_dir = self._envs.path_for(self._requirements(job))
             job.prepared.set()
 
@@ -377,7 +380,7 @@ class LocalBackend:
                 safe_extract(job.launch.package, pkg)
             runs = log_runs(job.dir / "logs", "prepare")
             prepare_log = job.dir / "logs" / f"prepare.{runs[-1] + 1 if runs else 0}.log"
-            job.env_dir = self._envs.ensure(self._requirements(job), prepare_log)
+            job.env_dir = self._envs.ensure(self._requirements(job), prepare_log, job.launch.key)
             with job.lock:
                 workers = list(job.workers.values())
             for w in workers:
@@ -494,6 +497,7 @@ class LocalBackend:
         if job.stage != Stage.DONE:
             job.stage = Stage.DONE
             self._ports.release(job.ports)
+            self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
 
     def _spawn(self, job: _Job, workers: list[WorkerProc]) -> None:
         base = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_ENV)}
