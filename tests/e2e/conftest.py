@@ -121,3 +121,12 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return root
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """A throw-away PostgreSQL cluster for the session (``postgres.fresh_database`` for a database)."""
+    from .postgres import postgres_cluster
+
+    with postgres_cluster() as url:
+        yield url

@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select
 
 from paddlecloud.api.tasks import LeaseRequest
 from paddlecloud.backends.local import NodeShape
@@ -31,34 +32,17 @@ from paddlecloud.server import create_app
 from paddlecloud.store.db import open_database
 from paddlecloud.store.tables import TaskRow
 
-from .postgres import postgres_cluster
+from .postgres import fresh_database
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.timeout(180),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),  # Starlette's TestClient on httpx
-]
+with warnings.catch_warnings():  # Starlette warns at import that its TestClient prefers httpx2
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 TRAINERS = 8
 TASKS = 48
 ALICE = Identity("alice", is_admin=False)
-_databases = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    with postgres_cluster() as url:
-        yield url
-
-
-def fresh_database(server: str) -> str:
-    """A new, empty database on the PostgreSQL ``server``; its URL."""
-    name = f"leases_{next(_databases)}"
-    admin = create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    return f"{server.rpartition('/')[0]}/{name}"
 
 
 def open_platform(url: str, tmp_path: Path) -> Platform:
@@ -79,12 +63,6 @@ def platform(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Platfor
 
 def submit(platform: Platform, tmp_path: Path, name: str, items: int) -> None:
     """A job of ``items`` explicit tasks, submitted through the SDK (never started: leases need not)."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from fastapi.testclient import TestClient
-
     pkg = tmp_path / f"pkg-{name}"
     pkg.mkdir()
     (pkg / "main.py").write_text("print('unused')\n")

@@ -11,7 +11,7 @@
     │                                no_task_master, task_not_found                       404
     ├── Conflict                     job_exists, job_not_running, user_exists, path_exists,
     │                                not_a_directory, is_a_directory, directory_not_empty,
-    │                                lease_lost                                           409
+    │                                lease_lost, user_has_jobs, own_account               409
     ├── VersionMismatch              client_too_old, server_too_old                       426
     ├── ServerUnreachable            server_unreachable    (client side only)
     ├── InsufficientStorage          insufficient_storage  507
@@ -71,6 +71,8 @@ class ErrorCode(StrEnum):
     IS_A_DIRECTORY = "is_a_directory"
     DIRECTORY_NOT_EMPTY = "directory_not_empty"
     LEASE_LOST = "lease_lost"
+    USER_HAS_JOBS = "user_has_jobs"
+    OWN_ACCOUNT = "own_account"
     CLIENT_TOO_OLD = "client_too_old"
     SERVER_TOO_OLD = "server_too_old"
     SERVER_UNREACHABLE = "server_unreachable"
@@ -166,6 +168,8 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.IS_A_DIRECTORY: Conflict,
     ErrorCode.DIRECTORY_NOT_EMPTY: Conflict,
     ErrorCode.LEASE_LOST: Conflict,
+    ErrorCode.USER_HAS_JOBS: Conflict,
+    ErrorCode.OWN_ACCOUNT: Conflict,
     ErrorCode.PACKAGE_TOO_LARGE: PackageTooLarge,
     ErrorCode.UNAUTHORIZED: Unauthorized,
     ErrorCode.JOB_NOT_FOUND: NotFound,

@@ -43,6 +43,7 @@ from paddlecloud.api.models import (
     WorkerList,
     WorkerView,
 )
+from paddlecloud.api.users import UserDeleted
 from paddlecloud.client.config import load_config
 from paddlecloud.client.package import check_package_dir, pack_directory
 from paddlecloud.client.pfs import Pfs
@@ -331,3 +332,16 @@ class Client:
     def rotate_token(self, name: str) -> TokenView:
         """Issue a new token for ``name`` (admins only); the old one stops working at once."""
         return TokenView.model_validate_json(self._request("POST", f"/users/{name}/token").content)
+
+    def set_admin(self, name: str, admin: bool) -> UserView:
+        """Grant (``admin=True``) or revoke admin status of ``name`` (admins only)."""
+        r = self._request("PUT", f"/users/{name}/admin", json={"admin": admin})
+        return UserView.model_validate_json(r.content)
+
+    def delete_user(self, name: str, *, force: bool = False, delete_files: bool = False) -> UserDeleted:
+        """Delete user ``name`` (admins only): ``force`` kills their active jobs (else ``user_has_jobs``),
+        ``delete_files`` removes their PFS home too (else it is kept)."""
+        params = {"force": str(force).lower(), "delete_files": str(delete_files).lower()}
+        return UserDeleted.model_validate_json(
+            self._request("DELETE", f"/users/{name}", params=params).content
+        )

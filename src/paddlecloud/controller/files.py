@@ -218,6 +218,16 @@ class FileService:
         self._do(path, lambda: self.store.remove(path.key, recursive))
         self._forget_usage(path)
 
+    def remove_home(self, user: str) -> bool:
+        """Delete ``user``'s home and everything in it (a user being deleted; the caller checked who
+        may); False when there was none."""
+        home = self.home(user)
+        if self._do(home, lambda: self.store.stat(home.key)) is None:
+            return False
+        self._do(home, lambda: self.store.remove(home.key, recursive=True))
+        self._forget_usage(home)
+        return True
+
     def move(self, who: Identity, src_text: str, dst_text: str) -> FileInfo:
         src = self.resolve(who, src_text, write=True)
         dst = self.resolve(who, dst_text, write=True)
