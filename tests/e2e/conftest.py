@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -40,6 +41,12 @@ class Server:
     log_path: Path | None = None
     #: more ``paddlecloud up`` options; default node shape: 16 cpu, 32Gi (virtual capacity)
     up_args: list[str] = field(default_factory=lambda: ["--node-cpu", "16", "--node-memory", "32Gi"])
+    #: the CA bundle of a server started with ``--tls-cert``: it speaks https, verified with this
+    ca: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.ca else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -59,8 +66,9 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
+            verify = ssl.create_default_context(cafile=str(self.ca)) if self.ca else True
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/api/v1/health", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/api/v1/health", timeout=1, verify=verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

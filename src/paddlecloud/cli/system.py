@@ -3,6 +3,7 @@ backend's TrainingJob operator) and ``version``."""
 
 from __future__ import annotations
 
+import ssl
 import sys
 from pathlib import Path
 
@@ -44,6 +45,27 @@ def _limits(text: str) -> dict[str, int]:
         else:
             out[field] = _quantity(parse, value, "--default-quota") or 0
     return out
+
+
+def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> tuple[str, str, str] | None:
+    """``--tls-cert/--tls-key/--tls-ca`` as (certificate, key, CA bundle) absolute paths, checked
+    by loading them; None without TLS. The CA defaults to the certificate (a self-signed one)."""
+    if cert is None and key is None:
+        if ca is not None:
+            raise click.UsageError("--tls-ca needs --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise click.BadParameter(f"cannot use {cert} with {key}: {exc}", param_hint="--tls-cert") from None
+    trust = ca or cert
+    try:
+        ssl.create_default_context(cafile=str(trust))
+    except (OSError, ssl.SSLError) as exc:
+        raise click.BadParameter(f"{trust} is no CA bundle: {exc}", param_hint="--tls-ca") from None
+    return str(cert), str(key), str(trust)
 
 
 def _datacenter(name: str) -> str:
@@ -109,6 +131,23 @@ def _datacenter(name: str) -> str:
 )
 @click.option("--api-url", help="this server's URL as workers reach it (default: http://HOST:PORT)")
 @click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path),
+    help="serve https with this certificate (PEM; with --tls-key); the client config and the workers' "
+    "PADDLECLOUD_API become https",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path),
+    help="the certificate's private key (PEM)",
+)
+@click.option(
+    "--tls-ca",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path),
+    help="the CA bundle clients and workers verify the certificate with (default: the certificate "
+    "itself, for a self-signed one)",
+)
+@click.option(
     "--env-cache-size",
     default="20Gi",
     show_default=True,
@@ -120,7 +159,7 @@ def up(
     node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, datacenter: str,
     storage_quota: str, default_quota: str, backend: str, kubeconfig: Path | None, image: str | None,
     kube_image: str | None, kube_namespace: str | None, kube_storage_claim: str | None, api_url: str | None,
-    env_cache_size: str,
+    tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, env_cache_size: str,
 ) -> None:  # fmt: skip
     """Run the platform in the foreground (Ctrl-C stops it; jobs keep running). Jobs run on this
     machine, or with --backend kubernetes as TrainingJobs on a cluster (see: paddlecloud operator)."""
@@ -143,7 +182,9 @@ def up(
         platform_image=kube_image or "",
         storage_claim=kube_storage_claim or "",
     )
-    endpoint = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    tls = _tls(tls_cert, tls_key, tls_ca)
+    scheme = "https" if tls else "http"
+    endpoint = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
     config = PlatformConfig(
         data_dir=data_dir.expanduser().resolve(),
         database_url=database,
@@ -164,15 +205,22 @@ def up(
         if env_cache_size == "none"
         else _quantity(parse_memory, env_cache_size, "--env-cache-size"),
         api_url=api_url or endpoint,  # the workers' PADDLECLOUD_API (their task master)
+        api_ca=tls[2] if tls else "",  # ... and PADDLECLOUD_API_CA
         backend=backend,
         kube=kube,
     )
     app, token = prepare(config)
     path = save_datacenter(
-        Datacenter(name="local", endpoint=endpoint, username=config.default_user, token=token)
+        Datacenter(
+            name="local",
+            endpoint=endpoint,
+            username=config.default_user,
+            token=token,
+            ca=tls[2] if tls else None,
+        )
     )
     click.echo(f"PaddleCloud {__version__} at {endpoint}  (data: {config.data_dir}; client config: {path})")
-    serve(app, host, port)
+    serve(app, host, port, tls[:2] if tls else None)
 
 
 @click.command(

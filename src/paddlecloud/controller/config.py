@@ -48,6 +48,8 @@ class PlatformConfig:
     default_quota: ComputeLimits = field(default_factory=ComputeLimits)
     #: this server's URL as workers reach it (``PADDLECLOUD_API``: the task master); "" unknown
     api_url: str = ""
+    #: the CA bundle workers verify an https ``api_url`` with (``PADDLECLOUD_API_CA``); "": the system's
+    api_ca: str = ""
     #: what runs the jobs: "local" (processes on this machine's virtual nodes) or "kubernetes"
     backend: str = "local"
     #: the Kubernetes backend's settings (``backend="kubernetes"``; docs/kubernetes.md)

@@ -93,7 +93,8 @@ class Context:
         s = object_session(row)
         if s is None:  # pragma: no cover - launch() is always given an attached row
             raise RuntimeError("launch() needs a job row attached to a session")
-        return ApiAccess(url=self.config.api_url, token=issue_job_token(s, row.id, self.clock.now()))
+        token = issue_job_token(s, row.id, self.clock.now())
+        return ApiAccess(url=self.config.api_url, token=token, ca=self.config.api_ca)
 
     def _local(self, pfs_path: str) -> Path:
         local = self.files.local_path(self.files.parse(pfs_path))
