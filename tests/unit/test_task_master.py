@@ -15,7 +15,7 @@ from paddlecloud.backends.base import WorkerStatus
 from paddlecloud.client import Client
 from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import WorkerState
-from paddlecloud.store.tables import JobRow
+from paddlecloud.store.tables import JobRow, WorkerRow
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -204,6 +204,53 @@ def test_leases_of_a_worker_run_that_ended_are_handed_on_at_once(bench: Bench, a
     assert "trainer-1#0 ended" in items[1].error
     with pytest.raises(Conflict):
         w.tasks.done("dead", 1, lease_id(1))
+
+
+def test_a_run_the_platform_saw_end_is_given_no_task_and_a_newer_run_keeps_its_own(
+    bench: Bench, alice: Client
+) -> None:
+    """The two orders issue 11 asked about, decided without timing: a lease request of a killed run
+    that reaches the server after the reconciler recorded the run's end (and released its leases)
+    is refused, not granted until the next cycle; a run newer than the one the server recorded (it
+    started after the last observation) leases, and its lease is not taken for a dead one's."""
+    bench.submit(alice, "late", {"items": ["a", "b", "c"], "lease_timeout": 3600})
+    with bench.platform.ctx.session() as s:  # what the reconciler recorded from the backend
+        job = s.scalars(select(JobRow).where(JobRow.name == "late")).one()
+        job.workers += [
+            WorkerRow(
+                name="trainer-1", role="trainer", index=1, state=WorkerState.PENDING, restarts=1
+            ),  # run 0 died
+            WorkerRow(
+                name="trainer-2", role="trainer", index=2, state=WorkerState.FAILED, restarts=0
+            ),  # run 0 ended
+        ]
+        s.commit()
+        job_id = job.id
+    w = bench.worker("alice", "late")
+
+    def lease(n: int, worker: str, run: int) -> dict[str, object]:
+        body = {"lease": lease_id(n), "worker": worker, "run": run}
+        return dict(w.request("POST", "/jobs/late/tasks/lease", json=body).json())
+
+    for n, (worker, run) in enumerate([("trainer-1", 0), ("trainer-2", 0)]):
+        with pytest.raises(Conflict) as err:
+            lease(n, worker, run)
+        assert err.value.code == ErrorCode.LEASE_LOST and f"{worker}#{run} has ended" in err.value.message
+    assert alice.tasks.status("late").summary.leased == 0  # nothing handed to a dead run
+    assert lease(3, "trainer-1", 1)["status"] == "leased"  # the run that replaced it
+    assert lease(4, "trainer-2", 1)["status"] == "leased"  # a run the server has not recorded yet
+    observed = [
+        WorkerStatus(name="trainer-1", role="trainer", index=1, state=WorkerState.RUNNING, restarts=1),
+        WorkerStatus(name="trainer-2", role="trainer", index=2, state=WorkerState.FAILED, restarts=0),
+    ]
+    with bench.platform.ctx.session() as s:
+        assert release_ended(s, job_id, observed) == 0  # trainer-2#1 is newer than the ended run 0
+        s.commit()
+    assert [(t.state, t.holder) for t in alice.tasks.status("late").items] == [
+        ("leased", "trainer-1#1"),
+        ("leased", "trainer-2#1"),
+        ("todo", ""),
+    ]
 
 
 # -- paging ---------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
     submit ──plan_tasks (input's files or the spec's items; core.tasks.split_files)──▶
              add_queue: task_queues row + one tasks row per task, in the submit's transaction
     reconciler ──release_ended (worker runs that ended)──▶ their leases abandoned at once
-    trainer (job token) ──lease──▶ TaskService.lease: reclaim expired leases, pass_step →
+    trainer (job token) ──lease──▶ TaskService.lease: a run already seen ended gets lease_lost;
+             reclaim expired leases, pass_step →
              grant the first todo task | wait (retry_after) | next pass | finished
              ──done / fail / renew (lease id)──▶ core.tasks.complete / fail / renew
     owner (user token) ──GET tasks──▶ TaskService.status: summary (counts) + one page of tasks
@@ -59,7 +60,7 @@ from paddlecloud.core import tasks as logic
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.quantity import parse_memory
 from paddlecloud.core.tasks import LeaseError, PassStep, TaskDef, TaskKind, TaskLimits, TaskSlot, TaskState
-from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow
+from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow, WorkerRow
 
 __all__ = ["Caller", "JobLocks", "TaskPage", "TaskService", "add_queue", "plan_tasks", "release_ended"]
 
@@ -350,11 +351,28 @@ class TaskService:
             )
             if again is not None:  # a retried request: the same answer
                 return self._leased(q, again)
+            self._refuse_ended_run(s, q.job_id, req)
             now = self.ctx.clock.now()
             self._reclaim(s, q, now)
             answer = self._step(s, q, req, now)
             s.commit()
             return answer
+
+    @staticmethod
+    def _refuse_ended_run(s: Session, job_id: int, req: LeaseRequest) -> None:
+        """A run the platform has already seen end (its worker is on a later run, or the run ended)
+        gets no task: ``release_ended`` ran for it already and would hand the task on only in its
+        next cycle. A request that was on its way when the trainer was killed ends here."""
+        if not req.worker:
+            return
+        w = s.scalar(select(WorkerRow).where(WorkerRow.job_id == job_id, WorkerRow.name == req.worker))
+        holder = logic.holder_name(req.worker, req.run)
+        if w is not None and logic.holder_gone(holder, {w.name: (w.restarts, w.state in _ENDED)}):
+            raise Conflict(
+                f"{holder} has ended (the platform runs {w.name} as run {w.restarts}, {w.state}): "
+                "it is given no task",
+                code=ErrorCode.LEASE_LOST,
+            )
 
     def _step(self, s: Session, q: TaskQueueRow, req: LeaseRequest, now: float) -> TaskLease:
         while True:  # at most num_passes rounds: every round returns or starts the next pass
