@@ -47,6 +47,10 @@ def _limits(text: str) -> dict[str, int]:
     return out
 
 
+#: a PEM file given to ``up`` (certificate, key, CA bundle)
+_PEM = click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path)
+
+
 def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> tuple[str, str, str] | None:
     """``--tls-cert/--tls-key/--tls-ca`` as (certificate, key, CA bundle) absolute paths, checked
     by loading them; None without TLS. The CA defaults to the certificate (a self-signed one)."""
@@ -132,18 +136,14 @@ def _datacenter(name: str) -> str:
 @click.option("--api-url", help="this server's URL as workers reach it (default: http://HOST:PORT)")
 @click.option(
     "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path),
+    type=_PEM,
     help="serve https with this certificate (PEM; with --tls-key); the client config and the workers' "
     "PADDLECLOUD_API become https",
 )
-@click.option(
-    "--tls-key",
-    type=click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path),
-    help="the certificate's private key (PEM)",
-)
+@click.option("--tls-key", type=_PEM, help="the certificate's private key (PEM)")
 @click.option(
     "--tls-ca",
-    type=click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path),
+    type=_PEM,
     help="the CA bundle clients and workers verify the certificate with (default: the certificate "
     "itself, for a self-signed one)",
 )
