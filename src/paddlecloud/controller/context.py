@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session, object_session
 
 from paddlecloud.api.models import JobSpec
@@ -55,7 +56,15 @@ class Context:
         return self.db.session()
 
     def event(self, row: JobRow, type_: str, reason: str, message: str) -> None:
-        row.events.append(EventRow(time=self.clock.now(), type=type_, reason=reason, message=message))
+        """Record a job event. A stored job whose events were not read gets the row added beside it
+        (reading them later loads it too): recording never loads the job's whole history."""
+        ev = EventRow(time=self.clock.now(), type=type_, reason=reason, message=message)
+        s = object_session(row)
+        if s is not None and row.id is not None and "events" in sa_inspect(row).unloaded:
+            ev.job_id = row.id
+            s.add(ev)
+        else:
+            row.events.append(ev)
 
     def launch(self, row: JobRow) -> JobLaunch:
         placement = tuple(
