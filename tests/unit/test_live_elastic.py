@@ -155,6 +155,60 @@ def test_preempted_job_is_queued_again_and_keeps_its_earlier_logs(
     assert list(alice.logs("low", worker="trainer-0"))[-1] == "done\n"
 
 
+STUBBORN = {
+    "stubborn.py": """\
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # takes the whole grace period to stop
+print("started", flush=True)
+time.sleep(120)
+"""
+}
+
+
+def test_a_preemption_holds_neither_the_loop_nor_api_writes(
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+) -> None:
+    """The preempted job's processes ignore SIGTERM, so stopping it takes the whole 4 s grace: the
+    cycle that preempts and the API writes made meanwhile return at once; its CPUs stay counted as
+    held (Preempting) until its processes are gone, and only then does the urgent job start."""
+    platform = platform_factory(nodes=CPU4, policy="tiresias", shrink_grace=4.0)
+    alice = _alice(platform, asgi)
+    alice.submit(
+        {"name": "low", "entry": "python stubborn.py", "trainers": {"cpu": "1", "count": 4}},
+        package_dir=make_package(STUBBORN),
+    )
+    _until(platform, alice, "low", lambda j: _started(alice, "low", "trainer-3"))
+    pkg = make_package(WORKER)
+    urgent = {"name": "urgent", "entry": "python worker.py 1", "trainers": {"cpu": "1", "count": 2}}
+    alice.submit({**urgent, "priority": 10}, package_dir=pkg)
+    _submit(alice, pkg, "bystander", 30.0, count=1)  # waits behind both
+
+    t0 = time.monotonic()
+    platform.reconciler.tick()  # preempts "low"
+    cycle = time.monotonic() - t0
+    assert alice.job("low").phase == "Preempting"
+    t0 = time.monotonic()
+    alice.kill("bystander")  # an unrelated API write while "low" is being stopped
+    write = time.monotonic() - t0
+    assert cycle < 1.0 and write < 1.0, f"cycle {cycle:.2f} s, write {write:.2f} s"
+
+    # while its processes stop, "low" holds its CPUs: "urgent" waits and says why
+    platform.reconciler.tick()
+    waiting = alice.job("urgent")
+    assert waiting.phase == "Queued" and waiting.reason == "PreemptionInProgress", waiting.message
+    assert alice.job("low").phase == "Preempting"
+    assert alice.quota().used.cpu == "4"
+
+    low = _until(platform, alice, "low", lambda j: j.phase == "Queued")
+    assert {w.state for w in low.workers} == {WorkerState.STOPPED}
+    assert [r for r in _reasons(low) if r.startswith("Preempt")] == ["Preempting", "Preempted"]
+    gone = next(e.time for e in low.events if e.reason == "Preempted")
+    urgent_job = _until(platform, alice, "urgent", lambda j: j.phase in ("Running", "Succeeded"))
+    admitted = [e.time for e in urgent_job.events if e.reason == "Admitted"]
+    assert admitted and admitted[0] >= gone  # never started beside the stopping job
+    assert (gone - next(e.time for e in low.events if e.reason == "Preempting")).total_seconds() >= 3.5
+
+
 def test_live_snapshot_gives_the_same_plan_to_the_simulator_policy(
     platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
 ) -> None:

@@ -1,11 +1,13 @@
 """What the controller's parts share: settings, database, backend, clock, one mutex, one wake-up.
 
 The mutex serialises every change of job state: a reconcile cycle holds it from start to end, and
-request handlers hold it only around their database writes (never across a slow backend call).
+request handlers hold it only around their database writes (never across a slow backend call; a
+preemption's stop runs in a thread of its own, ``stop_in_background``).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,8 @@ from paddlecloud.store.db import Database
 from paddlecloud.store.tables import EventRow, JobRow
 
 __all__ = ["Context", "job_key"]
+
+log = logging.getLogger("paddlecloud.controller")
 
 
 def job_key(user: str, name: str) -> str:
@@ -51,6 +55,20 @@ class Context:
 
     def wake(self) -> None:
         self.wake_event.set()
+
+    def stop_in_background(self, key: str, grace: float) -> None:
+        """``backend.stop(key, grace)`` in a thread of its own (nobody waits for the grace period);
+        the loop is woken when it returns, to see the job's processes gone."""
+
+        def run() -> None:
+            try:
+                self.backend.stop(key, grace)
+            except Exception:  # the job's next sync reports what is left; never kill the thread
+                log.exception("stopping %s failed", key)
+            finally:
+                self.wake()
+
+        threading.Thread(target=run, name=f"stop-{key}", daemon=True).start()
 
     def session(self) -> Session:
         return self.db.session()

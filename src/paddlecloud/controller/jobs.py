@@ -46,7 +46,8 @@ from paddlecloud.store.tables import JobRow, UserRow, WorkerRow
 
 __all__ = ["JobListQuery", "JobService"]
 
-ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING)
+#: phases of jobs that have processes (or are stopping them) and hold resources
+ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING, JobPhase.PREEMPTING)
 
 #: seconds a rendered job list is served at most without looking again (writes of this process are
 #: seen at once; see ``controller.readcache``)
