@@ -50,6 +50,10 @@ log = logging.getLogger("paddlecloud.reconciler")
 ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING)
 #: phases whose jobs hold resources on the nodes
 HOLDING = (*ACTIVE, JobPhase.PREEMPTING)
+#: the reason of a started job whose outcome is known while its last processes stop: it keeps what
+#: it holds but is no longer the policy's to grow, shrink or preempt (a trainer added then would
+#: never run and turn its success into a failure)
+STOPPING = "Stopping"
 
 
 def _counts(status: JobStatus, role: str, names: set[str]) -> RoleCounts:
@@ -171,8 +175,8 @@ class Reconciler:
         else:
             change_phase, reason, message = change.phase, change.reason, change.message
         if change_phase in TERMINAL_PHASES and not status.finished:
-            if row.reason != "Stopping":  # outcome known, remaining processes still being stopped
-                row.reason, row.message = "Stopping", f"{message}; stopping the remaining workers"
+            if row.reason != STOPPING:  # outcome known, remaining processes still being stopped
+                row.reason, row.message = STOPPING, f"{message}; stopping the remaining workers"
             return
         row.phase, row.reason, row.message = change_phase, reason, message
         if change_phase in TERMINAL_PHASES:
@@ -196,7 +200,9 @@ class Reconciler:
             now=self.ctx.clock.now(),
             nodes=self._nodes(holding),
             queue=tuple(job_request(r, elastic) for r in queued),
-            running=tuple(job_request(r, elastic) for r in active if not r.stop_requested),
+            running=tuple(
+                job_request(r, elastic) for r in active if not r.stop_requested and r.reason != STOPPING
+            ),
             quotas=compute_quotas(s),
         )
         plan = self.policy.schedule(snap)
