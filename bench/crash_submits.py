@@ -41,11 +41,11 @@ def main() -> None:
             srv.stop()
     lost = r.acknowledged - r.found
     print(f"submits sent {r.sent}, server SIGKILLed {r.kill_at_s:.1f} s after the first")
-    print(f"  acknowledged {len(r.acknowledged)}, found after restart {len(r.found & r.acknowledged)} "
-          f"(+{len(r.found - r.acknowledged)} in flight at the kill, committed), lost {len(lost)}")  # fmt: skip
-    print(
-        f"  without their Submitted event {len(r.missing_events)}, never sent but present {len(r.unexpected)}"
-    )
+    kept, extra = len(r.found & r.acknowledged), len(r.found - r.acknowledged)
+    print(f"  acknowledged {len(r.acknowledged)}, found after restart {kept} "
+          f"(+{extra} in flight at the kill, committed), lost {len(lost)}")  # fmt: skip
+    print(f"  without their Submitted event {len(r.missing_events)}, "
+          f"never sent but present {len(r.unexpected)}")  # fmt: skip
     print(f"  SQLite integrity_check: {r.integrity}; running jobs re-adopted: {r.readopted}")
     sys.exit(1 if lost or r.unexpected or r.missing_events or r.integrity != "ok" or not r.readopted else 0)
 
