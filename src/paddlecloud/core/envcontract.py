@@ -65,6 +65,8 @@ class WorkerContext:
     trainer_range: tuple[int, int] | None = None
     user_env: dict[str, str] = field(default_factory=dict)
     api: ApiAccess = field(default_factory=lambda: ApiAccess())
+    #: where the backend publishes the job's current membership (``runtime.membership``); "" none
+    membership_file: str = ""
 
     @property
     def endpoint(self) -> str:
@@ -102,6 +104,7 @@ def _platform(ctx: WorkerContext) -> dict[str, str]:
         c.API: ctx.api.url,
         c.JOB_TOKEN: ctx.api.token,
         **({c.API_CA: ctx.api.ca} if ctx.api.ca else {}),
+        c.MEMBERSHIP_FILE: ctx.membership_file,
         "PYTHONUNBUFFERED": "1",
     }
 

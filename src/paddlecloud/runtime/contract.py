@@ -17,6 +17,7 @@ __all__ = [
     "JOB_NAME",
     "JOB_TOKEN",
     "JOB_USER",
+    "MEMBERSHIP_FILE",
     "OUTPUT",
     "OUTPUT_DIR",
     "POD_IP",
@@ -55,3 +56,6 @@ API = PREFIX + "API"
 JOB_TOKEN = PREFIX + "JOB_TOKEN"
 #: a CA bundle to verify an https PADDLECLOUD_API with (set when the server runs with TLS)
 API_CA = PREFIX + "API_CA"
+#: the job's current membership (trainers and endpoints now), rewritten on every resize
+#: (``runtime.membership``); empty where the backend does not publish it
+MEMBERSHIP_FILE = PREFIX + "MEMBERSHIP_FILE"
