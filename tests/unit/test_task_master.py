@@ -3,6 +3,7 @@ passes, who may touch which tasks, and durability across a platform restart (man
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from task_helpers import Bench
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound, Unauthorized
 from paddlecloud.backends.base import WorkerStatus
 from paddlecloud.client import Client
-from paddlecloud.controller.tasks import release_ended
+from paddlecloud.controller.tasks import JobLocks, release_ended
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.store.tables import JobRow, WorkerRow
 
@@ -251,6 +252,22 @@ def test_a_run_the_platform_saw_end_is_given_no_task_and_a_newer_run_keeps_its_o
         ("leased", "trainer-2#1"),
         ("todo", ""),
     ]
+
+
+def test_job_locks_hold_one_job_at_a_time_and_are_dropped_when_free() -> None:
+    locks, entered = JobLocks(), threading.Event()
+
+    def second() -> None:
+        with locks.hold(1):
+            entered.set()
+
+    with locks.hold(1), locks.hold(2):  # two jobs at once
+        t = threading.Thread(target=second)
+        t.start()
+        assert not entered.wait(0.2)  # the same job waits
+        assert len(locks) == 2
+    t.join(timeout=5)
+    assert entered.is_set() and len(locks) == 0  # nobody holds or waits: nothing kept
 
 
 # -- paging ---------------------------------------------------------------------------------------
