@@ -1,10 +1,17 @@
-"""Wire models of the file service (``/api/v1/pfs``)."""
+"""Wire models of the file service (``/api/v1/pfs``).
+
+Requests are bounded and strict: paths at most ``MAX_PATH_CHARS`` (Linux's PATH_MAX), booleans and
+numbers never coerced from strings.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from paddlecloud.core.limits import MAX_PATH_CHARS
 
 __all__ = [
     "ChecksumView",
@@ -23,6 +30,11 @@ __all__ = [
 MIN_CHUNK = 1 << 20
 MAX_CHUNK = 64 << 20
 
+#: a PFS path in a request (checked further by ``core.pfspath``: NUL, control characters, ``..``)
+RequestPath = Annotated[str, Field(max_length=MAX_PATH_CHARS)]
+#: a boolean of a request: ``true`` / ``false`` only
+Flag = Annotated[bool, Field(strict=True)]
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="forbid")
@@ -40,25 +52,25 @@ class FileList(_Model):
 
 
 class MkdirRequest(_Model):
-    path: str
-    parents: bool = False
+    path: RequestPath
+    parents: Flag = False
 
 
 class RemoveRequest(_Model):
-    path: str
-    recursive: bool = False
+    path: RequestPath
+    recursive: Flag = False
 
 
 class MoveRequest(_Model):
-    src: str
-    dst: str
+    src: RequestPath
+    dst: RequestPath
 
 
 class UploadBegin(_Model):
-    path: str
-    size: int = Field(ge=1, le=1 << 44)
-    chunk_size: int = Field(8 << 20, ge=MIN_CHUNK, le=MAX_CHUNK)
-    overwrite: bool = False
+    path: RequestPath
+    size: int = Field(ge=1, le=1 << 44, strict=True)
+    chunk_size: int = Field(8 << 20, ge=MIN_CHUNK, le=MAX_CHUNK, strict=True)
+    overwrite: Flag = False
 
 
 class UploadView(_Model):
@@ -73,7 +85,7 @@ class UploadView(_Model):
 
 
 class UploadComplete(_Model):
-    checksum: str  # blake3c:<chunk size>:<hex> (paddlecloud.core.checksum)
+    checksum: str = Field(max_length=256)  # blake3c:<chunk size>:<hex> (paddlecloud.core.checksum)
 
 
 class ChecksumView(_Model):
@@ -86,10 +98,10 @@ class QuotaUpdate(_Model):
     """Only the fields present change. ``storage``: a quantity (``500Gi``) or None for the platform
     default; ``cpu`` / ``memory`` (quantities) and ``gpu`` (a count): None removes that limit."""
 
-    storage: str | None = None
-    cpu: str | None = None
-    memory: str | None = None
-    gpu: int | None = Field(None, ge=0)
+    storage: str | None = Field(None, max_length=32)
+    cpu: str | None = Field(None, max_length=32)
+    memory: str | None = Field(None, max_length=32)
+    gpu: int | None = Field(None, ge=0, le=1 << 20, strict=True)
 
 
 class StorageUsage(_Model):

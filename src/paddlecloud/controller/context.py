@@ -65,7 +65,7 @@ class Context:
         spec = row.spec
         input_path = spec.get("input") or ""
         input_dir = self.files.local_path(self.files.parse(input_path)) if input_path else None
-        parsed = JobSpec.model_validate(spec)
+        parsed = JobSpec.from_stored(spec)
         return JobLaunch(
             key=job_key(row.user, row.name),
             user=row.user,

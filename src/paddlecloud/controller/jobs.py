@@ -9,6 +9,7 @@ the method returns, so an acknowledged submit is durable.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 from sqlalchemy import func, select
@@ -19,6 +20,7 @@ from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput,
 from paddlecloud.api.files import FileInfo
 from paddlecloud.api.models import JobDetail, JobSpec, JobView, QuotaView, ResourceView, WorkerView
 from paddlecloud.backends.base import LogRequest
+from paddlecloud.controller.capacity import check_capacity
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.jobtokens import JobIdentity
 from paddlecloud.controller.packages import check_entry, inspect_package
@@ -33,6 +35,8 @@ from paddlecloud.core.resources import Resources
 from paddlecloud.store.tables import JobRow, UserRow, WorkerRow
 
 __all__ = ["JobService"]
+
+log = logging.getLogger("paddlecloud.controller")
 
 ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING)
 
@@ -157,6 +161,7 @@ class JobService:
     # -- commands -------------------------------------------------------------------------------
 
     def submit(self, who: Identity, spec: JobSpec) -> JobDetail:
+        check_capacity(self.ctx, who.name, spec)
         spec, output_dir = self._check_files(who, spec)
         tasks = plan_tasks(self.ctx.files, who, spec)
         with self.ctx.session() as s:
@@ -239,16 +244,21 @@ class JobService:
             row.stop_requested = True
             s.commit()
             started = phase in ACTIVE
+        trouble = ""
         if started:  # slow part outside the mutex: the reconciler skips jobs with stop_requested
             key = job_key(row.user, row.name)
-            self.ctx.backend.stop(key, grace)
-            status = self.ctx.backend.sync(key)
+            try:
+                self.ctx.backend.stop(key, grace)
+                status = self.ctx.backend.sync(key)
+            except Exception as exc:  # the kill still ends the job (and frees its placement)
+                log.exception("killing %s: stopping it failed", key)
+                started, trouble = False, f"; stopping its workers failed: {type(exc).__name__}: {exc}"
         with self.ctx.mutex, self.ctx.session() as s:
             row = self._row(s, who, name, user)
             if started:
                 record_workers(self.ctx, row, status)
             row.phase, row.reason = JobPhase.KILLED, "Killed"
-            row.message = f"killed by {who.name}"
+            row.message = f"killed by {who.name}{trouble}"
             row.finished_at = self.ctx.clock.now()
             self.ctx.event(row, "Normal", "Killed", row.message)
             s.commit()
