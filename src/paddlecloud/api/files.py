@@ -1,7 +1,7 @@
 """Wire models of the file service (``/api/v1/pfs``).
 
-Requests are bounded and strict: paths at most ``MAX_PATH_CHARS`` (Linux's PATH_MAX), booleans and
-numbers never coerced from strings.
+Requests are strict: booleans and numbers are never taken from strings. Paths are checked (length,
+NUL and control characters, ``..``) by ``core.pfspath``, which answers ``invalid_path``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from datetime import datetime
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from paddlecloud.core.limits import MAX_PATH_CHARS
 
 __all__ = [
     "ChecksumView",
@@ -30,8 +28,8 @@ __all__ = [
 MIN_CHUNK = 1 << 20
 MAX_CHUNK = 64 << 20
 
-#: a PFS path in a request (checked further by ``core.pfspath``: NUL, control characters, ``..``)
-RequestPath = Annotated[str, Field(max_length=MAX_PATH_CHARS)]
+#: a PFS path in a request (checked by ``core.pfspath``: length, NUL, control characters, ``..``)
+RequestPath = str
 #: a boolean of a request: ``true`` / ``false`` only
 Flag = Annotated[bool, Field(strict=True)]
 

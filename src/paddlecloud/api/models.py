@@ -33,8 +33,9 @@ from pydantic import (
 
 from paddlecloud.api.stored import STORED, is_stored
 from paddlecloud.api.tasks import TaskSpec
-from paddlecloud.core.limits import MAX_ENTRY_CHARS, MAX_PATH_CHARS, env_problem, text_problem
+from paddlecloud.core.limits import MAX_ENTRY_CHARS, env_problem, text_problem
 from paddlecloud.core.names import check_dns1123_label, check_env_name
+from paddlecloud.core.pfspath import MAX_PATH_BYTES
 from paddlecloud.core.phases import JobPhase, WorkerState
 from paddlecloud.core.quantity import (
     QuantityError,
@@ -112,7 +113,9 @@ Cpu = Annotated[str, AfterValidator(_cpu)]
 Memory = Annotated[str, AfterValidator(_memory)]
 #: a string a worker is started with or a path: no NUL byte
 Text = Annotated[str, AfterValidator(_text)]
-PfsPath = Annotated[Text, Field(min_length=1, max_length=MAX_PATH_CHARS, pattern=r"^/pfs/")]
+PfsPath = Annotated[
+    str, Field(min_length=1, max_length=MAX_PATH_BYTES, pattern=r"^/pfs/"), AfterValidator(_text)
+]
 
 
 class _Model(BaseModel):

@@ -22,7 +22,6 @@ __all__ = [
     "MAX_ENTRY_CHARS",
     "MAX_ENV_BYTES",
     "MAX_ENV_ENTRIES",
-    "MAX_PATH_CHARS",
     "env_bytes",
     "env_problem",
     "text_problem",
@@ -35,8 +34,6 @@ MAX_ENV_ENTRIES = 256
 MAX_ENV_BYTES = 64 * 1024
 #: the longest ``entry`` (characters)
 MAX_ENTRY_CHARS = 4096
-#: the longest path (``package``, ``input``, ``output``, PFS paths): Linux's PATH_MAX
-MAX_PATH_CHARS = 4096
 
 
 def text_problem(text: str) -> str | None:
