@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import paddlecloud
 from paddlecloud.api.errors import PaddleCloudError
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform
@@ -164,7 +165,7 @@ def test_the_documented_conveniences_stay(post: Post) -> None:
                 "trainers": {"count": 1, "cpu": "1"},
             },
             "trainers",
-            ["2 pservers (cpu 2", "1 trainers (cpu 1"],
+            ["2 pservers (cpu 2", "1 trainer (cpu 1, memory 64Mi) do not fit"],
         ),
     ],
     ids=["cpu", "memory", "gpu", "pserver", "gang", "gang-with-pservers"],
@@ -194,7 +195,18 @@ def test_queue_anyway_queues_it_with_a_reason_that_says_it_fits_no_node(
 def test_a_cluster_that_may_grow_queues_such_a_job(post: Post, platform: Platform, alice: Client) -> None:
     """Without ``fixed-capacity`` (Kubernetes may autoscale) the job is queued, as before."""
     backend = platform.ctx.backend
-    backend.capabilities = frozenset(c for c in backend.capabilities if c != "fixed-capacity")  # type: ignore[misc]
+    backend.capabilities = frozenset(c for c in backend.capabilities if c != "fixed-capacity")
     assert post({"name": "later", "trainers": {"cpu": "64"}}) is None
     platform.reconciler.tick()
     assert alice.job("later").reason == "ExceedsNodeCapacity"
+
+
+def test_the_sdk_says_queue_anyway_too(alice: Client, make_package: MakePackage) -> None:
+    pkg = make_package({"main.py": "print(1)\n"})
+    with pytest.raises(PaddleCloudError) as err:
+        paddlecloud.train(pkg, name="sdk-huge", entry="python main.py", cpu="64", client=alice)
+    assert str(err.value.code) == "exceeds_capacity"
+    job = paddlecloud.train(
+        pkg, name="sdk-huge", entry="python main.py", cpu="64", queue_anyway=True, client=alice
+    )
+    assert (job.phase, job.spec.queue_anyway) == ("Queued", True)

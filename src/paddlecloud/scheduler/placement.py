@@ -98,9 +98,12 @@ def never_placeable(idle: Sequence[NodeState], job: JobRequest) -> tuple[str, st
     if place_job(NodePool(nodes), gang) is not None:
         return None
     total = sum((n.capacity for n in nodes), Resources())
-    parts = [f"{gang.trainers} trainers ({gang.trainer.describe()} each)"]
+    def many(n: int, role: str, need: Resources) -> str:
+        return f"{n} {role}{'s' if n != 1 else ''} ({need.describe()}{' each' if n != 1 else ''})"
+
+    parts = [many(gang.trainers, "trainer", gang.trainer)]
     if gang.pservers:
-        parts.insert(0, f"{gang.pservers} pservers ({gang.pserver.describe()} each)")
+        parts.insert(0, many(gang.pservers, "pserver", gang.pserver))
     return "trainer", (
         f"{' and '.join(parts)} do not fit on the cluster even when it is idle: {len(nodes)} "
         f"node{'s' if len(nodes) != 1 else ''}, {total.describe()} in all"
