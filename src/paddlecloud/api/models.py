@@ -5,10 +5,10 @@ is the documented stable schema), :class:`JobDetail` (``describe``), :class:`Wor
 :class:`EventView`, :class:`QuotaView`, :class:`VersionView`, :class:`PackageView`.
 
 Validation errors name the field and the rule; quantities use Kubernetes notation and are checked
-with :mod:`paddlecloud.core.quantity`. Numbers and booleans are strict (``"3"`` is not 3; a priority
-class name is the one documented convenience). Every string and list is bounded, and what a worker
-could not be started with (a NUL byte, an environment over :mod:`paddlecloud.core.limits`) is refused
-at submit.
+with :mod:`paddlecloud.core.quantity` (per worker: cpu 1m..1024, memory 1Mi..64Ti). Numbers and
+booleans are strict (``"3"`` is not 3; a priority may be a class name or digits, as ``--priority``
+sends it). Strings and lists are bounded, and what a worker could not be started with (a NUL byte,
+an environment over :mod:`paddlecloud.core.limits`) is refused at submit.
 
 Specs read back (from the database, or from a server's answer) are validated with the context
 :data:`STORED` (:meth:`JobSpec.from_stored`): the submit-time limits are not applied again, so a job

@@ -86,6 +86,11 @@ class NeverFits:
         return None
 
 
+def _workers(n: int, role: str, need: Resources) -> str:
+    """``3 trainers (cpu 1, memory 1Gi each)``, ``1 trainer (cpu 1, memory 1Gi)``."""
+    return f"{n} {role}{'s' if n != 1 else ''} ({need.describe()}{' each' if n != 1 else ''})"
+
+
 def never_placeable(idle: Sequence[NodeState], job: JobRequest) -> tuple[str, str] | None:
     """Why ``job`` could never be placed, even with every node ``idle`` (nothing allocated, every GPU
     free): ``(role, message)``, the message naming the capacity; None if it can be, at its fewest
@@ -98,12 +103,9 @@ def never_placeable(idle: Sequence[NodeState], job: JobRequest) -> tuple[str, st
     if place_job(NodePool(nodes), gang) is not None:
         return None
     total = sum((n.capacity for n in nodes), Resources())
-    def many(n: int, role: str, need: Resources) -> str:
-        return f"{n} {role}{'s' if n != 1 else ''} ({need.describe()}{' each' if n != 1 else ''})"
-
-    parts = [many(gang.trainers, "trainer", gang.trainer)]
+    parts = [_workers(gang.trainers, "trainer", gang.trainer)]
     if gang.pservers:
-        parts.insert(0, many(gang.pservers, "pserver", gang.pserver))
+        parts.insert(0, _workers(gang.pservers, "pserver", gang.pserver))
     return "trainer", (
         f"{' and '.join(parts)} do not fit on the cluster even when it is idle: {len(nodes)} "
         f"node{'s' if len(nodes) != 1 else ''}, {total.describe()} in all"
