@@ -14,8 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from paddlecloud._version import API_VERSION
+from paddlecloud.api import HEADER_API_VERSION
 from paddlecloud.api.errors import InvalidInput, PaddleCloudError
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform
@@ -128,14 +131,12 @@ def test_a_spec_of_100000_tasks_is_refused(alice: Client, make_package: MakePack
 
 
 def test_with_a_larger_body_limit_the_spec_limits_still_hold(
-    platform_factory: Callable[..., Platform], client_for: Callable[..., Client], make_package: MakePackage
+    platform_factory: Callable[..., Platform],
+    asgi: Callable[[Platform], httpx.Client],
+    make_package: MakePackage,
 ) -> None:
     big = platform_factory(max_request_bytes=16 * MIB)
-    from fastapi.testclient import TestClient
-
-    alice = Client(
-        endpoint="http://testserver", token=big.ensure_user("alice"), http=TestClient(create_app(big))
-    )
+    alice = Client(endpoint="http://testserver", token=big.ensure_user("alice"), http=asgi(big))
     with pytest.raises(InvalidInput) as err:
         alice.request("POST", "/jobs", json=_tasks_spec(alice, make_package, 100_000))
     assert (str(err.value.code), err.value.field) == ("invalid_spec", "tasks.items")
@@ -145,3 +146,10 @@ def test_with_a_larger_body_limit_the_spec_limits_still_hold(
     with pytest.raises(InvalidInput) as err:
         alice.request("POST", "/jobs", json=spec)
     assert "at most 524,288 are allowed" in err.value.message
+
+
+def test_the_refusal_is_an_api_answer_like_any_other(raw_http: httpx.Client) -> None:
+    r = raw_http.post("/api/v1/jobs", content=b" " * (2 * MIB), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "request_too_large"
+    assert r.headers[HEADER_API_VERSION] == str(API_VERSION)  # stamped by the version middleware
