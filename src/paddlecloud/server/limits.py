@@ -2,8 +2,9 @@
 
     request ──▶ BodyLimitMiddleware ──▶ app
                  │ Content-Length > limit: 413 request_too_large, the app is never called
-                 │ no Content-Length (chunked): bytes counted as the app reads them; past the limit
+                 │ Transfer-Encoding (chunked): bytes counted as the app reads them; past the limit
                  │   the 413 is sent at once and the app is told the client went away
+                 │ neither (a GET): no body, passed through untouched
                  └ PFS byte uploads (PUT /pfs/file, PUT /pfs/uploads/{id}/{i}): only Content-Length
                    against the chunk limit (64 MiB); the routes count what they stream themselves
 
@@ -51,11 +52,13 @@ class BodyLimitMiddleware:
             return
         upload = scope["method"] == "PUT" and str(scope["path"]).startswith(_UPLOADS)
         limit = MAX_CHUNK if upload else self.max_bytes
-        length = Headers(scope=scope).get("content-length")
+        headers = Headers(scope=scope)
+        length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             await self._refuse(_too_large(human_bytes(int(length)), limit, upload), scope, receive, send)
             return
-        if upload or length is not None:  # the server delivers no more than Content-Length
+        if upload or length is not None or "transfer-encoding" not in headers:
+            # the server delivers no more than Content-Length, and no body without either header
             await self.app(scope, receive, send)
             return
         await self._counted(scope, receive, send)
