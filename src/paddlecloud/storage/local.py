@@ -33,6 +33,14 @@ __all__ = ["LocalDirStore"]
 E = StorageErrorKind
 
 
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class LocalDirStore:
     local_paths = True
 
@@ -181,7 +189,8 @@ class LocalDirStore:
         return total
 
     def _place(self, tmp: Path, key: Key, overwrite: bool) -> Entry:
-        """Move a finished staged file into the namespace atomically."""
+        """Move a finished (already fsynced) staged file into the namespace atomically, then fsync the
+        directory so that the new name survives a power loss once the caller is told it is there."""
         self._require_dir(key[:-1])
         dest = self._path(key)
         existing = self.stat(key)
@@ -195,6 +204,7 @@ class LocalDirStore:
             except FileExistsError:
                 raise StorageError(E.EXISTS, key) from None
             os.unlink(tmp)
+        _fsync_dir(dest.parent)
         placed = self.stat(key)
         assert placed is not None
         return placed
