@@ -58,7 +58,8 @@ class FsOps:
 
     def assert_durably_placed(self, dest: Path) -> None:
         """``dest``'s data was fsynced before it was put in place, and its directory after."""
-        placed = [i for i, op in enumerate(self.ops) if op.what == "place" and op.dest == os.path.abspath(dest)]
+        where = os.path.abspath(dest)
+        placed = [i for i, op in enumerate(self.ops) if op.what == "place" and op.dest == where]
         assert placed, f"{dest} was never renamed or linked into place: {self.ops}"
         at = placed[-1]
         data, parent = _inode(dest), _inode(dest.parent)
