@@ -3,8 +3,9 @@ within its own job, even when the two jobs' workers use the same lease id (lease
 the client) and the other job's rows come first in the table.
 
 Found by bench/mutation.py: dropping ``TaskRow.queue_id == q.id`` from the lease retry, the
-by-index lookup of renew / done / fail, or the expiry reclaim survived the rest of the suite, which
-only ever runs one task master at a time.
+by-index lookup of renew / done / fail, or the expiry reclaim, or the task id from the update that
+hands on the leases of ended worker runs, survived the rest of the suite, which only ever runs one
+task master at a time.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from task_helpers import Bench
+
+from paddlecloud.backends.base import WorkerStatus
+from paddlecloud.controller.tasks import release_ended
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.store.tables import JobRow
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,3 +61,20 @@ def test_two_jobs_task_masters_never_touch_each_others_tasks(bench: Bench) -> No
     assert states(bench, "alice", "second") == [("a0", "done", 0), ("a1", "leased", 0)]
     handed_on = wb.tasks.lease("first", "lease-000002", "trainer-1")
     assert handed_on.task is not None and (handed_on.task.path, handed_on.task.failures) == ("b0", 1)
+
+
+def test_leases_of_ended_runs_are_handed_on_in_their_own_job_only(bench: Bench) -> None:
+    bob, alice = bench.user("bob"), bench.user("alice")
+    bench.submit(bob, "first", {"items": ["b0"], "lease_timeout": 3600})
+    bench.submit(alice, "second", {"items": ["a0"], "lease_timeout": 3600})
+    for user, job in (("bob", "first"), ("alice", "second")):  # the same worker, run and lease id
+        body = {"lease": SAME, "worker": "trainer-0", "run": 0}
+        bench.worker(user, job).request("POST", f"/jobs/{job}/tasks/lease", json=body)
+    restarted = WorkerStatus(name="trainer-0", role="trainer", index=0, state=WorkerState.RUNNING, restarts=1)
+    with bench.platform.ctx.session() as s:
+        job_id = s.scalar(select(JobRow.id).where(JobRow.user == "alice", JobRow.name == "second"))
+        assert job_id is not None
+        assert release_ended(s, job_id, [restarted]) == 1  # alice's run 0 ended: its lease goes
+        s.commit()
+    assert states(bench, "alice", "second") == [("a0", "todo", 1)]
+    assert states(bench, "bob", "first") == [("b0", "leased", 0)]
