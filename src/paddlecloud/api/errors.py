@@ -2,8 +2,10 @@
 
     PaddleCloudError                 code                 HTTP
     ├── InvalidInput                 invalid_spec, invalid_request, invalid_package,
-    │                                entry_not_found, invalid_path, checksum_mismatch  422 / 400
+    │                                entry_not_found, invalid_path, checksum_mismatch,
+    │                                exceeds_capacity                                  422 / 400
     ├── PackageTooLarge              package_too_large     413
+    ├── RequestTooLarge              request_too_large     413
     ├── Unauthorized                 unauthorized          401
     ├── Forbidden                    forbidden, quota_exceeded                            403
     ├── NotFound                     job_not_found, package_not_found, worker_not_found,
@@ -36,6 +38,7 @@ __all__ = [
     "NotFound",
     "PackageTooLarge",
     "PaddleCloudError",
+    "RequestTooLarge",
     "ServerError",
     "ServerUnreachable",
     "Unauthorized",
@@ -51,7 +54,11 @@ class ErrorCode(StrEnum):
     ENTRY_NOT_FOUND = "entry_not_found"
     INVALID_PATH = "invalid_path"
     CHECKSUM_MISMATCH = "checksum_mismatch"
+    #: a job no node (or the whole cluster) of a fixed-capacity cluster could ever hold
+    EXCEEDS_CAPACITY = "exceeds_capacity"
     PACKAGE_TOO_LARGE = "package_too_large"
+    #: a request body over the server's limit (``up --max-request-size``)
+    REQUEST_TOO_LARGE = "request_too_large"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     QUOTA_EXCEEDED = "quota_exceeded"
@@ -109,6 +116,11 @@ class PackageTooLarge(PaddleCloudError):
     default_code = ErrorCode.PACKAGE_TOO_LARGE
 
 
+class RequestTooLarge(PaddleCloudError):
+    http_status = 413
+    default_code = ErrorCode.REQUEST_TOO_LARGE
+
+
 class Unauthorized(PaddleCloudError):
     http_status = 401
     default_code = ErrorCode.UNAUTHORIZED
@@ -155,6 +167,8 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.ENTRY_NOT_FOUND: InvalidInput,
     ErrorCode.INVALID_PATH: InvalidInput,
     ErrorCode.CHECKSUM_MISMATCH: InvalidInput,
+    ErrorCode.EXCEEDS_CAPACITY: InvalidInput,
+    ErrorCode.REQUEST_TOO_LARGE: RequestTooLarge,
     ErrorCode.FORBIDDEN: Forbidden,
     ErrorCode.QUOTA_EXCEEDED: Forbidden,
     ErrorCode.USER_NOT_FOUND: NotFound,

@@ -37,6 +37,11 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _priority(text: str) -> int | str:
+    """``--priority``: a number is sent as one (the API takes no numbers in strings), a name as is."""
+    return int(text) if text.removeprefix("-").isdigit() and len(text) <= 20 else text
+
+
 @click.command()
 @click.argument("package_dir", type=click.Path(path_type=Path))
 @click.option("--name", help="job name (DNS-1123 label); default: the directory's name")
@@ -81,6 +86,11 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
     metavar="S",
     help="a worker run lasting S seconds resets its doubling backoff [default: 600]",
 )
+@click.option(
+    "--queue-anyway",
+    is_flag=True,
+    help="queue the job even if no node of this (fixed-capacity) cluster could ever hold it",
+)
 @task_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
 @click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
@@ -100,8 +110,10 @@ def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opt
         "trainers": trainers,
         "pservers": {"count": opts["pservers"], "cpu": opts["pscpu"], "memory": opts["psmemory"]},
         "env": _env_pairs(opts["env"]),
-        "priority": opts["priority"],
+        "priority": _priority(opts["priority"]),
     }
+    if opts["queue_anyway"]:
+        spec["queue_anyway"] = True
     _add_restart_spec(spec, opts)
     if opts["input_"]:
         spec["input"] = opts["input_"]

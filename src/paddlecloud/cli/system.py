@@ -72,6 +72,14 @@ def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> tuple[str, str
     return str(cert), str(key), str(trust)
 
 
+def _request_size(text: str) -> int:
+    """``--max-request-size``: 64Ki..1Gi (a job spec needs a few KiB; a body is held while parsed)."""
+    size = _quantity(parse_memory, text, "--max-request-size") or 0
+    if not 64 * 1024 <= size <= 2**30:
+        raise click.BadParameter(f"{text!r} is outside 64Ki..1Gi", param_hint="--max-request-size")
+    return size
+
+
 def _datacenter(name: str) -> str:
     try:
         return check_dns1123_label(name)
@@ -100,6 +108,12 @@ def _datacenter(name: str) -> str:
     help="scheduling policy (docs/architecture.md)",
 )
 @click.option("--max-package-size", default="100Mi", show_default=True, help="largest job package accepted")
+@click.option(
+    "--max-request-size",
+    default="1Mi",
+    show_default=True,
+    help="largest request body other than a PFS upload (a job spec); larger: 413 request_too_large",
+)
 @click.option(
     "--datacenter", default="local", show_default=True, help="name in PFS paths: /pfs/<datacenter>/..."
 )
@@ -156,7 +170,8 @@ def _datacenter(name: str) -> str:
 )
 def up(
     host: str, port: int, data_dir: Path, database: str | None, nodes: int, node_cpu: str | None,
-    node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, datacenter: str,
+    node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, max_request_size: str,
+    datacenter: str,
     storage_quota: str, default_quota: str, backend: str, kubeconfig: Path | None, image: str | None,
     kube_image: str | None, kube_namespace: str | None, kube_storage_claim: str | None, api_url: str | None,
     tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, env_cache_size: str,
@@ -196,6 +211,7 @@ def up(
         ),
         policy=policy,
         max_package_bytes=_quantity(parse_memory, max_package_size, "--max-package-size") or 0,
+        max_request_bytes=_request_size(max_request_size),
         datacenter=_datacenter(datacenter),
         storage_quota=None
         if storage_quota == "none"

@@ -43,6 +43,7 @@ from paddlecloud.api.models import (
     WorkerList,
     WorkerView,
 )
+from paddlecloud.api.stored import STORED
 from paddlecloud.api.users import UserDeleted
 from paddlecloud.client.config import load_config
 from paddlecloud.client.package import check_package_dir, pack_directory
@@ -230,7 +231,8 @@ class Client:
         if package_dir is not None:
             entry = str(body.get("entry", "")) or None
             body["package"] = self.upload_package(package_dir, str(body.get("name", "")), entry).path
-        return JobDetail.model_validate_json(self._request("POST", "/jobs", json=body).content)
+        answer = self._request("POST", "/jobs", json=body).content
+        return JobDetail.model_validate_json(answer, context=STORED)  # the server validated it
 
     def jobs(self, *, all: bool = False, all_users: bool = False, user: str | None = None) -> list[JobView]:
         """Your jobs (``all``: finished ones too). Admins: ``all_users``: everyone's; ``user``: one's."""
@@ -244,7 +246,7 @@ class Client:
 
     def job(self, name: str, *, user: str | None = None) -> JobDetail:
         r = self._request("GET", f"/jobs/{name}", params=_user(user))
-        return JobDetail.model_validate_json(r.content)
+        return JobDetail.model_validate_json(r.content, context=STORED)  # as accepted at its submit
 
     def workers(self, name: str, *, user: str | None = None) -> list[WorkerView]:
         r = self._request("GET", f"/jobs/{name}/workers", params=_user(user))

@@ -29,6 +29,9 @@ class PlatformConfig:
     #: scheduling policy (``scheduler.policy``): elastic, tiresias, edl, fifo, fifo-backfill
     policy: str = "elastic"
     max_package_bytes: int = 100 * 2**20
+    #: the largest request body other than a PFS upload (``up --max-request-size``): job specs,
+    #: leases and the rest are JSON of a few KiB; larger bodies get 413 ``request_too_large``
+    max_request_bytes: int = 2**20
     #: Seconds between reconcile cycles when nothing wakes the loop earlier.
     tick_seconds: float = 1.0
     #: Default SIGTERM → SIGKILL grace when a user kills a job.

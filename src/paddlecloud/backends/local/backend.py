@@ -17,6 +17,10 @@ Start sequence (driven by ``sync``, effects applied under the job's lock)::
     TRAINERS ──all trainers succeeded──▶ STOPPING (pservers) ──▶ DONE
         └───────────── any failure ───────────▶ STOPPING (everything) ──▶ DONE
 
+A worker the OS will not start (``Popen`` raises: a NUL byte, ``E2BIG``, a missing directory) fails
+its job with reason ``StartFailed`` and the error as the message, like a worker that exited badly:
+``sync`` never raises for it, so one job's bad spec cannot stop the reconcile loop.
+
 Resize (capability ``resize``): ``add_trainer`` starts one more trainer with the job's current
 endpoints (at once when trainers run, else with the others); ``remove_trainer`` retires the highest
 trainer: it leaves the job's workers (so it never decides success or failure), is stopped gracefully
@@ -101,6 +105,7 @@ class _Job:
     stage: Stage = Stage.PREPARING
     env_dir: Path | None = None
     failure: str | None = None
+    failure_reason: str = "WorkerFailed"
     events: list[BackendEvent] = field(default_factory=list)
     #: trainers removed by a shrink (stopping or stopped), reported as Stopped
     retired: dict[str, WorkerProc] = field(default_factory=dict)
@@ -131,6 +136,7 @@ class LocalBackend:
             Capability.ADOPT,
             Capability.LOGS_PREVIOUS,
             Capability.LOGS_FOLLOW,
+            Capability.FIXED_CAPACITY,
         }
     )
 
@@ -214,6 +220,7 @@ class LocalBackend:
             return JobStatus(
                 workers=self._statuses(job),
                 failure=job.failure,
+                failure_reason=job.failure_reason,
                 finished=job.stage == Stage.DONE,
                 events=events,
             )
@@ -245,7 +252,7 @@ class LocalBackend:
             self._retopology(job)
             job.events.append(BackendEvent("Normal", "TrainerAdded", f"{name} added on {placement.node}"))
             if job.stage == Stage.TRAINERS:
-                self._spawn(job, [w])
+                self._spawn(job, [w])  # a failure fails the job (its status says so)
 
     def remove_trainer(self, key: str, grace: float) -> None:
         job = self._get(key)
@@ -424,7 +431,8 @@ class LocalBackend:
                 self._finish(job)
                 return
             job.events.append(BackendEvent("Normal", "Prepared", "package unpacked and environment ready"))
-            self._spawn(job, job.servers() or job.role("trainer"))
+            if not self._spawn(job, job.servers() or job.role("trainer")):
+                return
             job.stage = Stage.PSERVERS if job.servers() else Stage.TRAINERS
             if job.stage == Stage.PSERVERS:
                 names = ", ".join(sorted(w.name for w in job.servers()))
@@ -442,14 +450,15 @@ class LocalBackend:
             state = w.state(now)
             if state in _ENDED and not self._restart_or_fail(job, w, state, now):
                 return
-        self._spawn_due(job, now)
+        if not self._spawn_due(job, now):
+            return
         if all(
             w.state(now) == WorkerState.RUNNING and is_listening("127.0.0.1", w.port) for w in job.servers()
         ):
             names = ", ".join(sorted(w.name for w in job.servers()))
             job.events.append(BackendEvent("Normal", "ServersReady", f"{names} listen"))
-            self._spawn(job, job.role("trainer"))
-            job.stage = Stage.TRAINERS
+            if self._spawn(job, job.role("trainer")):
+                job.stage = Stage.TRAINERS
 
     def _check_trainers(self, job: _Job) -> None:
         now = self._now()
@@ -462,7 +471,8 @@ class LocalBackend:
                 job, w, state, now
             ):
                 return
-        self._spawn_due(job, now)
+        if not self._spawn_due(job, now):
+            return
         if all(w.state(now) == WorkerState.SUCCEEDED for w in job.role("trainer")):
             n = len(job.role("trainer"))
             job.events.append(BackendEvent("Normal", "TrainersSucceeded", f"all {n} trainers succeeded"))
@@ -485,14 +495,17 @@ class LocalBackend:
         self._wake_at(nxt)
         return True
 
-    def _spawn_due(self, job: _Job, now: float) -> None:
-        """Start the restarted workers whose backoff has passed (current endpoints, same identity)."""
+    def _spawn_due(self, job: _Job, now: float) -> bool:
+        """Start the restarted workers whose backoff has passed (current endpoints, same identity);
+        False if one could not be started (the job is failing)."""
         due = job.book.due(job.workers.values(), now)
         for w in due:
             w.restart_at = None
+        started = True
         if due:
-            self._spawn(job, due)
+            started = self._spawn(job, due)
             job.book.save(job.workers.values())
+        return started
 
     def _wake_at(self, w: WorkerProc) -> None:
         """Wake the reconcile loop when ``w``'s restart is due, so the respawn waits for no tick."""
@@ -501,9 +514,9 @@ class LocalBackend:
         timer.daemon = True
         timer.start()
 
-    def _fail(self, job: _Job, message: str) -> None:
-        job.failure = message
-        job.events.append(BackendEvent("Warning", "WorkerFailed", message))
+    def _fail(self, job: _Job, message: str, reason: str = "WorkerFailed") -> None:
+        job.failure, job.failure_reason = message, reason
+        job.events.append(BackendEvent("Warning", reason, message))
         self._stop_async(job, list(job.workers.values()))
 
     def _stop_async(self, job: _Job, workers: list[WorkerProc]) -> None:
@@ -522,7 +535,19 @@ class LocalBackend:
             self._ports.release(job.ports)
             self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
 
-    def _spawn(self, job: _Job, workers: list[WorkerProc]) -> None:
+    def _spawn(self, job: _Job, workers: list[WorkerProc]) -> bool:
+        """Start ``workers``; False if the OS refused one: the job then fails (``StartFailed``) and
+        what was started is stopped."""
+        try:
+            self._spawn_all(job, workers)
+        except Exception as exc:  # Popen: ValueError (NUL byte), OSError (E2BIG, ENOENT), ...
+            log.warning("starting a worker of %s failed: %s", job.launch.key, exc)
+            failed = next((w.name for w in workers if w.pid is None), "a worker")
+            self._fail(job, f"{failed} could not be started: {type(exc).__name__}: {exc}", "StartFailed")
+            return False
+        return True
+
+    def _spawn_all(self, job: _Job, workers: list[WorkerProc]) -> None:
         base = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_ENV)}
         assert job.env_dir is not None
         base["PATH"] = f"{job.env_dir / 'bin'}{os.pathsep}{base.get('PATH', '')}"
