@@ -1,7 +1,8 @@
 """Benchmark: `GET /api/v1/jobs/{name}/tasks` for a job with 100,000 tasks (the most a job may have).
 
-An in-process platform (SQLite, no reconcile loop) holds one job with N explicit tasks; the real app
-is served by the SDK's transport seam (Starlette's TestClient: request parsing, the route, the
+An in-process platform (SQLite, no reconcile loop) holds one job whose input, one N-byte file cut
+into 1-byte ranges (``chunk_size: 1``), makes N tasks (a spec lists at most 10,000 explicit items);
+the real app is served by the SDK's transport seam (Starlette's TestClient: request parsing, the route, the
 service, JSON). Times, median of ``--runs``: the default page (1,000 tasks), the counts only
 (``limit=0``, what ``describe`` asks), and every page followed (``client.tasks.all``: what a single
 answer with every task cost before paging, plus one request per page).
@@ -55,15 +56,14 @@ def main() -> None:
         (pkg / "main.py").write_text("print(1)\n")
         with TestClient(create_app(platform, run_loop=False)) as http:
             alice = Client(endpoint="http://testserver", token=platform.ensure_user("alice"), http=http)
+            data = root / "input"
+            data.mkdir()
+            (data / "bytes.bin").write_bytes(b"x" * args.tasks)
+            alice.pfs.cp([str(data)], "pfs:input", recursive=True)
             t0 = time.perf_counter()
-            alice.submit(
-                {
-                    "name": "many",
-                    "entry": "python main.py",
-                    "tasks": {"items": [f"s{i}" for i in range(args.tasks)]},
-                },
-                package_dir=pkg,
-            )
+            spec = {"name": "many", "entry": "python main.py", "input": "pfs:input",
+                    "tasks": {"chunk_size": "1"}}  # fmt: skip
+            alice.submit(spec, package_dir=pkg)
             print(f"submit with {args.tasks:,} tasks: {time.perf_counter() - t0:.2f} s")
             page = timed(lambda: alice.tasks.status("many"), args.runs)
             counts = timed(lambda: alice.tasks.status("many", limit=0), args.runs)
