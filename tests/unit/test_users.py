@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -269,6 +270,17 @@ def test_all_users_listing(alice: Client, bob: Client, root: Client, make_packag
 # -- user administration ---------------------------------------------------------------------------
 
 
+@pytest.fixture
+def client_of(asgi: Callable[[Platform], httpx.Client]) -> Callable[..., Client]:
+    """``client_of(platform, name, admin=False)``: an SDK client of that user on ``platform``."""
+
+    def make(platform: Platform, name: str, admin: bool = False) -> Client:
+        token = platform.ensure_user(name, admin=admin)
+        return Client(endpoint="http://testserver", token=token, http=asgi(platform))
+
+    return make
+
+
 def admins(root: Client) -> set[str]:
     return {u.name for u in root.users() if u.is_admin}
 
@@ -383,3 +395,28 @@ def test_deleting_with_delete_files_removes_the_home(root: Client, bob: Client, 
     assert isinstance(err, NotFound) and err.code == ErrorCode.PATH_NOT_FOUND
     missing = error_of(lambda: root.delete_user("bob"))
     assert isinstance(missing, NotFound) and missing.code == ErrorCode.USER_NOT_FOUND
+
+
+def test_a_forced_deletion_kills_the_users_jobs_together(
+    platform_factory: Callable[..., Platform], client_of: Callable[..., Client], make_package: MakePackage
+) -> None:
+    """Four jobs that ignore SIGTERM each take the whole 2 s kill grace: one after another that is at
+    least 8 s; together about one grace."""
+    platform = platform_factory(kill_grace=2.0)
+    root, dave = client_of(platform, "root", admin=True), client_of(platform, "dave")
+    stubborn = make_package(
+        {"main.py": "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n"}
+    )
+    names = [f"stubborn-{i}" for i in range(4)]
+    for name in names:
+        submit(dave, stubborn, name)
+    deadline = time.monotonic() + 60
+    while {j.phase for j in dave.jobs()} != {"Running"} or len(dave.jobs()) < 4:
+        assert time.monotonic() < deadline, dave.jobs()
+        platform.reconciler.tick()
+        time.sleep(0.2)
+    started = time.monotonic()
+    done = root.delete_user("dave", force=True)
+    took = time.monotonic() - started
+    assert sorted(done.killed) == names and done.jobs_removed == 4
+    assert took < 6.0, f"deleting dave took {took:.1f} s: the kills ran one after another"

@@ -344,6 +344,5 @@ class Client:
         """Delete user ``name`` (admins only): ``force`` kills their active jobs (else ``user_has_jobs``),
         ``delete_files`` removes their PFS home too (else it is kept)."""
         params = {"force": str(force).lower(), "delete_files": str(delete_files).lower()}
-        return UserDeleted.model_validate_json(
-            self._request("DELETE", f"/users/{name}", params=params).content
-        )
+        r = self._request("DELETE", f"/users/{name}", params=params)
+        return UserDeleted.model_validate_json(r.content)

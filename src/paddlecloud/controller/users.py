@@ -15,16 +15,19 @@ Deleting a user (``delete``)::
 
     active jobs (Queued, Starting, Running)? ── not force ──▶ 409 user_has_jobs (names them)
     lock the account out (a new token nobody sees; no longer admin), commit
-    every job of the user: killed if active (force), its record, logs, tasks and package removed
+    every job of the user: the active ones killed at once (force: their grace periods overlap), then
+    each record with its logs, tasks and package removed
     PFS home: kept (admins still read it at /pfs/<dc>/home/NAME) or, with delete_files, deleted
     the user row removed (its name is free again: a new user of that name gets a kept home)
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Select, select
@@ -207,6 +210,9 @@ class UserDirectory:
             row.token_sha256, row.is_admin = _hash(_new_token()), False  # locked out from now on
             s.commit()
         done = UserDeleted(name=name, killed=active, home_path=str(files.home(name)))
+        with ThreadPoolExecutor(max_workers=8) as pool:  # their grace periods run together, not in turn
+            for job in active:
+                pool.submit(self._kill_quietly, jobs, who, job, name)
         for _ in range(_ROUNDS):
             with jobs.ctx.session() as s:
                 left = list(s.scalars(self._jobs_of(name)))
@@ -226,6 +232,11 @@ class UserDirectory:
                 s.delete(gone)
                 s.commit()
         return done
+
+    @staticmethod
+    def _kill_quietly(jobs: JobService, who: Identity, job: str, user: str) -> None:
+        with contextlib.suppress(NotFound, Conflict):  # it ended or went meanwhile
+            jobs.kill(who, job, user=user)
 
     @staticmethod
     def _jobs_of(user: str) -> Select[str]:
