@@ -218,3 +218,33 @@ def _handover_delay(db: Database, round_: int) -> float:
     assert done.wait(10)
     t.join(timeout=10)
     return finished_at[0] - committed
+
+
+def test_an_old_value_is_rebuilt_by_one_caller_while_the_others_still_get_it() -> None:
+    now = [0.0]
+    changes = ChangeCounters()
+    cache: ReadCache[str, str] = ReadCache(changes, ("t",), max_age=2, clock=lambda: now[0])
+    cache.put("k", "v1", cache.generation())
+    now[0] = 3.0  # old, but nothing changed
+    assert cache.get("k") is None  # the first caller is told to rebuild ...
+    assert cache.get("k") == "v1"  # ... the others meanwhile get the old value
+    assert cache.get_or_build("k", lambda: "v2") == "v2"
+    assert cache.get("k") == "v2"
+    changes.bump({"t"})  # a write: the value is outdated, nobody gets it any more
+    assert cache.get("k") is None
+    assert cache.get("k") is None
+
+
+def test_a_failed_rebuild_lets_the_next_caller_rebuild() -> None:
+    now = [0.0]
+    cache: ReadCache[str, str] = ReadCache(ChangeCounters(), ("t",), max_age=2, clock=lambda: now[0])
+    cache.put("k", "v1", cache.generation())
+    now[0] = 3.0
+    assert cache.get("k") is None
+
+    def broken() -> str:
+        raise RuntimeError("database gone")
+
+    with pytest.raises(RuntimeError):
+        cache.get_or_build("k", broken)
+    assert cache.get("k") is None  # claimed again by the next caller

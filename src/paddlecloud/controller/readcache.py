@@ -5,6 +5,10 @@
     reader: cache.get_or_build(key, build) ─▶ the value, built once: concurrent callers of one key
                               wait for the first one's build (no stampede when a value expires)
 
+A value that is only *old* (no commit touched its tables) is rebuilt by one caller while the others
+go on getting it: ``get`` answers None to the first caller after ``max_age`` and the old value to
+the rest until that caller's build is stored. A value whose tables changed is never served again.
+
 The generation is read *before* building (``generation()``, then ``put``), so a value built while a
 write was being committed is stored under the older generation and never served after that write.
 Commits are counted by ``store.changes`` for every session of this process; ``max_age`` bounds how
@@ -48,6 +52,8 @@ class ReadCache(Generic[K, V]):
         self._lock = threading.Lock()
         self._entries: OrderedDict[K, tuple[int, float, V]] = OrderedDict()
         self._builders = tuple(threading.Lock() for _ in range(_STRIPES))
+        #: keys whose old (but not outdated) value one caller is rebuilding
+        self._refreshing: set[K] = set()
 
     def generation(self) -> int:
         """Read this before building a value to ``put``."""
@@ -58,19 +64,36 @@ class ReadCache(Generic[K, V]):
         if entry is None:
             return None
         gen, stored, value = entry
-        if gen != self.generation() or self._clock() - stored > self._max_age:
+        if gen != self.generation():
             return None
+        if self._clock() - stored > self._max_age:
+            with self._lock:
+                if key not in self._refreshing:  # this caller rebuilds it; the others get it old
+                    self._refreshing.add(key)
+                    return None
         return value
+
+    def _fresh(self, key: K) -> V | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        gen, stored, value = entry
+        fresh = gen == self.generation() and self._clock() - stored <= self._max_age
+        return value if fresh else None
 
     def get_or_build(self, key: K, build: Callable[[], V]) -> V:
         """The cached value of ``key``, or ``build()``'s, stored; one build at a time per key."""
         with self._builders[hash(key) % _STRIPES]:
-            value = self.get(key)
-            if value is None:
-                generation = self.generation()
-                value = build()
-                self.put(key, value, generation)
-            return value
+            try:
+                value = self._fresh(key)
+                if value is None:
+                    generation = self.generation()
+                    value = build()
+                    self.put(key, value, generation)
+                return value
+            finally:
+                with self._lock:
+                    self._refreshing.discard(key)
 
     def put(self, key: K, value: V, generation: int) -> None:
         with self._lock:
