@@ -11,6 +11,7 @@ The server holds one Platform; tests build one against a temp dir and a manual c
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,7 +44,11 @@ def _backend(config: PlatformConfig, clock: Clock, wake: Callable[[], None]) -> 
         return KubernetesBackend(config.kube, config.datacenter, wake)
     if config.backend != "local":
         raise ValueError(f"unknown backend {config.backend!r} (local, kubernetes)")
-    return LocalBackend(LocalConfig(root=config.cluster_dir, nodes=config.nodes), clock.now, wake)
+    local = LocalConfig(
+        root=config.cluster_dir, nodes=config.nodes, isolation=config.isolation, pass_env=config.pass_env,
+        private=(config.data_dir,),
+    )  # fmt: skip
+    return LocalBackend(local, clock.now, wake)
 
 
 @dataclass
@@ -61,6 +66,8 @@ class Platform:
     ) -> Platform:
         clock = clock or SystemClock()
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        # the real path: sandboxes reach PFS paths without following links (backends/local/sandbox.py)
+        config = dataclasses.replace(config, data_dir=config.data_dir.resolve())
         db = open_database(config.db_url)
         holder: list[Context] = []
 

@@ -53,6 +53,7 @@ from paddlecloud.backends.local.nodes import NodeShape, make_nodes
 from paddlecloud.backends.local.ports import PortAllocator, is_listening
 from paddlecloud.backends.local.process import WorkerProc, kill_leftovers, stop_group, watch_exit
 from paddlecloud.backends.local.restarts import RestartBook
+from paddlecloud.backends.local.sandbox import ConfinementError, JobJail, choose, make_dirs, worker_base_env
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
@@ -65,7 +66,6 @@ __all__ = ["LocalBackend", "LocalConfig"]
 log = logging.getLogger("paddlecloud.backends.local")
 
 RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store process
-_DROP_ENV = ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "PADDLECLOUD_")
 _SERVER_ROLES = frozenset({"pserver", RENDEZVOUS})
 _ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
 
@@ -84,6 +84,13 @@ class LocalConfig:
     nodes: NodeShape = field(default_factory=NodeShape)
     #: Grace period used when the backend itself stops workers (pservers after success, after a failure).
     cleanup_grace: float = 5.0
+    #: auto | sandbox | none: confine each worker to its job's files (``sandbox.py``; auto: where
+    #: bubblewrap works)
+    isolation: str = "auto"
+    #: names of server environment variables workers get besides the defaults (``sandbox.PASS_ENV``)
+    pass_env: tuple[str, ...] = ()
+    #: what no job may see (the data dir): refused if the sandbox's read-only system would show it
+    private: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -137,8 +144,11 @@ class LocalBackend:
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._ports = PortAllocator()
-        self._envs = EnvCache(config.root / "envs")
         self._pythonpath = self._install_runtime_shim(config.root / "pythonpath")
+        self._sandbox, self.isolation = choose(
+            config.isolation, self._pythonpath, gpus=self._gpu_machine, private=(config.root, *config.private)
+        )
+        self._envs = EnvCache(config.root / "envs", sandbox=self._sandbox)
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -154,7 +164,10 @@ class LocalBackend:
                 shutil.rmtree(jdir / sub, ignore_errors=True)
         for sub in ("logs", "run", "workers"):
             (jdir / sub).mkdir(parents=True, exist_ok=True)
-        launch.output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            make_dirs(launch.output_dir)  # never through a link a job planted in its home
+        except ConfinementError as exc:
+            log.warning("%s: output not created: %s", launch.key, exc)
         ports = [self._ports.allocate() for _ in range(len(launch.placement) + 2)]
         job = self._build(launch, jdir, ports, {})
         job.book.save(job.workers.values())  # a re-run (after a preemption) starts every worker afresh
@@ -383,7 +396,10 @@ class LocalBackend:
             for w in workers:
                 if not w.cwd.exists():
                     shutil.copytree(pkg, w.cwd, symlinks=True)
-        except (ArchiveError, EnvBuildError, OSError) as exc:
+            jail = self._jail(job)
+            if jail is not None:
+                jail.check()  # every place the workers will see can be bound
+        except (ArchiveError, EnvBuildError, OSError, ConfinementError) as exc:
             job.failure = f"preparing the job failed: {exc}"
         except Exception as exc:  # never leave a job Starting forever: fail it with the cause
             log.exception("preparing %s failed", job.launch.key)
@@ -495,18 +511,24 @@ class LocalBackend:
             job.stage = Stage.DONE
             self._ports.release(job.ports)
 
-    def _spawn(self, job: _Job, workers: list[WorkerProc]) -> None:
-        base = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_ENV)}
+    def _jail(self, job: _Job) -> JobJail | None:
+        """What the job's workers are confined to (None: isolation none)."""
         assert job.env_dir is not None
-        base["PATH"] = f"{job.env_dir / 'bin'}{os.pathsep}{base.get('PATH', '')}"
-        base["VIRTUAL_ENV"] = str(job.env_dir)
-        base["PYTHONPATH"] = str(self._pythonpath)
+        return None if self._sandbox is None else self._sandbox.jail(job.launch, job.env_dir)
+
+    def _spawn(self, job: _Job, workers: list[WorkerProc]) -> None:
+        assert job.env_dir is not None
+        base = worker_base_env(
+            os.environ, self.config.pass_env, sandboxed=self._sandbox is not None, env_dir=job.env_dir,
+            shim=self._pythonpath, user=job.launch.user,
+        )  # fmt: skip
+        jail = self._jail(job)
         now = self._now()
         for w in workers:
             if not w.cwd.exists():  # added after the package was copied for the others
                 shutil.copytree(job.dir / "package", w.cwd, symlinks=True)
             if w.command is not None:  # a platform helper: no user contract, never on GPUs
-                w.spawn(w.command, {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, now)
+                w.spawn(w.command, {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, now, jail)
                 watch_exit(w, self._wake)
                 continue
             ctx = WorkerContext(
@@ -515,7 +537,7 @@ class LocalBackend:
                 restart=w.restart, gpus=w.gpus if self._gpu_machine else None, user_env=job.launch.env,
                 files=job.launch.files, api=job.launch.api, trainer_range=job.launch.trainer_range,
             )  # fmt: skip
-            w.spawn(job.launch.entry, {**base, **worker_env(ctx)}, now)
+            w.spawn(job.launch.entry, {**base, **worker_env(ctx)}, now, jail)
             watch_exit(w, self._wake)
 
     def _statuses(self, job: _Job) -> tuple[WorkerStatus, ...]:

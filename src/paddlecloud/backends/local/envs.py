@@ -5,17 +5,24 @@ This is the local stand-in for a container image. ``EnvCache.ensure`` builds
 installs into it with ``pip --python``) and marks it ready; later jobs with the same requirements reuse
 it at once. A file lock makes concurrent builds of the same content wait for one another, and a half
 built environment (crash, failed install) is removed and rebuilt.
+
+With a sandbox (``sandbox.py``) pip runs confined: a requirement may be a source package whose build
+runs any code, so it sees only the system, pip and its configuration, and the new environment. The
+environment is the build's to write, so the ready mark is written without following links.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import IO
+
+from paddlecloud.backends.local.sandbox import Command, Sandbox
 
 __all__ = ["EnvBuildError", "EnvCache"]
 
@@ -41,9 +48,10 @@ def _tail(path: Path, n: int = 5) -> str:
 
 
 class EnvCache:
-    def __init__(self, root: Path, install_timeout: float = 1800.0) -> None:
+    def __init__(self, root: Path, install_timeout: float = 1800.0, sandbox: Sandbox | None = None) -> None:
         self.root = root
         self.install_timeout = install_timeout
+        self.sandbox = sandbox
         root.mkdir(parents=True, exist_ok=True)
 
     def path_for(self, requirements: str) -> Path:
@@ -62,7 +70,7 @@ class EnvCache:
                 if target.exists():
                     shutil.rmtree(target)
                 self._build(target, requirements, log)
-                (target / READY).write_text(requirements)
+                _mark_ready(target, requirements)
                 return target
             except BaseException:
                 shutil.rmtree(target, ignore_errors=True)
@@ -73,7 +81,7 @@ class EnvCache:
     def _build(self, target: Path, requirements: str, log: Path) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            self._run([sys.executable, "-m", "venv", "--without-pip", str(target)], out, log)
+            self._run(Command([sys.executable, "-m", "venv", "--without-pip", str(target)]), out, log)
             if not requirements.strip():
                 return
             req = target / "requirements.txt"
@@ -82,14 +90,33 @@ class EnvCache:
                 sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"),
                 "install", "--disable-pip-version-check", "--no-input", "-r", str(req),
             ]  # fmt: skip
-            self._run(cmd, out, log)
+            if self.sandbox is None:
+                self._run(Command(cmd), out, log)
+                return
+            tmp = self.root / f"{target.name}.tmp"
+            try:
+                with self.sandbox.build(target, tmp, cmd) as confined:
+                    self._run(confined, out, log, self.sandbox.build_env())
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
 
-    def _run(self, cmd: list[str], out: IO[bytes], log: Path) -> None:
+    def _run(self, cmd: Command, out: IO[bytes], log: Path, env: dict[str, str] | None = None) -> None:
         try:
             proc = subprocess.run(
-                cmd, stdout=out, stderr=subprocess.STDOUT, timeout=self.install_timeout, check=False
-            )
+                cmd.argv, stdout=out, stderr=subprocess.STDOUT, timeout=self.install_timeout,
+                check=False, pass_fds=cmd.fds, env=env, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise EnvBuildError(f"building the environment took over {self.install_timeout:.0f} s") from None
         if proc.returncode != 0:
             raise EnvBuildError(f"installing requirements.txt failed (exit {proc.returncode}): {_tail(log)}")
+
+
+def _mark_ready(target: Path, requirements: str) -> None:
+    """Write the ready mark; whatever the build left under that name (a link) is replaced, not
+    followed."""
+    mark = target / READY
+    mark.unlink(missing_ok=True)
+    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(requirements)
