@@ -44,7 +44,7 @@ from paddlecloud.backends.local.sandbox import Command, JobJail, WorkerDirs, rea
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.runtime.launcher import write_json_atomic
 
-__all__ = ["RUN_TAG", "WorkerProc", "kill_leftovers", "stop_group", "watch_exit"]
+__all__ = ["RUN_TAG", "WorkerProc", "kill_leftovers", "stop_group", "tagged_pids", "watch_exit"]
 
 #: the variable that marks every process of one run of a worker (see the module's doc)
 RUN_TAG = "PADDLECLOUD_RUN_TAG"
@@ -246,7 +246,14 @@ def kill_leftovers(w: WorkerProc) -> None:
 
 def _tagged(workers: list[WorkerProc]) -> list[int]:
     """The pids of live processes that carry the run tag of one of ``workers``."""
-    tags = {f"{RUN_TAG}={w.tag}".encode() for w in workers if w.tag}
+    return tagged_pids({w.tag for w in workers if w.tag})
+
+
+def tagged_pids(tag_values: set[str]) -> list[int]:
+    """The pids of live processes whose environment holds ``RUN_TAG`` = one of ``tag_values``, read
+    from this host's ``/proc`` (sandboxed processes included: they are in this pid namespace's view
+    too, and the server's user may read their environment)."""
+    tags = {f"{RUN_TAG}={t}".encode() for t in tag_values}
     if not tags:
         return []
     found = []
