@@ -7,7 +7,8 @@ Per job, under ``<root>/jobs/<user>/<name>/``::
     restarts.json        restarts made and pending (restart policies, ``restarts.py``)
     package/             the unpacked job package;  workers/<worker>/  a private copy per worker
     logs/<worker>.<run>.log, logs/prepare.<run>.log   one file per run, kept across preemptions
-    run/<worker>.pid.json, run/<worker>.exit.json
+    run/<worker>.pid.json, run/<worker>/exit.json    (a sandboxed worker sees only run/<worker>/)
+    tmp/<worker>/        a sandboxed worker's /tmp
 
 Start sequence (driven by ``sync``, effects applied under the job's lock)::
 
@@ -19,6 +20,10 @@ Resize (capability ``resize``): ``add_trainer`` starts one more trainer with the
 endpoints (at once when trainers run, else with the others); ``remove_trainer`` retires the highest
 trainer: it leaves the job's workers (so it never decides success or failure), is stopped gracefully
 in the background and stays in the status as ``Stopped`` with its log.
+
+Isolation (``LocalConfig.isolation``, ``sandbox.py``): each worker, and each environment build, runs
+in a bubblewrap sandbox that sees only its job's files, or unconfined with ``none``; a worker's
+environment is built from a whitelist of the server's variables either way.
 
 Restart policies (``launch.restarts``): a worker that fails or is lost is either started again, as
 the same worker with the current endpoints, after a backoff and in a later ``sync`` (the job goes
