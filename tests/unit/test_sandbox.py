@@ -93,6 +93,24 @@ def test_the_run_tag_scan_finds_sandboxed_processes(
     assert wait_gone(sorted(found)) == []
 
 
+def test_each_worker_has_its_own_host_name_that_resolves_to_loopback(
+    alice: Client, make_package: MakePackage, drive: Drive
+) -> None:
+    """In pid namespaces of their own all agents have the same pid; torch's elastic rendezvous tells
+    nodes apart by (host name, pid), so with one host name every trainer formed a world of its own
+    (found by tests/e2e/test_elastic_torch.py). Gloo and Paddle resolve the host name to bind."""
+    code = "import socket\nh = socket.gethostname()\nprint('HOST', h, socket.gethostbyname(h))\n"
+    alice.submit(
+        {"name": "hosts", "entry": "python main.py", "trainers": {"count": 2}},
+        make_package({"main.py": code}),
+    )
+    job = drive(alice, "hosts", DONE)
+    assert job.phase == JobPhase.SUCCEEDED, job.message
+    seen = [ln.split()[-2:] for ln in _log(alice, "hosts").splitlines() if "HOST " in ln]
+    assert len(seen) == 2 and seen[0][0] != seen[1][0], seen
+    assert {addr for _, addr in seen} == {"127.0.0.1"}
+
+
 # -- environment ----------------------------------------------------------------------------------
 
 

@@ -93,7 +93,11 @@ class WorkerProc:
 
     @property
     def dirs(self) -> WorkerDirs:
-        return WorkerDirs(cwd=self.cwd, status=self.status_dir, tmp=self.run_dir.parent / "tmp" / self.name)
+        """Its folders and its run's host name (for a sandbox)."""
+        return WorkerDirs(
+            cwd=self.cwd, status=self.status_dir, tmp=self.run_dir.parent / "tmp" / self.name,
+            hostname=f"{self.name}-{(self.tag or '')[:8]}",
+        )  # fmt: skip
 
     @property
     def port(self) -> int:

@@ -78,7 +78,7 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: the files and folders of /etc that programs read (libc, DNS, TLS, time zone, alternatives):
 #: nothing else of /etc (keys, service configuration) exists inside
 ETC = (
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "host.conf", "hosts", "resolv.conf",
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "host.conf", "resolv.conf",
     "gai.conf", "localtime", "timezone", "protocols", "services", "ssl", "ca-certificates",
     "ca-certificates.conf", "pki", "crypto-policies", "alternatives", "mime.types", "os-release",
     "debian_version", "pip.conf", "xdg/pip",
@@ -132,11 +132,14 @@ class Command:
 @dataclass(frozen=True)
 class WorkerDirs:
     """A worker's own folders: its copy of the package (cwd), where the launcher writes its exit
-    status, and what it sees as /tmp. All three are the platform's: a job cannot replace them."""
+    status, and what it sees as /tmp (all three the platform's: a job cannot replace them); and its
+    host name inside, unique per run: torch's elastic agents tell nodes apart by (host name, pid),
+    and in pid namespaces of their own every agent has the same pid."""
 
     cwd: Path
     status: Path
     tmp: Path
+    hostname: str = "paddlecloud"
 
 
 # -- paths reached without following links ---------------------------------------------------------
@@ -307,6 +310,16 @@ def _identity(user: str) -> tuple[bytes, bytes]:
     return passwd.encode(), group.encode()
 
 
+def _hosts(hostname: str) -> bytes:
+    """The host's /etc/hosts with the sandbox's own host name on loopback (programs resolve their
+    host name to find their address: gloo, Paddle)."""
+    try:
+        host = Path("/etc/hosts").read_text()
+    except OSError:
+        host = "127.0.0.1\tlocalhost\n::1\tlocalhost\n"
+    return f"{host.rstrip()}\n127.0.0.1\t{hostname}\n".encode()
+
+
 def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, 0)
     os.write(fd, data)
@@ -382,31 +395,32 @@ class Sandbox:
             head += ["--unshare-user", "--uid", uid, "--gid", uid, "--disable-userns"]
         return [*head, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL"]
 
-    def _base(self, tmp: Path, passwd: int, group: int) -> list[str]:
+    def _base(self, tmp: Path, identity: list[int], hostname: str) -> list[str]:
         """Namespaces, /proc, /dev, a private /tmp (first: data dirs may lie under the host's /tmp),
-        the system, the identity files, the base Python."""
-        args = [*self._head(), "--proc", "/proc", "--dev", "/dev", "--bind", str(tmp), "/tmp"]
-        args += ["--symlink", "/tmp", "/var/tmp", *self._system]
-        args += ["--ro-bind-data", str(passwd), "/etc/passwd", "--ro-bind-data", str(group), "/etc/group"]
+        the system, /etc/passwd, /etc/group and /etc/hosts (from ``identity``), the base Python."""
+        args = [*self._head(), "--hostname", hostname, "--proc", "/proc", "--dev", "/dev"]
+        args += ["--bind", str(tmp), "/tmp", "--symlink", "/tmp", "/var/tmp", *self._system]
+        for fd, name in zip(identity, ("passwd", "group", "hosts"), strict=True):
+            args += ["--ro-bind-data", str(fd), f"/etc/{name}"]
         for p in self._python:
             args += ["--ro-bind", str(p), str(p)]
         return args
 
     @contextlib.contextmanager
-    def _command(self, user: str, tmp: Path, binds: list[str], fd_binds: list[tuple[str, Path, bool]],
-                 cwd: Path, argv: list[str]) -> Iterator[Command]:  # fmt: skip
+    def _command(self, user: str, dirs: WorkerDirs, binds: list[str], fd_binds: list[tuple[str, Path, bool]],
+                 argv: list[str]) -> Iterator[Command]:  # fmt: skip
         """``argv`` in a sandbox: the base, ``binds`` (by name), ``fd_binds`` (opened without
         following links: (option, path, is a folder)); descriptors closed once the caller is done."""
-        shutil.rmtree(tmp, ignore_errors=True)  # a fresh /tmp for every run
-        tmp.mkdir(parents=True)
+        shutil.rmtree(dirs.tmp, ignore_errors=True)  # a fresh /tmp for every run
+        dirs.tmp.mkdir(parents=True)
         passwd, group = _identity(user)
-        fds = [_memfd("passwd", passwd), _memfd("group", group)]
+        fds = [_memfd("passwd", passwd), _memfd("group", group), _memfd("hosts", _hosts(dirs.hostname))]
         try:
-            args = self._base(tmp, fds[0], fds[1])
+            args = self._base(dirs.tmp, fds[:3], dirs.hostname)
             for option, path, is_dir in fd_binds:
                 fds.append(open_nofollow(path, directory=is_dir))
                 args += [option, str(fds[-1]), str(path)]
-            args += [*binds, "--remount-ro", "/", "--chdir", str(cwd), "--", *argv]
+            args += [*binds, "--remount-ro", "/", "--chdir", str(dirs.cwd), "--", *argv]
             yield Command(args, tuple(fds))
         finally:
             for fd in fds:
@@ -435,7 +449,8 @@ class Sandbox:
         ro = [*files, *_pip_places(files, os.environ), Path(sys.prefix)]
         binds = [a for p in dict.fromkeys(ro) for a in ("--ro-bind", str(p), str(p))]
         binds += ["--bind", str(target), str(target), "--die-with-parent"]  # a killed build ends whole
-        with self._command("paddlecloud", tmp, binds, [], target, argv) as cmd:
+        dirs = WorkerDirs(cwd=target, status=target, tmp=tmp, hostname="paddlecloud-build")
+        with self._command("paddlecloud", dirs, binds, [], argv) as cmd:
             yield cmd
 
     @staticmethod
@@ -473,7 +488,7 @@ class JobJail:
         binds = ["--ro-bind", str(self.sandbox.shim), str(self.sandbox.shim)]
         binds += ["--ro-bind", str(self.env_dir), str(self.env_dir)]
         binds += ["--bind", str(dirs.cwd), str(dirs.cwd), "--bind", str(dirs.status), str(dirs.status)]
-        with self.sandbox._command(self.user, dirs.tmp, binds, list(self.data), dirs.cwd, argv) as cmd:
+        with self.sandbox._command(self.user, dirs, binds, list(self.data), argv) as cmd:
             yield cmd
 
 
