@@ -32,6 +32,7 @@ from paddlecloud.backends.local.sandbox import (
     Sandbox,
     choose,
     make_dirs,
+    open_file_nofollow,
     open_nofollow,
     read_status,
 )
@@ -150,6 +151,17 @@ def test_paths_are_reached_without_following_links(tmp_path: Path) -> None:
         open_nofollow(tmp_path / "link")
     with pytest.raises(ConfinementError, match="does not exist"):
         open_nofollow(tmp_path / "real" / "missing")
+    (tmp_path / "real" / "package.tar.gz").write_bytes(b"pkg")
+    with open_file_nofollow(tmp_path / "real" / "package.tar.gz") as f:
+        assert f.read() == b"pkg"
+    for bad in (tmp_path / "link" / "package.tar.gz", tmp_path / "real" / "fifo"):
+        if bad.name == "fifo":
+            os.mkfifo(bad)
+        with pytest.raises(ConfinementError):  # never another user's package through a link
+            open_file_nofollow(bad).close()
+    (tmp_path / "real" / "pkg-link").symlink_to(tmp_path / "real" / "package.tar.gz")
+    with pytest.raises(ConfinementError):
+        open_file_nofollow(tmp_path / "real" / "pkg-link").close()
     make_dirs(tmp_path / "real" / "a" / "b")
     assert (tmp_path / "real" / "a" / "b").is_dir()
     with pytest.raises(ConfinementError, match="symbolic link"):

@@ -58,7 +58,14 @@ from paddlecloud.backends.local.nodes import NodeShape, make_nodes
 from paddlecloud.backends.local.ports import PortAllocator, is_listening
 from paddlecloud.backends.local.process import WorkerProc, kill_leftovers, stop_group, watch_exit
 from paddlecloud.backends.local.restarts import RestartBook
-from paddlecloud.backends.local.sandbox import ConfinementError, JobJail, choose, make_dirs, worker_base_env
+from paddlecloud.backends.local.sandbox import (
+    ConfinementError,
+    JobJail,
+    choose,
+    make_dirs,
+    open_file_nofollow,
+    worker_base_env,
+)
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
@@ -391,8 +398,9 @@ class LocalBackend:
     def _prepare(self, job: _Job) -> None:
         try:
             pkg = job.dir / "package"
-            if not pkg.exists():
-                safe_extract(job.launch.package, pkg)
+            if not pkg.exists():  # the package lies in the owner's home: opened without following links
+                with open_file_nofollow(job.launch.package) as package:
+                    safe_extract(package, pkg)
             runs = log_runs(job.dir / "logs", "prepare")
             prepare_log = job.dir / "logs" / f"prepare.{runs[-1] + 1 if runs else 0}.log"
             job.env_dir = self._envs.ensure(self._requirements(job), prepare_log)

@@ -49,6 +49,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
 from paddlecloud.backends.base import JobLaunch
@@ -65,6 +66,7 @@ __all__ = [
     "WorkerDirs",
     "choose",
     "make_dirs",
+    "open_file_nofollow",
     "open_nofollow",
     "read_status",
     "worker_base_env",
@@ -188,6 +190,22 @@ def open_nofollow(path: Path, *, directory: bool = True) -> int:
     """``path`` as an ``O_PATH`` descriptor, every component reached without following a link
     (ConfinementError when one is a link or missing). The caller closes it."""
     return _walk(path, create=False, directory=directory)
+
+
+def open_file_nofollow(path: Path) -> BinaryIO:
+    """``path`` opened for reading, every component reached without following a link; only a
+    regular file (a job may have planted a link or a FIFO in its owner's home)."""
+    parent = _walk(path.parent, create=False, directory=True)
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+    except OSError as exc:
+        raise ConfinementError(f"{path}: {exc.strerror}") from None
+    finally:
+        os.close(parent)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfinementError(f"{path} is not a regular file")
+    return os.fdopen(fd, "rb")
 
 
 def make_dirs(path: Path) -> None:
