@@ -17,7 +17,9 @@ from .conftest import free_port
 def _bin(name: str) -> str:
     found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None)
     if not found:
-        raise RuntimeError(f"{name} not found: install PostgreSQL (scripts/ensure-system-packages.sh postgresql)")
+        raise RuntimeError(
+            f"{name} not found: install PostgreSQL (scripts/ensure-system-packages.sh postgresql)"
+        )
     return found
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, can_transition, next_phase
 
-Q, ST, RU = JobPhase.QUEUED, JobPhase.STARTING, JobPhase.RUNNING
+Q, ST, RU, PR = JobPhase.QUEUED, JobPhase.STARTING, JobPhase.RUNNING, JobPhase.PREEMPTING
 OK, FA, KI = JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLED
 
 NO_PS = RoleCounts()
@@ -44,6 +44,9 @@ def rc(desired: int = 0, running: int = 0, succeeded: int = 0, failed: int = 0) 
         # Queued jobs are the scheduler's business, not next_phase's
         (Q, NO_PS, rc(1, running=1), None, None),
         (Q, NO_PS, rc(1, succeeded=1), "boom", None),
+        # a Preempting job is being stopped by the platform: nothing it reports changes its phase
+        (PR, NO_PS, rc(1, failed=1), "trainer-0 exited with code 143", None),
+        (PR, NO_PS, rc(1, succeeded=1), None, None),
     ],
 )
 def test_next_phase(
@@ -87,12 +90,18 @@ def test_success_and_running_messages_mention_counts() -> None:
         (ST, OK, True),
         (ST, FA, True),
         (ST, KI, True),
-        (ST, Q, True),  # preempted: stopped and queued again
+        (ST, Q, False),  # preempted jobs go through Preempting first
+        (ST, PR, True),  # preempted: its processes are being stopped
+        (PR, Q, True),  # ... all gone: queued again
+        (PR, KI, True),
+        (PR, RU, False),
+        (PR, OK, False),
         (RU, OK, True),
         (RU, FA, True),
         (RU, KI, True),
         (RU, ST, False),
-        (RU, Q, True),  # preempted
+        (RU, Q, False),
+        (RU, PR, True),  # preempted
         (OK, RU, False),
         (FA, Q, False),
         (KI, RU, False),

@@ -29,14 +29,20 @@ Asgi = Callable[[Platform], httpx.Client]
 
 WORKER = {
     "worker.py": """\
-import os, signal, sys, time
+import os, signal, sys, threading, time
+from paddlecloud.runtime import membership
 
 def retire(signum, frame):
     print("retiring", os.environ["PADDLECLOUD_WORKER"], flush=True)
     sys.exit(0)
 
+def watch():
+    for m in membership.changes(poll=0.1):
+        print("members", m.trainers, ",".join(m.trainer_endpoints), flush=True)
+
 signal.signal(signal.SIGTERM, retire)
 print("started", os.environ["PADDLECLOUD_WORKER"], "of", os.environ["PADDLECLOUD_TRAINERS"], flush=True)
+threading.Thread(target=watch, daemon=True).start()
 seconds = float(sys.argv[1])
 deadline = time.time() + seconds
 while time.time() < deadline:
@@ -101,6 +107,14 @@ def test_elastic_job_grows_when_capacity_frees_and_shrinks_for_a_new_job(
     assert any(e.message.startswith("trainers 1 -> 4") for e in flex.events)
     _until(platform, alice, "flex", lambda j: _started(alice, "flex", "trainer-3"))
     assert "started trainer-3 of 4\n" in list(alice.logs("flex", worker="trainer-3"))
+    # the trainer that started alone is told of the growth (runtime.membership)
+    endpoints = ",".join(w.endpoint for w in sorted(flex.workers, key=lambda w: w.index))
+    _until(
+        platform,
+        alice,
+        "flex",
+        lambda j: f"members 4 {endpoints}\n" in alice.logs("flex", worker="trainer-0"),
+    )
 
     # a new fixed job of 2 trainers: the elastic job is shrunk (not preempted) to make room
     _submit(alice, pkg, "second", 2.0, count=2)
@@ -120,6 +134,12 @@ def test_elastic_job_grows_when_capacity_frees_and_shrinks_for_a_new_job(
     # the retired trainer stopped gracefully and its log is still there
     assert list(alice.logs("flex", worker="trainer-3"))[-1] == "retiring trainer-3\n"
     assert second.trainers.desired == 2
+    _until(
+        platform,
+        alice,
+        "flex",
+        lambda j: any(ln.startswith("members 2 ") for ln in alice.logs("flex", worker="trainer-0")),
+    )
     quota = alice.quota()
     assert quota.used.cpu == "4"  # 2 (flex, shrunk) + 2 (second)
 
@@ -153,6 +173,105 @@ def test_preempted_job_is_queued_again_and_keeps_its_earlier_logs(
     # the run before the preemption is `logs --previous`; the last run ran to the end
     assert list(alice.logs("low", worker="trainer-0", previous=True))[-1] == "retiring trainer-0\n"
     assert list(alice.logs("low", worker="trainer-0"))[-1] == "done\n"
+
+
+STUBBORN = {
+    "stubborn.py": """\
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # takes the whole grace period to stop
+print("started", flush=True)
+time.sleep(120)
+"""
+}
+
+
+def test_a_preemption_holds_neither_the_loop_nor_api_writes(
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+) -> None:
+    """The preempted job's processes ignore SIGTERM, so stopping it takes the whole 4 s grace: the
+    cycle that preempts and the API writes made meanwhile return at once; its CPUs stay counted as
+    held (Preempting) until its processes are gone, and only then does the urgent job start."""
+    platform = platform_factory(nodes=CPU4, policy="tiresias", shrink_grace=4.0)
+    alice = _alice(platform, asgi)
+    alice.submit(
+        {"name": "low", "entry": "python stubborn.py", "trainers": {"cpu": "1", "count": 4}},
+        package_dir=make_package(STUBBORN),
+    )
+    _until(platform, alice, "low", lambda j: _started(alice, "low", "trainer-3"))
+    pkg = make_package(WORKER)
+    urgent = {"name": "urgent", "entry": "python worker.py 1", "trainers": {"cpu": "1", "count": 2}}
+    alice.submit({**urgent, "priority": 10}, package_dir=pkg)
+    _submit(alice, pkg, "bystander", 30.0, count=1)  # waits behind both
+
+    t0 = time.monotonic()
+    platform.reconciler.tick()  # preempts "low"
+    cycle = time.monotonic() - t0
+    assert alice.job("low").phase == "Preempting"
+    t0 = time.monotonic()
+    alice.kill("bystander")  # an unrelated API write while "low" is being stopped
+    write = time.monotonic() - t0
+    assert cycle < 1.0 and write < 1.0, f"cycle {cycle:.2f} s, write {write:.2f} s"
+
+    # while its processes stop, "low" holds its CPUs: "urgent" waits and says why
+    platform.reconciler.tick()
+    waiting = alice.job("urgent")
+    assert waiting.phase == "Queued" and waiting.reason == "PreemptionInProgress", waiting.message
+    assert alice.job("low").phase == "Preempting"
+    assert alice.quota().used.cpu == "4"
+
+    low = _until(platform, alice, "low", lambda j: j.phase == "Queued")
+    assert {w.state for w in low.workers} == {WorkerState.STOPPED}
+    assert [r for r in _reasons(low) if r.startswith("Preempt")] == ["Preempting", "Preempted"]
+    gone = next(e.time for e in low.events if e.reason == "Preempted")
+    urgent_job = _until(platform, alice, "urgent", lambda j: j.phase in ("Running", "Succeeded"))
+    admitted = [e.time for e in urgent_job.events if e.reason == "Admitted"]
+    assert admitted and admitted[0] >= gone  # never started beside the stopping job
+    assert (gone - next(e.time for e in low.events if e.reason == "Preempting")).total_seconds() >= 3.5
+
+
+LINGERING_PSERVER = {
+    **WORKER,
+    "serve.py": """\
+import os, signal, socket, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the job stays Stopping for the whole grace period
+s = socket.socket()
+s.bind(("127.0.0.1", int(os.environ["PADDLECLOUD_PORT"])))
+s.listen()
+time.sleep(120)
+""",
+}
+
+
+def test_a_job_whose_trainers_are_done_is_never_grown_while_it_stops(
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+) -> None:
+    """Its trainers succeeded and its pserver takes the whole cleanup grace to stop: the free CPUs
+    beside it must not be given to it (a trainer added then would never run, and the job would end
+    as Failed instead of Succeeded)."""
+    platform = platform_factory(nodes=CPU4, policy="elastic")
+    alice = _alice(platform, asgi)
+    spec = {
+        "name": "flex",
+        "entry": 'if [ "$PADDLECLOUD_ROLE" = pserver ]; then python serve.py; else python worker.py 1; fi',
+        "pservers": {"count": 1, "cpu": "1"},
+        "trainers": {"cpu": "1", "count": 1, "min": 1, "max": 3},
+    }
+    blocker = {"name": "blocker", "entry": "python worker.py 60", "trainers": {"cpu": "2", "count": 1}}
+    pkg = make_package(LINGERING_PSERVER)
+    alice.submit(blocker, package_dir=pkg)
+    _until(platform, alice, "blocker", lambda j: j.phase == "Running")
+    alice.submit(spec, package_dir=pkg)
+    _until(platform, alice, "flex", lambda j: j.phase == "Running")
+    stopping = _until(platform, alice, "flex", lambda j: j.reason == "Stopping")
+    assert stopping.trainers.desired == 1
+    alice.kill("blocker", grace=0)  # capacity frees while flex is stopping
+    for _ in range(5):
+        platform.reconciler.tick()
+        time.sleep(0.2)
+    done = _until(platform, alice, "flex", lambda j: j.phase in ("Succeeded", "Failed"))
+    assert done.phase == "Succeeded", done.message
+    assert "Resized" not in _reasons(done)
+    assert {w.name for w in done.workers} == {"pserver-0", "trainer-0"}
 
 
 def test_live_snapshot_gives_the_same_plan_to_the_simulator_policy(

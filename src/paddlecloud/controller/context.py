@@ -1,16 +1,19 @@
 """What the controller's parts share: settings, database, backend, clock, one mutex, one wake-up.
 
 The mutex serialises every change of job state: a reconcile cycle holds it from start to end, and
-request handlers hold it only around their database writes (never across a slow backend call).
+request handlers hold it only around their database writes (never across a slow backend call; a
+preemption's stop runs in a thread of its own, ``stop_in_background``).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session, object_session
 
 from paddlecloud.api.models import JobSpec
@@ -25,6 +28,8 @@ from paddlecloud.store.db import Database
 from paddlecloud.store.tables import EventRow, JobRow
 
 __all__ = ["Context", "job_key"]
+
+log = logging.getLogger("paddlecloud.controller")
 
 
 def job_key(user: str, name: str) -> str:
@@ -51,11 +56,33 @@ class Context:
     def wake(self) -> None:
         self.wake_event.set()
 
+    def stop_in_background(self, key: str, grace: float) -> None:
+        """``backend.stop(key, grace)`` in a thread of its own (nobody waits for the grace period);
+        the loop is woken when it returns, to see the job's processes gone."""
+
+        def run() -> None:
+            try:
+                self.backend.stop(key, grace)
+            except Exception:  # the job's next sync reports what is left; never kill the thread
+                log.exception("stopping %s failed", key)
+            finally:
+                self.wake()
+
+        threading.Thread(target=run, name=f"stop-{key}", daemon=True).start()
+
     def session(self) -> Session:
         return self.db.session()
 
     def event(self, row: JobRow, type_: str, reason: str, message: str) -> None:
-        row.events.append(EventRow(time=self.clock.now(), type=type_, reason=reason, message=message))
+        """Record a job event. A stored job whose events were not read gets the row added beside it
+        (reading them later loads it too): recording never loads the job's whole history."""
+        ev = EventRow(time=self.clock.now(), type=type_, reason=reason, message=message)
+        s = object_session(row)
+        if s is not None and row.id is not None and "events" in sa_inspect(row).unloaded:
+            ev.job_id = row.id
+            s.add(ev)
+        else:
+            row.events.append(ev)
 
     def launch(self, row: JobRow) -> JobLaunch:
         placement = tuple(

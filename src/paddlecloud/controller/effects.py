@@ -2,8 +2,13 @@
 
 Order within a cycle (the plan was computed assuming it):
 
-  1. ``Preempt``: stop the job (SIGTERM, ``shrink_grace`` to checkpoint, SIGKILL); it goes back to
-     Queued with reason Preempted, its workers' logs kept for its next run;
+  1. ``Preempt``: the job becomes Preempting and its processes are stopped in the background
+     (SIGTERM, ``shrink_grace`` to checkpoint, SIGKILL): the loop and the API never wait for them.
+     Its resources stay counted as held until the reconciler sees every process gone and queues it
+     again (reason Preempted; its workers' logs kept for its next run). The jobs this plan admits
+     or grows relied on the capacity being freed: they wait (``PreemptionInProgress``) and are
+     returned to the reconciler, which holds them out of the queue until the preempted jobs have
+     stopped;
   2. ``Resize`` shrinks: the highest trainers are retired gracefully (in the background);
   3. ``Wait``: the job's reason and message; an event only when the reason changes;
   4. ``Admit``: Starting, worker rows and an event, committed *before* the backend starts anything;
@@ -18,13 +23,14 @@ import logging
 
 from sqlalchemy.orm import Session
 
+from paddlecloud.backends.base import JobStatus
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.records import record_workers, trainer_names
 from paddlecloud.core.phases import JobPhase, WorkerState
-from paddlecloud.scheduler import Admit, Plan, Preempt, Resize, Wait, WorkerPlacement
+from paddlecloud.scheduler import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.store.tables import JobRow, WorkerRow
 
-__all__ = ["apply_plan"]
+__all__ = ["apply_plan", "requeue_preempted"]
 
 log = logging.getLogger("paddlecloud.effects")
 
@@ -46,25 +52,39 @@ def _pending_worker(row: JobRow, p: WorkerPlacement) -> None:
     )
 
 
-def apply_plan(ctx: Context, s: Session, plan: Plan, rows: dict[str, JobRow]) -> None:
-    """Apply ``plan`` to the jobs in ``rows`` (every queued and started job, by key)."""
+def apply_plan(ctx: Context, s: Session, plan: Plan, rows: dict[str, JobRow]) -> frozenset[str]:
+    """Apply ``plan`` to the jobs in ``rows`` (every queued and started job, by key). Returns the
+    jobs whose admission or growth waits for this plan's preemptions to complete."""
     for p in plan.preempt:
         _preempt(ctx, rows[p.job], p)
-        s.commit()
+    s.commit()
     grows = []
     for r in plan.resize:
         if r.trainers < len(trainer_names(rows[r.job])):
             _shrink(ctx, rows[r.job], r)
         else:
             grows.append(r)
-    for w in plan.wait:
+    waits, held = list(plan.wait), frozenset[str]()
+    admits = plan.admit
+    if plan.preempt:  # they need what the preempted jobs still hold: later
+        waits += _after_preemption(plan, [a.job for a in admits] + [r.job for r in grows])
+        held = frozenset(w.job for w in waits[len(plan.wait) :])
+        admits, grows = [], [r for r in grows if r.job not in held]
+    for w in waits:
         _wait(ctx, rows[w.job], w)
     s.commit()
-    for a in plan.admit:
+    for a in admits:
         _admit(ctx, s, rows[a.job], a)
     for r in grows:
         _grow(ctx, rows[r.job], r)
     s.commit()
+    return held
+
+
+def _after_preemption(plan: Plan, jobs: list[str]) -> list[Wait]:
+    stopping = ", ".join(p.job for p in plan.preempt)
+    message = f"starts when the preempted job(s) {stopping} have stopped (their grace period to checkpoint)"
+    return [Wait(job, WaitReason.PREEMPTION_IN_PROGRESS, message) for job in jobs]
 
 
 def _wait(ctx: Context, row: JobRow, wait: Wait) -> None:
@@ -98,12 +118,20 @@ def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
 
 
 def _preempt(ctx: Context, row: JobRow, p: Preempt) -> None:
-    key = job_key(row.user, row.name)
-    ctx.backend.stop(key, ctx.config.shrink_grace)
-    record_workers(ctx, row, ctx.backend.sync(key))
-    row.phase, row.reason, row.message = JobPhase.QUEUED, "Preempted", p.message
+    grace = ctx.config.shrink_grace
+    row.phase, row.reason = JobPhase.PREEMPTING, "Preempting"
+    row.message = f"{p.message}; stopping its workers ({grace:g} s to checkpoint)"
+    ctx.event(row, "Warning", "Preempting", row.message)
+    ctx.stop_in_background(job_key(row.user, row.name), grace)
+
+
+def requeue_preempted(ctx: Context, row: JobRow, status: JobStatus) -> None:
+    """A Preempting job whose processes are all gone: Queued again, its run's logs kept."""
+    record_workers(ctx, row, status)
+    message = row.message.rpartition("; stopping its workers")[0] or row.message
+    row.phase, row.reason, row.message = JobPhase.QUEUED, "Preempted", message
     row.placement = None
-    ctx.event(row, "Warning", "Preempted", f"{p.message}; queued again, logs of this run kept")
+    ctx.event(row, "Warning", "Preempted", f"{message}; queued again, logs of this run kept")
 
 
 def _shrink(ctx: Context, row: JobRow, r: Resize) -> None:

@@ -3,13 +3,16 @@
 Every method takes the caller's :class:`Identity`; users see only their own jobs. Admins act on
 another user's jobs with the ``user`` argument (anyone may name themselves; a non-admin naming someone
 else gets ``forbidden``) and list everyone's with ``all_users``. Another user's job is not found,
-exactly as a job that does not exist. Writes happen under the context mutex and are committed before
-the method returns, so an acknowledged submit is durable.
+exactly as a job that does not exist. Writes that race with the reconcile loop (kill, delete) happen
+under the context mutex; a submit only inserts a new Queued job, which the loop reads at its next
+cycle, so it takes no mutex. Every write is committed before the method returns, so an acknowledged
+submit is durable.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -17,12 +20,21 @@ from sqlalchemy.orm import Session, selectinload
 
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound
 from paddlecloud.api.files import FileInfo
-from paddlecloud.api.models import JobDetail, JobSpec, JobView, QuotaView, ResourceView, WorkerView
+from paddlecloud.api.models import (
+    JobDetail,
+    JobList,
+    JobSpec,
+    JobView,
+    QuotaView,
+    ResourceView,
+    WorkerView,
+)
 from paddlecloud.backends.base import LogRequest
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.jobtokens import JobIdentity
 from paddlecloud.controller.packages import check_entry, inspect_package
 from paddlecloud.controller.quotas import compute_quota
+from paddlecloud.controller.readcache import ReadCache
 from paddlecloud.controller.records import job_request, record_workers
 from paddlecloud.controller.tasks import add_queue, plan_tasks
 from paddlecloud.controller.users import Identity, require_admin
@@ -32,9 +44,24 @@ from paddlecloud.core.quantity import format_cpu, format_memory
 from paddlecloud.core.resources import Resources
 from paddlecloud.store.tables import JobRow, UserRow, WorkerRow
 
-__all__ = ["JobService"]
+__all__ = ["JobListQuery", "JobService"]
 
-ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING)
+#: phases of jobs that have processes (or are stopping them) and hold resources
+ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING, JobPhase.PREEMPTING)
+
+#: seconds a rendered job list is served at most without looking again (writes of this process are
+#: seen at once; see ``controller.readcache``)
+_LIST_CACHE_AGE = 2.0
+
+
+@dataclass(frozen=True)
+class JobListQuery:
+    """What ``GET /jobs`` asks for: finished jobs too (``all_jobs``), every user's (``all_users``,
+    admins), or one named user's (``user``, admins; anyone may name themselves)."""
+
+    all_jobs: bool = False
+    all_users: bool = False
+    user: str | None = None
 
 
 def _limit_view(r: Resources) -> ResourceView:
@@ -54,6 +81,10 @@ def _resources_view(r: Resources) -> ResourceView:
 class JobService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        #: (owner or None for everyone, all_jobs) -> the JSON of the JobList
+        self._lists: ReadCache[tuple[str | None, bool], bytes] = ReadCache(
+            ctx.db.changes, ("jobs", "workers"), max_age=_LIST_CACHE_AGE
+        )
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -78,14 +109,33 @@ class JobService:
             )
         return row
 
+    def _list_key(self, who: Identity, q: JobListQuery) -> tuple[str | None, bool]:
+        """Whose jobs ``q`` lists (None: everyone's), after the permission checks."""
+        if q.all_users:
+            require_admin(who, "listing every user's jobs")
+            if q.user:
+                raise InvalidInput("give either user or all_users, not both", code=ErrorCode.INVALID_REQUEST)
+            return None, q.all_jobs
+        return self._owner(who, q.user), q.all_jobs
+
+    def cached_list(self, who: Identity, q: JobListQuery) -> bytes | None:
+        """The JSON of :meth:`list_json` from memory (no database), or None when it must be built."""
+        return self._lists.get(self._list_key(who, q))
+
+    def list_json(self, who: Identity, q: JobListQuery) -> bytes:
+        """The ``JobList`` JSON of ``GET /jobs``, built from the database and kept for the next
+        caller until a job or worker row changes."""
+        key = self._list_key(who, q)
+        return self._lists.get_or_build(
+            key, lambda: JobList(items=self._list(*key)).model_dump_json().encode()
+        )
+
     def list_jobs(
         self, who: Identity, *, all_jobs: bool, all_users: bool = False, user: str | None = None
     ) -> list[JobView]:
-        if all_users:
-            require_admin(who, "listing every user's jobs")
-            if user:
-                raise InvalidInput("give either user or all_users, not both", code=ErrorCode.INVALID_REQUEST)
-        owner = None if all_users else self._owner(who, user)
+        return self._list(*self._list_key(who, JobListQuery(all_jobs, all_users, user)))
+
+    def _list(self, owner: str | None, all_jobs: bool) -> list[JobView]:
         with self.ctx.session() as s:
             q = select(JobRow).order_by(JobRow.submitted_at, JobRow.id)
             if owner is not None:
@@ -173,6 +223,7 @@ class JobService:
                 message="waiting for the next scheduling cycle",
                 submitted_at=now,
                 output_dir=output_dir,
+                workers=[],  # known empty: building the answer needs no query for them
             )
             self.ctx.event(row, "Normal", "Submitted", f"submitted by {who.name}")
             if tasks is not None and spec.tasks is not None:
@@ -180,21 +231,22 @@ class JobService:
                 self.ctx.event(
                     row, "Normal", "TasksPlanned", f"{len(tasks)} tasks, {passes} passes (get tasks)"
                 )
-            with self.ctx.mutex:
-                s.add(row)
-                try:
-                    s.flush()
-                    if tasks is not None and spec.tasks is not None:
-                        add_queue(s, row.id, spec.tasks, tasks, now)
-                    s.commit()
-                except IntegrityError:
-                    s.rollback()
-                    raise Conflict(
-                        f"job {spec.name!r} already exists; pick another --name or remove the old one "
-                        f"with `paddlecloud kill {spec.name} --rm`",
-                        code=ErrorCode.JOB_EXISTS,
-                        field="name",
-                    ) from None
+            # no controller mutex: a new Queued row is only read by the next reconcile cycle, and
+            # the unique (user, name) index decides between concurrent submits of one name
+            s.add(row)
+            try:
+                s.flush()
+                if tasks is not None and spec.tasks is not None:
+                    add_queue(s, row.id, spec.tasks, tasks, now)
+                s.commit()
+            except IntegrityError:
+                s.rollback()
+                raise Conflict(
+                    f"job {spec.name!r} already exists; pick another --name or remove the old one "
+                    f"with `paddlecloud kill {spec.name} --rm`",
+                    code=ErrorCode.JOB_EXISTS,
+                    field="name",
+                ) from None
             self.ctx.wake()
             return detail_view(row)
 

@@ -12,8 +12,9 @@ The server holds one Platform; tests build one against a temp dir and a manual c
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from paddlecloud.backends.base import Backend
 from paddlecloud.backends.local import LocalBackend, LocalConfig
@@ -22,6 +23,7 @@ from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.quotas import storage_quota
+from paddlecloud.controller.readcache import ReadCache
 from paddlecloud.controller.reconciler import Reconciler
 from paddlecloud.controller.tasks import TaskService
 from paddlecloud.controller.users import Identity, UserDirectory
@@ -59,6 +61,11 @@ class Platform:
     reconciler: Reconciler
     files: FileService
     tasks: TaskService
+    #: sha256 of a user token -> who it is; dropped on any write to the users table
+    _tokens: ReadCache[str, Identity] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._tokens = ReadCache(self.ctx.db.changes, ("users",), max_age=_TOKEN_CACHE_AGE)
 
     @classmethod
     def open(
@@ -107,5 +114,28 @@ class Platform:
             return self.users.create_or_rotate(s, name, admin=admin)
 
     def authenticate(self, token: str | None) -> Identity:
-        with self.ctx.session() as s:
-            return self.users.authenticate(s, token)
+        """Who ``token`` belongs to (``Unauthorized`` if nobody). Answers from memory while the users
+        table is unchanged (a rotated or revoked token stops working at once)."""
+        if not token or self._tokens is None:
+            with self.ctx.session() as s:
+                return self.users.authenticate(s, token)
+
+        def look_up() -> Identity:
+            with self.ctx.session() as s:
+                return self.users.authenticate(s, token)
+
+        return self._tokens.get_or_build(_digest(token), look_up)
+
+    def cached_identity(self, token: str | None) -> Identity | None:
+        """:meth:`authenticate` from memory only (no database); None when it would have to look."""
+        if not token or self._tokens is None:
+            return None
+        return self._tokens.get(_digest(token))
+
+
+#: seconds a token lookup is reused at most (a write from another server process is seen after it)
+_TOKEN_CACHE_AGE = 5.0
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()

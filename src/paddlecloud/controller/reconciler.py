@@ -12,6 +12,12 @@ One cycle (``tick``), numbered, under the context mutex:
   4. apply it with ``controller.effects.apply_plan`` (preempt, shrink, wait, admit, grow; each
      decision a job event).
 
+A preempted job is Preempting until the backend reports every process ended (its stop runs in the
+background, so no cycle waits for a grace period): its placement keeps counting as held in the
+nodes of each snapshot, it is not offered to the policy, and the jobs whose admission waited for it
+are held out of the queue meanwhile (they would otherwise look unplaceable and make the policy
+preempt again). Then it is Queued again.
+
 Elastic bounds reach the policy only when the backend declares the ``resize`` capability.
 
 The loop runs in a thread, every ``tick_seconds`` or at once when something calls ``Context.wake``.
@@ -28,7 +34,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from paddlecloud.backends.base import Capability, JobStatus
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.effects import apply_plan
+from paddlecloud.controller.effects import apply_plan, requeue_preempted
 from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
 from paddlecloud.controller.tasks import release_ended
@@ -42,6 +48,12 @@ __all__ = ["Reconciler"]
 log = logging.getLogger("paddlecloud.reconciler")
 
 ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING)
+#: phases whose jobs hold resources on the nodes
+HOLDING = (*ACTIVE, JobPhase.PREEMPTING)
+#: the reason of a started job whose outcome is known while its last processes stop: it keeps what
+#: it holds but is no longer the policy's to grow, shrink or preempt (a trainer added then would
+#: never run and turn its success into a failure)
+STOPPING = "Stopping"
 
 
 def _counts(status: JobStatus, role: str, names: set[str]) -> RoleCounts:
@@ -64,6 +76,8 @@ class Reconciler:
         self.last: tuple[Snapshot, Plan] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: queued jobs whose admission waits for preempted jobs to stop (``effects.apply_plan``)
+        self._held: frozenset[str] = frozenset()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -92,7 +106,7 @@ class Reconciler:
         with self.ctx.mutex, self.ctx.session() as s:
             rows = s.scalars(
                 select(JobRow)
-                .where(JobRow.phase.in_((*ACTIVE, JobPhase.QUEUED)))
+                .where(JobRow.phase.in_((*HOLDING, JobPhase.QUEUED)))
                 .options(selectinload(JobRow.workers), selectinload(JobRow.events))
             ).all()
             for row in rows:
@@ -101,6 +115,8 @@ class Reconciler:
                     self.ctx.event(row, "Normal", "Adopted", "server restarted; job re-adopted")
                 if row.stop_requested:  # the server stopped in the middle of a kill: finish it
                     self._finish_kill(row)
+                elif row.phase == JobPhase.PREEMPTING:  # ... or of a preemption: stop it again
+                    self.ctx.stop_in_background(job_key(row.user, row.name), self.ctx.config.shrink_grace)
                 s.commit()
 
     def _finish_kill(self, row: JobRow) -> None:
@@ -124,12 +140,17 @@ class Reconciler:
     def _observe(self, s: Session) -> None:
         rows = s.scalars(
             select(JobRow)
-            .where(JobRow.phase.in_(ACTIVE), JobRow.stop_requested.is_(False))
-            .options(selectinload(JobRow.workers), selectinload(JobRow.events))
+            .where(JobRow.phase.in_(HOLDING), JobRow.stop_requested.is_(False))
+            .options(selectinload(JobRow.workers))
         ).all()
         now = self.ctx.clock.now()
         for row in rows:
             status = self.ctx.backend.sync(job_key(row.user, row.name))
+            if row.phase == JobPhase.PREEMPTING:
+                if status.finished:
+                    requeue_preempted(self.ctx, row, status)
+                s.commit()
+                continue
             account(row, now)
             self.apply_status(row, status)
             if row.spec.get("tasks"):  # a dead trainer's tasks go to the others now, not at expiry
@@ -154,8 +175,8 @@ class Reconciler:
         else:
             change_phase, reason, message = change.phase, change.reason, change.message
         if change_phase in TERMINAL_PHASES and not status.finished:
-            if row.reason != "Stopping":  # outcome known, remaining processes still being stopped
-                row.reason, row.message = "Stopping", f"{message}; stopping the remaining workers"
+            if row.reason != STOPPING:  # outcome known, remaining processes still being stopped
+                row.reason, row.message = STOPPING, f"{message}; stopping the remaining workers"
             return
         row.phase, row.reason, row.message = change_phase, reason, message
         if change_phase in TERMINAL_PHASES:
@@ -166,22 +187,28 @@ class Reconciler:
         queued = s.scalars(
             select(JobRow).where(JobRow.phase == JobPhase.QUEUED, JobRow.stop_requested.is_(False))
         ).all()
-        active = s.scalars(select(JobRow).where(JobRow.phase.in_(ACTIVE))).all()
+        holding = s.scalars(select(JobRow).where(JobRow.phase.in_(HOLDING))).all()
+        active = [r for r in holding if r.phase != JobPhase.PREEMPTING]
+        if len(active) == len(holding):  # no preemption in progress: nothing held back any more
+            self._held = frozenset()
+        queued = [r for r in queued if job_key(r.user, r.name) not in self._held]
         elastic = Capability.RESIZE in self.ctx.backend.capabilities
         if not queued and not (elastic and active):
             return
         snap = Snapshot(
             cycle=self.cycle,
             now=self.ctx.clock.now(),
-            nodes=self._nodes(active),
+            nodes=self._nodes(holding),
             queue=tuple(job_request(r, elastic) for r in queued),
-            running=tuple(job_request(r, elastic) for r in active if not r.stop_requested),
+            running=tuple(
+                job_request(r, elastic) for r in active if not r.stop_requested and r.reason != STOPPING
+            ),
             quotas=compute_quotas(s),
         )
         plan = self.policy.schedule(snap)
         self.last = (snap, plan)
         rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
-        apply_plan(self.ctx, s, plan, rows)
+        self._held |= apply_plan(self.ctx, s, plan, rows)
 
     def _nodes(self, active: Sequence[JobRow]) -> tuple[NodeState, ...]:
         used: dict[str, Resources] = {}

@@ -63,6 +63,8 @@ class WorkerContext:
     trainer_range: tuple[int, int] | None = None
     user_env: dict[str, str] = field(default_factory=dict)
     api: ApiAccess = field(default_factory=lambda: ApiAccess())
+    #: where the backend publishes the job's current membership (``runtime.membership``); "" none
+    membership_file: str = ""
 
     @property
     def endpoint(self) -> str:
@@ -99,6 +101,7 @@ def _platform(ctx: WorkerContext) -> dict[str, str]:
         c.RESTART: str(ctx.restart),
         c.API: ctx.api.url,
         c.JOB_TOKEN: ctx.api.token,
+        c.MEMBERSHIP_FILE: ctx.membership_file,
         "PYTHONUNBUFFERED": "1",
     }
 

@@ -4,7 +4,10 @@
      ▲ │                 │                                  │
      │ └──kill──▶ Killed ◀┴──────────────kill───────────────┤
      │                   └──────────────failure──────────────┴──▶ Failed
-     └────────preempt (Starting or Running: stopped, queued again)
+     └──every process gone── Preempting ◀──preempt (Starting or Running)
+
+A preempted job is ``Preempting`` while its processes get their grace period to checkpoint and stop
+(its resources still count as held); it is ``Queued`` again once none is left.
 
 ``next_phase`` is the one place that decides a job's phase from what the backend observed; the
 controller applies its result. Terminal phases never change again.
@@ -30,6 +33,7 @@ class JobPhase(StrEnum):
     QUEUED = "Queued"
     STARTING = "Starting"
     RUNNING = "Running"
+    PREEMPTING = "Preempting"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     KILLED = "Killed"
@@ -40,9 +44,10 @@ TERMINAL_PHASES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLE
 _ALLOWED: dict[JobPhase, frozenset[JobPhase]] = {
     JobPhase.QUEUED: frozenset({JobPhase.STARTING, JobPhase.KILLED, JobPhase.FAILED}),
     JobPhase.STARTING: frozenset(
-        {JobPhase.RUNNING, JobPhase.FAILED, JobPhase.KILLED, JobPhase.SUCCEEDED, JobPhase.QUEUED}
+        {JobPhase.RUNNING, JobPhase.FAILED, JobPhase.KILLED, JobPhase.SUCCEEDED, JobPhase.PREEMPTING}
     ),
-    JobPhase.RUNNING: frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLED, JobPhase.QUEUED}),
+    JobPhase.RUNNING: frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLED, JobPhase.PREEMPTING}),
+    JobPhase.PREEMPTING: frozenset({JobPhase.QUEUED, JobPhase.KILLED, JobPhase.FAILED}),
     JobPhase.SUCCEEDED: frozenset(),
     JobPhase.FAILED: frozenset(),
     JobPhase.KILLED: frozenset(),
@@ -52,6 +57,7 @@ _ALLOWED: dict[JobPhase, frozenset[JobPhase]] = {
 class WorkerState(StrEnum):
     PENDING = "Pending"  # planned, not started yet
     RUNNING = "Running"
+    PREEMPTING = "Preempting"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     STOPPED = "Stopped"  # stopped by the platform (job finished, killed or shrunk)
@@ -88,7 +94,7 @@ def next_phase(
     ``failure`` is the backend's message when a worker failed, was lost, or the job could not be
     prepared (for example its requirements did not install).
     """
-    if current in TERMINAL_PHASES or current == JobPhase.QUEUED:
+    if current in TERMINAL_PHASES or current in (JobPhase.QUEUED, JobPhase.PREEMPTING):
         return None
     if failure:
         return PhaseChange(JobPhase.FAILED, "WorkerFailed", failure)

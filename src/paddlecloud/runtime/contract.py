@@ -16,6 +16,7 @@ __all__ = [
     "JOB_NAME",
     "JOB_TOKEN",
     "JOB_USER",
+    "MEMBERSHIP_FILE",
     "OUTPUT",
     "OUTPUT_DIR",
     "POD_IP",
@@ -52,3 +53,6 @@ RESTART = PREFIX + "RESTART"
 #: the platform's API URL and this job's token: the data task master (``runtime.taskmaster``)
 API = PREFIX + "API"
 JOB_TOKEN = PREFIX + "JOB_TOKEN"
+#: the job's current membership (trainers and endpoints now), rewritten on every resize
+#: (``runtime.membership``); empty where the backend does not publish it
+MEMBERSHIP_FILE = PREFIX + "MEMBERSHIP_FILE"

@@ -22,6 +22,9 @@ class WaitReason(StrEnum):
     #: Waiting for capacity while jobs of users with a smaller dominant share of the cluster, which
     #: would otherwise come after it, go first (fair share between users, see scheduler.fairshare).
     FAIR_SHARE = "FairShare"
+    #: Admitted by a plan that preempted other jobs: it starts once their processes have stopped
+    #: (the server's loop; the simulator's preemptions are instantaneous).
+    PREEMPTION_IN_PROGRESS = "PreemptionInProgress"
 
 
 @dataclass(frozen=True)

@@ -2,20 +2,37 @@
 
 ``Caller``: a user token (every route). ``TaskCaller``: a user token or a job token (``pcj_…``, the
 task routes only; it names one job, see ``controller/jobtokens.py``).
+
+``Caller`` is resolved on the event loop when the platform knows the token from memory, and in the
+thread pool (a database read) only when it does not: a request then costs no thread hop for its
+authentication.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from paddlecloud.controller import Identity, JobIdentity, Platform, is_job_token
 
-__all__ = ["Caller", "PlatformDep", "TaskCaller", "get_platform"]
+__all__ = ["Caller", "PlatformDep", "TaskCaller", "get_platform", "memory_or_thread"]
+
+T = TypeVar("T")
 
 
-def get_platform(request: Request) -> Platform:
+async def memory_or_thread(memory: Callable[[], T | None], build: Callable[[], T]) -> T:
+    """``memory()`` when it has the answer (on the event loop, no thread hop), else ``build()`` in
+    the thread pool (it reads the database)."""
+    known = memory()
+    if known is not None:
+        return known
+    return await run_in_threadpool(build)
+
+
+async def get_platform(request: Request) -> Platform:
     platform: Platform = request.app.state.platform
     return platform
 
@@ -28,8 +45,11 @@ def _bearer(request: Request) -> str | None:
     return auth[7:].strip() if auth.lower().startswith("bearer ") else None
 
 
-def _identity(request: Request, platform: PlatformDep) -> Identity:
-    return platform.authenticate(_bearer(request))
+async def _identity(request: Request, platform: PlatformDep) -> Identity:
+    token = _bearer(request)
+    return await memory_or_thread(
+        lambda: platform.cached_identity(token), lambda: platform.authenticate(token)
+    )
 
 
 def _task_caller(request: Request, platform: PlatformDep) -> Identity | JobIdentity:

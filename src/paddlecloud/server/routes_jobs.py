@@ -15,7 +15,8 @@ from paddlecloud.api.models import (
     QuotaView,
     WorkerList,
 )
-from paddlecloud.server.deps import Caller, PlatformDep
+from paddlecloud.controller.jobs import JobListQuery
+from paddlecloud.server.deps import Caller, PlatformDep, memory_or_thread
 
 __all__ = ["router"]
 
@@ -31,14 +32,18 @@ def submit_job(spec: JobSpec, who: Caller, platform: PlatformDep) -> JobDetail:
 
 
 @router.get("/jobs", response_model=JobList, tags=["jobs"])
-def list_jobs(
+async def list_jobs(
     who: Caller,
     platform: PlatformDep,
     all: Annotated[bool, Query(description="include finished jobs")] = False,
     all_users: Annotated[bool, Query(description="admins: every user's jobs")] = False,
     user: UserParam = None,
-) -> JobList:
-    return JobList(items=platform.jobs.list_jobs(who, all_jobs=all, all_users=all_users, user=user))
+) -> Response:
+    q = JobListQuery(all_jobs=all, all_users=all_users, user=user)
+    body = await memory_or_thread(
+        lambda: platform.jobs.cached_list(who, q), lambda: platform.jobs.list_json(who, q)
+    )
+    return Response(body, media_type="application/json")
 
 
 @router.get("/jobs/{name}", response_model=JobDetail, tags=["jobs"])

@@ -14,7 +14,7 @@ router = APIRouter()
 
 
 @router.get("/health", tags=["system"])
-def health() -> dict[str, str]:
+async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 

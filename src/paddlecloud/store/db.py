@@ -14,6 +14,9 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from paddlecloud.store.changes import ChangeCounters
+from paddlecloud.store.writelock import WriterQueue
+
 __all__ = ["Database", "open_database", "sqlite_url"]
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -33,11 +36,16 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 class Database:
-    """An engine plus a session factory; ``session()`` is one unit of work."""
+    """An engine plus a session factory; ``session()`` is one unit of work. ``changes`` counts the
+    commits per table (``store.changes``), for readers that cache."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._factory = sessionmaker(engine, expire_on_commit=False)
+        self.changes = ChangeCounters()
+        self.changes.watch(self._factory)
+        if engine.dialect.name == "sqlite":  # one writer at a time, queued here (store.writelock)
+            WriterQueue().watch(self._factory)
 
     def session(self) -> Session:
         return self._factory()
@@ -59,6 +67,9 @@ def open_database(url: str) -> Database:
     kwargs: dict[str, Any] = {}
     if is_sqlite:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 10}
+        # as many pooled connections as request threads (anyio's 40): a connection opened and closed
+        # per request under load costs more than the query (the pragmas run on each connect)
+        kwargs["pool_size"], kwargs["max_overflow"] = 20, 30
     else:
         kwargs["pool_pre_ping"] = True
     engine = create_engine(url, **kwargs)

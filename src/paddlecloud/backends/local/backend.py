@@ -9,6 +9,8 @@ Per job, under ``<root>/jobs/<user>/<name>/``::
     logs/<worker>.<run>.log, logs/prepare.<run>.log   one file per run, kept across preemptions
     run/<worker>.pid.json, run/<worker>/exit.json    (a sandboxed worker sees only run/<worker>/)
     tmp/<worker>/        a sandboxed worker's /tmp
+    contract/membership.json   the job's trainers and endpoints now, rewritten on every resize
+                         (``runtime.membership``; workers get its path, read only)
 
 Start sequence (driven by ``sync``, effects applied under the job's lock)::
 
@@ -69,7 +71,7 @@ from paddlecloud.backends.local.sandbox import (
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
-from paddlecloud.runtime import torchelastic
+from paddlecloud.runtime import membership, torchelastic
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
 
@@ -119,6 +121,8 @@ class _Job:
     events: list[BackendEvent] = field(default_factory=list)
     #: trainers removed by a shrink (stopping or stopped), reported as Stopped
     retired: dict[str, WorkerProc] = field(default_factory=dict)
+    #: the version of the membership last published (``runtime.membership``)
+    membership_version: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock)
     stopper: threading.Thread | None = None
     prepared: threading.Event = field(default_factory=threading.Event)
@@ -174,7 +178,7 @@ class LocalBackend:
         else:  # started again after a preemption: earlier runs' logs (and the package) stay
             for sub in ("run", "workers"):
                 shutil.rmtree(jdir / sub, ignore_errors=True)
-        for sub in ("logs", "run", "workers"):
+        for sub in ("logs", "run", "workers", "contract"):
             (jdir / sub).mkdir(parents=True, exist_ok=True)
         try:
             make_dirs(launch.output_dir)  # never through a link a job planted in its home
@@ -373,8 +377,27 @@ class LocalBackend:
         job.topology = dataclasses.replace(
             job.topology, pserver_endpoints=eps("pserver"), trainer_endpoints=eps("trainer")
         )
+        self._publish_membership(job)
         if record:
             self._record_launch(job)
+
+    @staticmethod
+    def _publish_membership(job: _Job) -> None:
+        """Rewrite ``contract/membership.json`` for the running workers (``runtime.membership``)."""
+        job.membership_version = max(job.membership_version + 1, membership.now_version())
+        t = job.topology
+        m = membership.Membership(
+            version=job.membership_version,
+            trainers=len(t.trainer_endpoints),
+            trainer_endpoints=tuple(t.trainer_endpoints),
+            pserver_endpoints=tuple(t.pserver_endpoints),
+        )
+        path = job.dir / "contract" / "membership.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            membership.write(str(path), m)
+        except OSError as exc:  # workers keep the last one; the job goes on
+            log.warning("publishing the membership of %s failed: %s", job.launch.key, exc)
 
     @staticmethod
     def _record_launch(job: _Job) -> None:
@@ -527,7 +550,9 @@ class LocalBackend:
     def _jail(self, job: _Job) -> JobJail | None:
         """What the job's workers are confined to (None: isolation none)."""
         assert job.env_dir is not None
-        return None if self._sandbox is None else self._sandbox.jail(job.launch, job.env_dir)
+        if self._sandbox is None:
+            return None
+        return self._sandbox.jail(job.launch, job.env_dir, shared=(job.dir / "contract",))
 
     def _spawn(self, job: _Job, workers: list[WorkerProc]) -> None:
         assert job.env_dir is not None
@@ -549,6 +574,7 @@ class LocalBackend:
                 role=w.role, index=w.index, topology=job.topology, output_dir=str(job.launch.output_dir),
                 restart=w.restart, gpus=w.gpus if self._gpu_machine else None, user_env=job.launch.env,
                 files=job.launch.files, api=job.launch.api, trainer_range=job.launch.trainer_range,
+                membership_file=str(job.dir / "contract" / "membership.json"),
             )  # fmt: skip
             w.spawn(job.launch.entry, {**base, **worker_env(ctx)}, now, jail)
             watch_exit(w, self._wake)

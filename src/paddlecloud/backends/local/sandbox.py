@@ -444,8 +444,9 @@ class Sandbox:
             for fd in fds:
                 os.close(fd)
 
-    def jail(self, launch: JobLaunch, env_dir: Path) -> JobJail:
-        """The confinement of ``launch``'s workers (nothing is opened until a worker is wrapped)."""
+    def jail(self, launch: JobLaunch, env_dir: Path, shared: Sequence[Path] = ()) -> JobJail:
+        """The confinement of ``launch``'s workers (nothing is opened until a worker is wrapped);
+        ``shared``: platform folders of the job its workers read (the membership file's)."""
         home, public = launch.home_dir, launch.public_dir
         data: list[tuple[str, Path, bool]] = []
         if home is not None:
@@ -458,7 +459,7 @@ class Sandbox:
                 data.append(("--ro-bind-fd", inp, inp.is_dir()))
         if not _under(launch.output_dir, home):
             data.append(("--bind-fd", launch.output_dir, True))
-        return JobJail(self, launch.user, env_dir, tuple(data))
+        return JobJail(self, launch.user, env_dir, tuple(data), tuple(shared))
 
     @contextlib.contextmanager
     def build(self, target: Path, tmp: Path, argv: list[str]) -> Iterator[Command]:
@@ -480,12 +481,14 @@ class Sandbox:
 
 @dataclass(frozen=True)
 class JobJail:
-    """One job's confinement: its user, environment, and PFS places (option, path, is a folder)."""
+    """One job's confinement: its user, environment, PFS places (option, path, is a folder), and
+    platform folders of the job it reads."""
 
     sandbox: Sandbox
     user: str
     env_dir: Path
     data: tuple[tuple[str, Path, bool], ...] = field(default=())
+    shared: tuple[Path, ...] = field(default=())
 
     @property
     def python(self) -> str:
@@ -505,6 +508,8 @@ class JobJail:
         """``argv`` (the launcher) confined to this job's places and the worker's own folders."""
         binds = ["--ro-bind", str(self.sandbox.shim), str(self.sandbox.shim)]
         binds += ["--ro-bind", str(self.env_dir), str(self.env_dir)]
+        for folder in self.shared:
+            binds += ["--ro-bind-try", str(folder), str(folder)]  # absent for runs of older versions
         binds += ["--bind", str(dirs.cwd), str(dirs.cwd), "--bind", str(dirs.status), str(dirs.status)]
         with self.sandbox._command(self.user, dirs, binds, list(self.data), argv) as cmd:
             yield cmd
