@@ -7,9 +7,10 @@
 A sandboxed worker is one ``bwrap`` process tree in namespaces of its own::
 
     env --ignore-signal=TERM,INT bwrap --unshare-user --uid 1000 --disable-userns --unshare-pid
-        --unshare-ipc --unshare-uts --cap-drop ALL --proc /proc --dev /dev --bind TMP /tmp
-        --ro-bind /usr ... (the system, selected /etc files, the base Python, the job's environment,
-        the runtime shim)  --bind-fd HOME  --ro-bind-fd PUBLIC  [--ro-bind-fd INPUT] [--bind-fd OUTPUT]
+        --unshare-ipc --unshare-uts --cap-drop ALL --hostname WORKER-TAG --proc /proc --dev /dev
+        --bind TMP /tmp --ro-bind /usr ... (the system, selected /etc files, generated passwd, group
+        and hosts, the base Python, the job's environment, the runtime shim, the job's contract/)
+        --bind-fd HOME  --ro-bind-fd PUBLIC  [--ro-bind-fd INPUT] [--bind-fd OUTPUT]
         --bind CWD --bind STATUS_DIR --remount-ro / --chdir CWD
         -- ENV/bin/python -m paddlecloud.runtime.launcher --status STATUS_DIR/exit.json --cwd CWD ENTRY
 
@@ -23,7 +24,9 @@ group). It ignores SIGTERM and SIGINT, so a graceful stop sent to the process gr
 launcher inside (which passes it to the program) and the outer process lives exactly as long as the
 launcher and exits with its code. SIGKILL to the group kills the outer process and the namespace's
 init, and with it every process of the sandbox. The run tag stays in every process's environment, so
-the backend's ``/proc`` scan (run as the server's user, outside) still finds them.
+the backend's ``/proc`` scan (run as the server's user, outside) still finds them. Each run has a
+host name of its own (on loopback in its /etc/hosts): programs that tell processes apart by host
+name and pid would otherwise see one process (every sandbox's launcher has the same pid).
 
 User data is bound by file descriptor: each PFS path is opened from ``/`` without following any
 symbolic link (``O_PATH | O_NOFOLLOW``) and passed as ``--bind-fd``, so a link a job plants in its
