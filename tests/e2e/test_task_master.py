@@ -82,9 +82,14 @@ def test_a_killed_trainer_loses_no_task_and_none_is_acknowledged_twice(
     )  # fmt: skip
     server.wait_phase("tm-kill", {"Running"}, timeout=60)
     victim = next(w for w in server.json("get", "workers", "tm-kill")["items"] if w["name"] == "trainer-1")
-    held = wait_for_line(Path(victim["log"]), r"^start (\S+) pass 0$")  # mid-task: it sleeps 1 s
+    log = Path(victim["log"])
+    wait_for_line(log, r"^start (\S+) pass 0\n\Z")  # mid-task (it sleeps 1 s after each start line)
     os.killpg(victim["pid"], signal.SIGKILL)
     killed = time.monotonic()
+    # what it held, read once it can write no more: its last task started and not acknowledged (the
+    # first start line of the log is an acknowledged task when the trainer ran ahead of this test)
+    held = re.findall(r"^start (\S+) pass 0$", log.read_text(), re.M)[-1]
+    assert f"acked {held} pass 0" not in log.read_text(), "killed between two tasks: nothing held"
     while True:  # the task goes to someone else long before its 60 s lease would expire
         task = next(t for t in tasks(server, "tm-kill")["items"] if t["path"] == held)
         if task["leases"] == 2 or time.monotonic() - killed > 30:
