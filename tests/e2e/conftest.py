@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -43,6 +44,12 @@ class Server:
     log_path: Path | None = None
     #: more ``paddlecloud up`` options; default node shape: 16 cpu, 32Gi (virtual capacity)
     up_args: list[str] = field(default_factory=lambda: ["--node-cpu", "16", "--node-memory", "32Gi"])
+    #: the CA bundle of a server started with ``--tls-cert``: it speaks https, verified with this
+    ca: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.ca else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -63,8 +70,9 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
+            verify = ssl.create_default_context(cafile=str(self.ca)) if self.ca else True
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/api/v1/health", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/api/v1/health", timeout=1, verify=verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -125,3 +133,12 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return root
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """A throw-away PostgreSQL cluster for the session (``postgres.fresh_database`` for a database)."""
+    from .postgres import postgres_cluster
+
+    with postgres_cluster() as url:
+        yield url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import shutil
 import subprocess
@@ -11,7 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sqlalchemy import create_engine, text
+
 from .conftest import free_port
+
+_databases = itertools.count()
 
 
 def _bin(name: str) -> str:
@@ -50,3 +55,13 @@ def postgres_cluster() -> Iterator[str]:
         subprocess.run([*as_user, _bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        check=False, capture_output=True)  # fmt: skip
         shutil.rmtree(base, ignore_errors=True)
+
+
+def fresh_database(server: str) -> str:
+    """A new, empty database on the cluster at ``server`` (a URL from :func:`postgres_cluster`)."""
+    name = f"test_{os.getpid()}_{next(_databases)}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return f"{server.rpartition('/')[0]}/{name}"

@@ -193,3 +193,28 @@ def test_config_use_and_view(server: Server, tmp_path: Path) -> None:
     )  # fmt: skip
     assert json.loads(env_view.stdout)["current"] == "ops"
     assert "PADDLECLOUD_DATACENTER" in env_view.stderr
+
+
+def test_admins_grant_and_revoke_admin_and_delete_users(server: Server, tmp_path: Path) -> None:
+    admin = User(server, Path(server.env["PADDLECLOUD_CONFIG"]))
+    frank = User(server, tmp_path / "frank.yaml")
+    frank.login(admin.json("admin", "create-user", "frank")["token"])
+    assert admin.cli("admin", "grant-admin", "frank").stdout == "frank is now an admin\n"
+    assert frank.json("admin", "users")["items"]  # frank acts as an admin now
+    r = frank.cli("admin", "revoke-admin", "frank", check=False)
+    assert r.returncode == 1 and "ask another admin" in one_error_line(r)
+    assert admin.cli("admin", "revoke-admin", "frank").stdout == "frank is no longer an admin\n"
+    r = frank.cli("admin", "delete-user", "default", "--yes", check=False)
+    assert r.returncode == 1 and "admins only" in one_error_line(r)
+
+    pkg = write_package(tmp_path / "sleeper", {"main.py": "import time\ntime.sleep(60)\n"})
+    frank.cli("submit", str(pkg), "--name", "frank-job", "--entry", "python main.py", "--cpu", "100m")
+    r = admin.cli("admin", "delete-user", "frank", check=False)  # no terminal to confirm on
+    assert r.returncode == 2 and "pass --yes" in r.stderr
+    r = admin.cli("admin", "delete-user", "frank", "--yes", check=False)
+    assert r.returncode == 1 and "active job(s) (frank-job)" in one_error_line(r)
+    out = admin.cli("admin", "delete-user", "frank", "--yes", "--force").stdout
+    assert out == "user frank deleted: 1 job(s) removed, killed frank-job; home /pfs/local/home/frank kept\n"
+    r = frank.cli("get", "jobs", check=False)
+    assert r.returncode == 1 and "not recognised" in one_error_line(r)
+    assert "frank" not in {u["name"] for u in admin.json("admin", "users")["items"]}

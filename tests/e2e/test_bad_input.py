@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import select
+import socket
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .conftest import Server, write_package
 
@@ -36,6 +39,13 @@ def _one_error_line(stderr: str) -> str:
         (["--framework", "paddle-ps"], 1, "needs at least 1 pserver"),
         (["--trainers", "3", "--max-instance", "2"], 1, "min <= count <= max"),
         (["--env", "NOEQUALS"], 2, "not KEY=VALUE"),
+        (["--cpu", "0"], 1, "trainers.cpu: cpu '0' is zero"),
+        (["--memory", "0"], 1, "trainers.memory: memory '0' is less than 1Mi"),
+        (["--cpu", "99999999999999999999"], 1, "more than 1024 cores"),
+        (["--env", "BIG=" + "x" * 70_000], 1, "env: 70005 bytes of variables, at most 65536"),
+        (["--cpu", "64"], 1, "largest node has cpu 16, memory 32Gi, so the job could never start"),
+        (["--gpu", "1"], 1, "--queue-anyway"),
+        (["--trainers", "3", "--cpu", "8"], 1, "3 trainers (cpu 8, memory 512Mi each) do not fit"),
     ],
 )
 def test_bad_submit(server: Server, pkg: Path, args: list[str], code: int, needle: str) -> None:
@@ -43,6 +53,40 @@ def test_bad_submit(server: Server, pkg: Path, args: list[str], code: int, needl
     r = server.cli(*base, *args, check=False)
     assert r.returncode == code, r.stderr
     assert needle in _one_error_line(r.stderr)
+
+
+def test_a_request_over_the_body_limit_is_one_clean_line(server: Server, pkg: Path) -> None:
+    tasks = [arg for i in range(270) for arg in ("--task", f"{i:04d}" + "x" * 4000)]  # ~1.1 MB of JSON
+    r = server.cli("submit", str(pkg), "--entry", "python main.py", "--cpu", "100m", *tasks, check=False)
+    assert r.returncode == 1
+    assert "over this server's limit of 1.0 MiB" in _one_error_line(r.stderr)
+
+
+def test_a_chunked_body_is_refused_before_the_server_has_read_it(server: Server) -> None:
+    """50 MB sent in chunks (no Content-Length): the 413 arrives after about the limit and the rest
+    is never read (on 005407f the whole body was read first). What was sent beyond the 1 MiB limit
+    sat in the kernel's socket buffers (a few MiB on loopback), not in the server."""
+    token = yaml.safe_load((server.home / "config").read_text())["datacenters"]["local"]["token"]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+        head = (f"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        sock.sendall(head.encode())
+        chunk = b"%x\r\n%s\r\n" % (1 << 16, b" " * (1 << 16))
+        sent = 0
+        while sent < 50 << 20 and not select.select([sock], [], [], 0)[0]:
+            try:
+                sock.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += 1 << 16
+        answer = b""
+        while b"request_too_large" not in answer and (part := sock.recv(65536)):
+            answer += part
+    print(f"413 after {sent:,} bytes of 50 MiB sent")
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"request_too_large" in answer
+    assert sent < 8 << 20, f"{sent} bytes sent before the answer"
 
 
 def test_missing_package_dir(server: Server, tmp_path: Path) -> None:

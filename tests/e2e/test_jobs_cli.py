@@ -127,7 +127,10 @@ def test_failing_trainer_fails_the_job_and_keeps_its_log(server: Server, tmp_pat
 
 def test_waiting_job_shows_its_reason(server: Server, tmp_path: Path) -> None:
     pkg = write_package(tmp_path / "huge", {"main.py": "print(1)\n"})
-    server.cli("submit", str(pkg), "--name", "huge", "--entry", "python main.py", "--cpu", "64")
+    args = ("submit", str(pkg), "--name", "huge", "--entry", "python main.py", "--cpu", "64")
+    refused = server.cli(*args, check=False)  # no node could ever hold it: refused, with the capacity
+    assert refused.returncode == 1 and "largest node has cpu 16" in refused.stderr
+    server.cli(*args, "--queue-anyway")
     job = server.wait_phase("huge", {"Queued"})
     deadline = time.monotonic() + 10
     while job["reason"] == "Queued" and time.monotonic() < deadline:

@@ -172,6 +172,29 @@ def test_a_conflict_is_retried(kube: FakeKube, custom: client.CustomObjectsApi) 
     conflicts = [e for e in kube.errors if e[2] == 409 and e[1].endswith("/status")]
     assert len(conflicts) == 1
     assert "job-trainer-0" in pods(kube)
+    # retried inside the same reconcile: not a failed one (a Warning on the job and a backoff)
+    assert [e for e in kube.list("events", NS) if e["reason"] == "ReconcileFailed"] == []
+
+
+def test_a_conflict_is_retried_on_a_fresh_read_within_one_reconcile(
+    kube: FakeKube, custom: client.CustomObjectsApi
+) -> None:
+    from paddlecloud.backends.kubernetes.operator import Operator
+    from tests.kube.helpers import kube_client
+
+    custom.create_namespaced_custom_object(G, V, NS, P, training_job("job", trainers=1))
+    kube.fail_next("PATCH", r"/trainingjobs/job/status$", 409)
+    op = Operator(kube_client(kube, "paddlecloud-operator"))
+    try:
+        plan = op.reconcile(NS, "job")  # no kopf: one call, and it must not raise the 409
+    finally:
+        op.close()
+    assert plan is not None and plan.status == job(kube)["status"]
+    assert phase(kube) in ("Pending", "Starting")
+    assert [e[2] for e in kube.errors] == [409]
+    reads = [p for m, p in kube.requests if m == "GET" and p.split("?")[0].endswith(f"/{P}/job")]
+    writes = [p for m, p in kube.requests if m == "PATCH" and p.endswith("/job/status")]
+    assert (len(reads), len(writes)) == (2, 2)  # read, conflict; read again, written
 
 
 @pytest.mark.usefixtures("operator")

@@ -120,6 +120,8 @@ def test_submit_usage_errors_exit_2(tmp_path: Path, package: Path, args: list[st
         (["up", "--default-quota", "tpu=1"], "--default-quota"),
         (["up", "--default-quota", "gpu=two"], "--default-quota"),
         (["up", "--default-quota", "cpu=lots"], "--default-quota"),
+        (["up", "--max-request-size", "1Ki"], "outside 64Ki..1Gi"),
+        (["up", "--max-request-size", "big"], "--max-request-size"),
     ],
     ids=[
         "unknown-command",
@@ -129,6 +131,8 @@ def test_submit_usage_errors_exit_2(tmp_path: Path, package: Path, args: list[st
         "quota-key",
         "quota-gpu",
         "quota-cpu",
+        "request-size-small",
+        "request-size-bad",
     ],
 )
 def test_other_usage_errors_exit_2(tmp_path: Path, args: list[str], words: str) -> None:

@@ -32,7 +32,8 @@ def _submitted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> d
 def test_defaults_send_no_restart_fields(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     spec = _submitted(monkeypatch, tmp_path)
     assert "restart" not in spec["trainers"] and "max_restarts" not in spec
-    assert JobSpec.model_validate({**spec, "package": PKG}).restart_rules().trainer == "Never"
+    rules = JobSpec.model_validate({**spec, "package": PKG}).restart_rules()
+    assert (rules.trainer, rules.backoff_reset_s) == ("Never", 600.0)
 
 
 def test_restart_options_reach_both_roles_and_the_job(
@@ -41,10 +42,11 @@ def test_restart_options_reach_both_roles_and_the_job(
     spec = _submitted(
         monkeypatch, tmp_path, "--pservers", "1", "--restart-policy", "ExitCode", "--max-restarts", "4",
         "--retry-exit-code", "75", "--retry-exit-code", "3", "--restart-backoff", "0.5",
+        "--restart-backoff-reset", "120",
     )  # fmt: skip
     rules = JobSpec.model_validate({**spec, "package": PKG}).restart_rules()
     assert (rules.trainer, rules.pserver, rules.max_restarts) == ("ExitCode", "ExitCode", 4)
-    assert (rules.retry_exit_codes, rules.backoff_s) == (frozenset({3, 75}), 0.5)
+    assert (rules.retry_exit_codes, rules.backoff_s, rules.backoff_reset_s) == (frozenset({3, 75}), 0.5, 120)
 
 
 def test_an_unknown_policy_is_a_usage_error(tmp_path: Path) -> None:

@@ -102,6 +102,7 @@ def test_zero_backoff_and_zero_limit() -> None:
         0.0,
         1,
         "t failed with exit code 3; restarting it as run 1 in 0 s (restart 1 of at most 1 for the job)",
+        streak=4,
     )
 
 
@@ -118,3 +119,57 @@ def test_rules_pick_the_policy_of_the_role() -> None:
     rules = RestartRules(trainer=ON_FAILURE, pserver=EXIT_CODE)
     assert (rules.policy("trainer"), rules.policy("pserver")) == (ON_FAILURE, EXIT_CODE)
     assert RestartRules().policy("trainer") == NEVER
+
+
+# -- the backoff resets after a stable run ---------------------------------------------------------
+
+#: reset after 600 s (the default); backoff 1, 2, 4, 5 (cap)
+RESET = RestartRules(trainer=ON_FAILURE, max_restarts=100, backoff_s=1.0, backoff_max_s=5.0)
+
+
+@pytest.mark.parametrize(
+    ("ran_s", "streak", "delay", "next_streak", "note"),
+    [
+        (None, 0, 1.0, 1, False),  # duration unknown: doubling as before
+        (None, 3, 5.0, 4, False),
+        (3.0, 0, 1.0, 1, False),  # crash-looping: 1, 2, 4, 5, 5 ...
+        (3.0, 1, 2.0, 2, False),
+        (3.0, 2, 4.0, 3, False),
+        (599.9, 7, 5.0, 8, False),  # just short of stable
+        (600.0, 7, 1.0, 1, True),  # stable: back to backoff_s; the next failure doubles from there
+        (86_400.0, 30, 1.0, 1, True),
+        (600.0, 0, 1.0, 1, False),  # stable and never restarted: nothing to reset, nothing said
+    ],
+)
+def test_a_stable_run_resets_the_backoff(
+    ran_s: float | None, streak: int, delay: float, next_streak: int, note: bool
+) -> None:
+    got = decide(ON_FAILURE, RESET, "trainer-1", Exit(3, ran_s=ran_s), 10, 12, streak)
+    assert isinstance(got, Restart)
+    assert (got.delay_s, got.streak) == (delay, next_streak)
+    assert ("backoff reset: the run lasted" in got.message) == note
+
+
+def test_the_reset_names_the_run_length_and_keeps_the_jobs_limit() -> None:
+    got = decide(ON_FAILURE, RESET, "trainer-1", Exit(3, ran_s=731.4), 10, 12, 5)
+    assert got == Restart(
+        1.0,
+        13,
+        "trainer-1 failed with exit code 3; restarting it as run 13 in 1 s "
+        "(restart 11 of at most 100 for the job; backoff reset: the run lasted 731 s)",
+        streak=1,
+    )
+    # the job's restart limit is not reset by a stable run
+    limited = RestartRules(trainer=ON_FAILURE, max_restarts=2)
+    assert decide(ON_FAILURE, limited, "t", Exit(3, ran_s=10_000.0), 2, 5, 4) == Fail(
+        "t failed with exit code 3; restart limit 2 reached"
+    )
+
+
+@pytest.mark.parametrize(
+    ("reset_s", "ran_s", "delay"), [(0.0, 0.0, 1.0), (60.0, 59.0, 4.0), (60.0, 60.0, 1.0)]
+)
+def test_the_reset_period_is_the_jobs_setting(reset_s: float, ran_s: float, delay: float) -> None:
+    rules = RestartRules(trainer=ON_FAILURE, backoff_s=1.0, backoff_max_s=30.0, backoff_reset_s=reset_s)
+    got = decide(ON_FAILURE, rules, "t", Exit(3, ran_s=ran_s), 0, 2, 2)
+    assert isinstance(got, Restart) and got.delay_s == delay

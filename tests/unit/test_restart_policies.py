@@ -155,6 +155,27 @@ def test_the_restart_limit_fails_the_job_and_says_so(
     assert _runs(job, "trainer-0") == 3
 
 
+def test_a_worker_that_ran_stably_restarts_after_the_first_backoff_again(
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+) -> None:
+    """Backoff 0.2 s doubling; runs 0 and 1 crash at once (0.2 s, 0.4 s), run 2 lasts 3.5 s, past the
+    3 s reset period, so its restart waits 0.2 s again rather than 0.8 s; the count is recorded."""
+    platform = platform_factory()
+    alice = _alice(platform, asgi)
+    _submit(alice, make_package(WORKER), "steady", "trainer-0=0/3,0/3,3.5/3,0/0",
+            trainers={"restart": "OnFailure"}, max_restarts=5, restart_backoff_s=0.2,
+            restart_backoff_reset_s=3.0)  # fmt: skip
+    job = _until(platform, alice, "steady", lambda j: j.phase in DONE)
+
+    assert job.phase == JobPhase.SUCCEEDED, job.message
+    delays = [m.split(" in ")[1].split(" s ")[0] for m in _restarts(job)]
+    assert delays == ["0.2", "0.4", "0.2"]
+    assert "backoff reset: the run lasted" not in "".join(_restarts(job)[:2])
+    assert "backoff reset: the run lasted" in _restarts(job)[2]
+    book = json.loads((platform.ctx.config.cluster_dir / "jobs/alice/steady/restarts.json").read_text())
+    assert (book["count"], book["workers"], book["streaks"]) == (3, {"trainer-0": 3}, {"trainer-0": 1})
+
+
 def test_exit_code_policy_retries_listed_codes_and_fails_fast_on_others(
     platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
 ) -> None:

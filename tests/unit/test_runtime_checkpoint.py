@@ -40,6 +40,33 @@ def test_a_corrupt_or_unmanifested_newest_falls_back_to_the_previous(tmp_path: P
     assert found is not None and (found.step, found.path.read_bytes()) == (1, b"good")
 
 
+def _flip_a_bit(path: Path, at: int) -> None:
+    """Damage ``path`` in place, as bit rot or a torn sector would: same size, one bit different."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x01]))
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_a_checkpoint_damaged_without_changing_its_size_is_refused(tmp_path: Path, where: str) -> None:
+    checkpoint.save(1, _bytes(b"state after step 1"), directory=tmp_path)
+    # larger than the 1 MiB the digest reads at a time: the damage may be in a later block
+    newest = checkpoint.save(2, _bytes(b"state after step 2" * 80_000), directory=tmp_path)
+    size = newest.path.stat().st_size
+    _flip_a_bit(newest.path, {"first": 0, "middle": size // 2, "last": size - 1}[where])
+    assert newest.path.stat().st_size == size  # only the sha256 can tell
+    found = checkpoint.latest(tmp_path)
+    assert found is not None and (found.step, found.path.read_bytes()) == (1, b"state after step 1")
+
+
+def test_when_every_checkpoint_is_damaged_none_is_loaded(tmp_path: Path) -> None:
+    only = checkpoint.save(1, _bytes(b"state after step 1"), directory=tmp_path)
+    _flip_a_bit(only.path, 3)
+    assert checkpoint.latest(tmp_path) is None  # start from scratch rather than from damaged state
+
+
 def test_a_failing_writer_leaves_no_file_and_keeps_the_old_checkpoint(tmp_path: Path) -> None:
     checkpoint.save(1, _bytes(b"old"), directory=tmp_path)
 

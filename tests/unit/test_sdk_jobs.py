@@ -115,7 +115,7 @@ def test_list_hides_finished_jobs_unless_all(alice: Client, make_package: MakePa
     pkg = make_package(HELLO)
     submit(alice, pkg, "done")
     drive(alice, "done", {OK, FAILED})
-    submit(alice, pkg, "waiting", trainers={"cpu": "64"})
+    submit(alice, pkg, "waiting", trainers={"cpu": "64"}, queue_anyway=True)
     assert [j.name for j in alice.jobs()] == ["waiting"]
     assert [j.name for j in alice.jobs(all=True)] == ["done", "waiting"]
 
@@ -130,7 +130,7 @@ def test_quota_counts_running_and_queued(alice: Client, make_package: MakePackag
 
     submit(alice, pkg, "sleeper", entry="sleep 30", trainers={"count": 2, "cpu": "750m", "memory": "1Gi"})
     drive(alice, "sleeper", {RUNNING})
-    submit(alice, pkg, "too-big", entry="sleep 30", trainers={"cpu": "16"})
+    submit(alice, pkg, "too-big", entry="sleep 30", trainers={"cpu": "16"}, queue_anyway=True)
     q = alice.quota()
     assert (q.jobs_running, q.jobs_queued) == (1, 1)
     assert (q.used.cpu, q.used.memory) == ("1500m", "2Gi")
@@ -225,7 +225,7 @@ def test_job_that_does_not_fit_stays_queued_with_a_reason(
     reason: str,
     words: list[str],
 ) -> None:
-    submit(alice, make_package(SLEEPER), "big", entry="sleep 30", trainers=trainers)
+    submit(alice, make_package(SLEEPER), "big", entry="sleep 30", trainers=trainers, queue_anyway=True)
     for _ in range(3):
         platform.reconciler.tick()
     job = alice.job("big")

@@ -170,11 +170,51 @@ def test_elastic_beats_fifo_on_a_contended_workload() -> None:
     assert fifo.resizes == 0
 
 
-def test_restart_cost_applies_to_resizes() -> None:
+def test_restart_cost_lengthens_an_elastic_workload() -> None:
+    # admissions and resizes both pay here; test_a_resize_alone_pays_the_restart_cost isolates resizes
     free = simulate(CONTENDED, MODELS, scheduler.policy("elastic"), SimConfig(ONE_NODE, restart_s=0.0))
     costly = simulate(CONTENDED, MODELS, scheduler.policy("elastic"), SimConfig(ONE_NODE, restart_s=30.0))
     assert costly.resizes > 0
     assert costly.summary(4)["avg_jct_s"] > free.summary(4)["avg_jct_s"]
+
+
+class Scripted:
+    """A policy that admits job ``E`` once (``first`` trainers at t=0) and resizes it to ``then``
+    trainers at ``at``: the job is never queued again, so any restart cost after ``at`` is the resize's."""
+
+    name = "scripted"
+
+    def __init__(self, first: int, then: int, at: float) -> None:
+        self.first, self.then, self.at = first, then, at
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        plan = Plan(cycle=snap.cycle)
+        if snap.queue:
+            plan.admit.append(scheduler.Admit("E", _trainers(self.first), "scripted"))
+        elif snap.now == self.at:
+            plan.resize.append(scheduler.Resize("E", self.then, _trainers(self.then), "scripted"))
+        return plan
+
+
+def _trainers(n: int) -> tuple[WorkerPlacement, ...]:
+    return tuple(WorkerPlacement("trainer", i, "node-0", (i,)) for i in range(n))
+
+
+# E has 3,000 samples to do at 10/s per trainer, restart_s = 30.
+# grow 1 -> 2 at 120: 0..30 paused, 30..120 = 900 on one trainer; the resize pauses it 120..150, then
+#   150..240 = 1,800 on two (2,700), the last 300 take 15 s: 255. Without the resize's pause: 225.
+# shrink 2 -> 1 at 60: 30..60 = 600 on two; paused 60..90, then 10/s: 2,400 more take 240 s: 330.
+#   Without the resize's pause: 300.
+@pytest.mark.parametrize(
+    ("first", "then", "at", "jct"),
+    [(1, 2, 120.0, 255.0), (2, 1, 60.0, 330.0)],
+    ids=["grow", "shrink"],
+)
+def test_a_resize_alone_pays_the_restart_cost(first: int, then: int, at: float, jct: float) -> None:
+    job = sjob("E", 0, first, 3000, lo=1, hi=4)
+    r = simulate([job], MODELS, Scripted(first, then, at), SimConfig(ONE_NODE, restart_s=30.0))
+    assert (r.resizes, r.preemptions) == (1, 0)
+    assert r.jct == pytest.approx({"E": jct}, abs=1e-6)
 
 
 # -------------------------------------------------------- the simulator drives the live scheduler

@@ -3,6 +3,7 @@ passes, who may touch which tasks, and durability across a platform restart (man
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,9 +14,9 @@ from task_helpers import Bench
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound, Unauthorized
 from paddlecloud.backends.base import WorkerStatus
 from paddlecloud.client import Client
-from paddlecloud.controller.tasks import release_ended
+from paddlecloud.controller.tasks import JobLocks, release_ended
 from paddlecloud.core.phases import WorkerState
-from paddlecloud.store.tables import JobRow
+from paddlecloud.store.tables import JobRow, WorkerRow
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -204,6 +205,107 @@ def test_leases_of_a_worker_run_that_ended_are_handed_on_at_once(bench: Bench, a
     assert "trainer-1#0 ended" in items[1].error
     with pytest.raises(Conflict):
         w.tasks.done("dead", 1, lease_id(1))
+
+
+def test_a_run_the_platform_saw_end_is_given_no_task_and_a_newer_run_keeps_its_own(
+    bench: Bench, alice: Client
+) -> None:
+    """The two orders issue 11 asked about, decided without timing: a lease request of a killed run
+    that reaches the server after the reconciler recorded the run's end (and released its leases)
+    is refused, not granted until the next cycle; a run newer than the one the server recorded (it
+    started after the last observation) leases, and its lease is not taken for a dead one's."""
+    bench.submit(alice, "late", {"items": ["a", "b", "c"], "lease_timeout": 3600})
+    with bench.platform.ctx.session() as s:  # what the reconciler recorded from the backend
+        job = s.scalars(select(JobRow).where(JobRow.name == "late")).one()
+        job.workers += [
+            WorkerRow(
+                name="trainer-1", role="trainer", index=1, state=WorkerState.PENDING, restarts=1
+            ),  # run 0 died
+            WorkerRow(
+                name="trainer-2", role="trainer", index=2, state=WorkerState.FAILED, restarts=0
+            ),  # run 0 ended
+        ]
+        s.commit()
+        job_id = job.id
+    w = bench.worker("alice", "late")
+
+    def lease(n: int, worker: str, run: int) -> dict[str, object]:
+        body = {"lease": lease_id(n), "worker": worker, "run": run}
+        return dict(w.request("POST", "/jobs/late/tasks/lease", json=body).json())
+
+    for n, (worker, run) in enumerate([("trainer-1", 0), ("trainer-2", 0)]):
+        with pytest.raises(Conflict) as err:
+            lease(n, worker, run)
+        assert err.value.code == ErrorCode.LEASE_LOST and f"{worker}#{run} has ended" in err.value.message
+    assert alice.tasks.status("late").summary.leased == 0  # nothing handed to a dead run
+    assert lease(3, "trainer-1", 1)["status"] == "leased"  # the run that replaced it
+    assert lease(4, "trainer-2", 1)["status"] == "leased"  # a run the server has not recorded yet
+    observed = [
+        WorkerStatus(name="trainer-1", role="trainer", index=1, state=WorkerState.RUNNING, restarts=1),
+        WorkerStatus(name="trainer-2", role="trainer", index=2, state=WorkerState.FAILED, restarts=0),
+    ]
+    with bench.platform.ctx.session() as s:
+        assert release_ended(s, job_id, observed) == 0  # trainer-2#1 is newer than the ended run 0
+        s.commit()
+    assert [(t.state, t.holder) for t in alice.tasks.status("late").items] == [
+        ("leased", "trainer-1#1"),
+        ("leased", "trainer-2#1"),
+        ("todo", ""),
+    ]
+
+
+def test_job_locks_hold_one_job_at_a_time_and_are_dropped_when_free() -> None:
+    locks, entered = JobLocks(), threading.Event()
+
+    def second() -> None:
+        with locks.hold(1):
+            entered.set()
+
+    with locks.hold(1), locks.hold(2):  # two jobs at once
+        t = threading.Thread(target=second)
+        t.start()
+        assert not entered.wait(0.2)  # the same job waits
+        assert len(locks) == 2
+    t.join(timeout=5)
+    assert entered.is_set() and len(locks) == 0  # nobody holds or waits: nothing kept
+
+
+# -- paging ---------------------------------------------------------------------------------------
+
+
+def test_tasks_are_listed_page_by_page_with_the_counts_of_all(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "paged", {"items": [f"shard-{i:02d}" for i in range(25)]})
+    w = bench.worker("alice", "paged")
+    for n in range(5):  # tasks 0..4 leased
+        w.tasks.lease("paged", lease_id(n), "trainer-0")
+    pages, after = [], None
+    while True:
+        page = alice.tasks.status("paged", limit=10, after=after)
+        assert (page.summary.total, page.summary.leased, page.summary.todo) == (25, 5, 20)
+        pages.append([t.index for t in page.items])
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert pages == [list(range(10)), list(range(10, 20)), list(range(20, 25))]
+    todo = alice.tasks.status("paged", state="todo", limit=10)
+    assert ([t.index for t in todo.items], todo.next_after) == (list(range(5, 15)), 14)
+    last = alice.tasks.status("paged", state="todo", limit=10, after=14)
+    assert ([t.index for t in last.items], last.next_after) == (list(range(15, 25)), None)
+    counts_only = alice.tasks.status("paged", limit=0)
+    assert (counts_only.items, counts_only.next_after, counts_only.summary.total) == ([], None, 25)
+    every = alice.tasks.all("paged", page=7)
+    assert [t.index for t in every.items] == list(range(25)) and every.next_after is None
+
+
+def test_a_page_is_bounded_by_default_and_by_a_limit(bench: Bench, alice: Client) -> None:
+    bench.submit(alice, "big", {"items": [f"s{i}" for i in range(1500)]})
+    first = alice.tasks.status("big")
+    assert (len(first.items), first.next_after, first.summary.total) == (1000, 999, 1500)
+    assert len(alice.tasks.all("big").items) == 1500
+    for params in ({"limit": 10_001}, {"limit": -1}, {"after": -1}, {"limit": "many"}):
+        with pytest.raises(InvalidInput) as err:
+            alice.request("GET", "/jobs/big/tasks", params=params)
+        assert err.value.code == ErrorCode.INVALID_REQUEST
 
 
 # -- who may touch which tasks --------------------------------------------------------------------

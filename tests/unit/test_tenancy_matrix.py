@@ -309,6 +309,14 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
         "admin": True,
         "probe": lambda w, t: [Request("POST", f"/users/{t.user}/token")],
     },
+    ("PUT", "/api/v1/users/{name}/admin"): {
+        "admin": True,
+        "probe": lambda w, t: [Request("PUT", f"/users/{t.user}/admin", json={"admin": True})],
+    },
+    ("DELETE", "/api/v1/users/{name}"): {
+        "admin": True,
+        "probe": lambda w, t: [Request("DELETE", f"/users/{t.user}", params={"force": "true"})],
+    },
     ("PUT", "/api/v1/users/{name}/quota"): {
         "admin": True,
         "probe": lambda w, t: [

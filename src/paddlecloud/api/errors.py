@@ -2,8 +2,10 @@
 
     PaddleCloudError                 code                 HTTP
     ├── InvalidInput                 invalid_spec, invalid_request, invalid_package,
-    │                                entry_not_found, invalid_path, checksum_mismatch  422 / 400
+    │                                entry_not_found, invalid_path, checksum_mismatch,
+    │                                exceeds_capacity                                  422 / 400
     ├── PackageTooLarge              package_too_large     413
+    ├── RequestTooLarge              request_too_large     413
     ├── Unauthorized                 unauthorized          401
     ├── Forbidden                    forbidden, quota_exceeded                            403
     ├── NotFound                     job_not_found, package_not_found, worker_not_found,
@@ -11,7 +13,7 @@
     │                                no_task_master, task_not_found                       404
     ├── Conflict                     job_exists, job_not_running, user_exists, path_exists,
     │                                not_a_directory, is_a_directory, directory_not_empty,
-    │                                lease_lost                                           409
+    │                                lease_lost, user_has_jobs, own_account               409
     ├── VersionMismatch              client_too_old, server_too_old                       426
     ├── ServerUnreachable            server_unreachable    (client side only)
     ├── InsufficientStorage          insufficient_storage  507
@@ -36,6 +38,7 @@ __all__ = [
     "NotFound",
     "PackageTooLarge",
     "PaddleCloudError",
+    "RequestTooLarge",
     "ServerError",
     "ServerUnreachable",
     "Unauthorized",
@@ -51,7 +54,11 @@ class ErrorCode(StrEnum):
     ENTRY_NOT_FOUND = "entry_not_found"
     INVALID_PATH = "invalid_path"
     CHECKSUM_MISMATCH = "checksum_mismatch"
+    #: a job no node (or the whole cluster) of a fixed-capacity cluster could ever hold
+    EXCEEDS_CAPACITY = "exceeds_capacity"
     PACKAGE_TOO_LARGE = "package_too_large"
+    #: a request body over the server's limit (``up --max-request-size``)
+    REQUEST_TOO_LARGE = "request_too_large"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     QUOTA_EXCEEDED = "quota_exceeded"
@@ -71,6 +78,8 @@ class ErrorCode(StrEnum):
     IS_A_DIRECTORY = "is_a_directory"
     DIRECTORY_NOT_EMPTY = "directory_not_empty"
     LEASE_LOST = "lease_lost"
+    USER_HAS_JOBS = "user_has_jobs"
+    OWN_ACCOUNT = "own_account"
     CLIENT_TOO_OLD = "client_too_old"
     SERVER_TOO_OLD = "server_too_old"
     SERVER_UNREACHABLE = "server_unreachable"
@@ -105,6 +114,11 @@ class InvalidInput(PaddleCloudError):
 class PackageTooLarge(PaddleCloudError):
     http_status = 413
     default_code = ErrorCode.PACKAGE_TOO_LARGE
+
+
+class RequestTooLarge(PaddleCloudError):
+    http_status = 413
+    default_code = ErrorCode.REQUEST_TOO_LARGE
 
 
 class Unauthorized(PaddleCloudError):
@@ -153,6 +167,8 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.ENTRY_NOT_FOUND: InvalidInput,
     ErrorCode.INVALID_PATH: InvalidInput,
     ErrorCode.CHECKSUM_MISMATCH: InvalidInput,
+    ErrorCode.EXCEEDS_CAPACITY: InvalidInput,
+    ErrorCode.REQUEST_TOO_LARGE: RequestTooLarge,
     ErrorCode.FORBIDDEN: Forbidden,
     ErrorCode.QUOTA_EXCEEDED: Forbidden,
     ErrorCode.USER_NOT_FOUND: NotFound,
@@ -166,6 +182,8 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.IS_A_DIRECTORY: Conflict,
     ErrorCode.DIRECTORY_NOT_EMPTY: Conflict,
     ErrorCode.LEASE_LOST: Conflict,
+    ErrorCode.USER_HAS_JOBS: Conflict,
+    ErrorCode.OWN_ACCOUNT: Conflict,
     ErrorCode.PACKAGE_TOO_LARGE: PackageTooLarge,
     ErrorCode.UNAUTHORIZED: Unauthorized,
     ErrorCode.JOB_NOT_FOUND: NotFound,

@@ -1,8 +1,13 @@
-"""Wire models of the file service (``/api/v1/pfs``)."""
+"""Wire models of the file service (``/api/v1/pfs``).
+
+Requests are strict: booleans and numbers are never taken from strings. Paths are checked (length,
+NUL and control characters, ``..``) by ``core.pfspath``, which answers ``invalid_path``.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +28,11 @@ __all__ = [
 MIN_CHUNK = 1 << 20
 MAX_CHUNK = 64 << 20
 
+#: a PFS path in a request (checked by ``core.pfspath``: length, NUL, control characters, ``..``)
+RequestPath = str
+#: a boolean of a request: ``true`` / ``false`` only
+Flag = Annotated[bool, Field(strict=True)]
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="forbid")
@@ -40,25 +50,25 @@ class FileList(_Model):
 
 
 class MkdirRequest(_Model):
-    path: str
-    parents: bool = False
+    path: RequestPath
+    parents: Flag = False
 
 
 class RemoveRequest(_Model):
-    path: str
-    recursive: bool = False
+    path: RequestPath
+    recursive: Flag = False
 
 
 class MoveRequest(_Model):
-    src: str
-    dst: str
+    src: RequestPath
+    dst: RequestPath
 
 
 class UploadBegin(_Model):
-    path: str
-    size: int = Field(ge=1, le=1 << 44)
-    chunk_size: int = Field(8 << 20, ge=MIN_CHUNK, le=MAX_CHUNK)
-    overwrite: bool = False
+    path: RequestPath
+    size: int = Field(ge=1, le=1 << 44, strict=True)
+    chunk_size: int = Field(8 << 20, ge=MIN_CHUNK, le=MAX_CHUNK, strict=True)
+    overwrite: Flag = False
 
 
 class UploadView(_Model):
@@ -73,7 +83,7 @@ class UploadView(_Model):
 
 
 class UploadComplete(_Model):
-    checksum: str  # blake3c:<chunk size>:<hex> (paddlecloud.core.checksum)
+    checksum: str = Field(max_length=256)  # blake3c:<chunk size>:<hex> (paddlecloud.core.checksum)
 
 
 class ChecksumView(_Model):
@@ -86,10 +96,10 @@ class QuotaUpdate(_Model):
     """Only the fields present change. ``storage``: a quantity (``500Gi``) or None for the platform
     default; ``cpu`` / ``memory`` (quantities) and ``gpu`` (a count): None removes that limit."""
 
-    storage: str | None = None
-    cpu: str | None = None
-    memory: str | None = None
-    gpu: int | None = Field(None, ge=0)
+    storage: str | None = Field(None, max_length=32)
+    cpu: str | None = Field(None, max_length=32)
+    memory: str | None = Field(None, max_length=32)
+    gpu: int | None = Field(None, ge=0, le=1 << 20, strict=True)
 
 
 class StorageUsage(_Model):

@@ -5,14 +5,21 @@ is the documented stable schema), :class:`JobDetail` (``describe``), :class:`Wor
 :class:`EventView`, :class:`QuotaView`, :class:`VersionView`, :class:`PackageView`.
 
 Validation errors name the field and the rule; quantities use Kubernetes notation and are checked
-with :mod:`paddlecloud.core.quantity`.
+with :mod:`paddlecloud.core.quantity` (per worker: cpu 1m..1024, memory 1Mi..64Ti). Numbers and
+booleans are strict (``"3"`` is not 3; a priority may be a class name or digits, as ``--priority``
+sends it). Strings and lists are bounded, and what a worker could not be started with (a NUL byte,
+an environment over :mod:`paddlecloud.core.limits`) is refused at submit.
+
+Specs read back (from the database, or from a server's answer) are validated with the context
+:data:`STORED` (:meth:`JobSpec.from_stored`): the submit-time limits are not applied again, so a job
+accepted by an earlier version stays readable, and the controller fails it alone if it cannot run.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 from pydantic import (
     AfterValidator,
@@ -24,15 +31,25 @@ from pydantic import (
     model_validator,
 )
 
+from paddlecloud.api.stored import STORED, is_stored
 from paddlecloud.api.tasks import TaskSpec
+from paddlecloud.core.limits import MAX_ENTRY_CHARS, env_problem, text_problem
 from paddlecloud.core.names import check_dns1123_label, check_env_name
+from paddlecloud.core.pfspath import MAX_PATH_BYTES
 from paddlecloud.core.phases import JobPhase, WorkerState
-from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
+from paddlecloud.core.quantity import (
+    QuantityError,
+    parse_cpu,
+    parse_cpu_request,
+    parse_memory,
+    parse_memory_request,
+)
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import RestartPolicy, RestartRules
 
 __all__ = [
     "PRIORITY_CLASSES",
+    "STORED",
     "EventView",
     "Framework",
     "JobDetail",
@@ -68,24 +85,37 @@ class Framework(StrEnum):
     NONE = "none"
 
 
-def _cpu(v: str) -> str:
+def _cpu(v: str, info: ValidationInfo) -> str:
     try:
-        parse_cpu(v)
+        (parse_cpu if is_stored(info) else parse_cpu_request)(v)
     except QuantityError as exc:
         raise ValueError(str(exc)) from None
     return v
 
 
-def _memory(v: str) -> str:
+def _memory(v: str, info: ValidationInfo) -> str:
     try:
-        parse_memory(v)
+        (parse_memory if is_stored(info) else parse_memory_request)(v)
     except QuantityError as exc:
         raise ValueError(str(exc)) from None
     return v
 
 
+def _text(v: str, info: ValidationInfo) -> str:
+    problem = None if is_stored(info) else text_problem(v)
+    if problem:
+        raise ValueError(problem)
+    return v
+
+
+#: cpu per worker: 1m .. 1024 (cores); memory per worker: 1Mi .. 64Ti (``core.quantity``)
 Cpu = Annotated[str, AfterValidator(_cpu)]
 Memory = Annotated[str, AfterValidator(_memory)]
+#: a string a worker is started with or a path: no NUL byte
+Text = Annotated[str, AfterValidator(_text)]
+PfsPath = Annotated[
+    str, Field(min_length=1, max_length=MAX_PATH_BYTES, pattern=r"^/pfs/"), AfterValidator(_text)
+]
 
 
 class _Model(BaseModel):
@@ -101,7 +131,7 @@ _RESTART_HELP = "Never (default), OnFailure, or ExitCode (see JobSpec.retry_exit
 
 
 class PserverSpec(_Strict):
-    count: int = Field(0, ge=0, le=64)
+    count: int = Field(0, ge=0, le=64, strict=True)
     cpu: Cpu = "500m"
     memory: Memory = "512Mi"
     restart: RestartPolicy = Field(RestartPolicy.NEVER, description=_RESTART_HELP)
@@ -111,12 +141,16 @@ class PserverSpec(_Strict):
 
 
 class TrainerSpec(_Strict):
-    count: int = Field(1, ge=1, le=512)
-    min: int | None = Field(None, ge=1, le=512, description="elastic lower bound (default: count)")
-    max: int | None = Field(None, ge=1, le=512, description="elastic upper bound (default: count)")
+    count: int = Field(1, ge=1, le=512, strict=True)
+    min: int | None = Field(
+        None, ge=1, le=512, strict=True, description="elastic lower bound (default: count)"
+    )
+    max: int | None = Field(
+        None, ge=1, le=512, strict=True, description="elastic upper bound (default: count)"
+    )
     cpu: Cpu = "500m"
     memory: Memory = "512Mi"
-    gpu: int = Field(0, ge=0, le=16)
+    gpu: int = Field(0, ge=0, le=16, strict=True)
     restart: RestartPolicy | None = Field(
         None,
         description="Never, OnFailure, or ExitCode (see JobSpec.retry_exit_codes); default Never, "
@@ -144,51 +178,95 @@ class JobSpec(_Strict):
     """
 
     name: Annotated[str, AfterValidator(check_dns1123_label)]
-    package: str = Field(min_length=1, max_length=4096, pattern=r"^/pfs/")
-    entry: str = Field(min_length=1, max_length=4096)
-    input: str | None = Field(None, max_length=4096, pattern=r"^/pfs/")
-    output: str | None = Field(None, max_length=4096, pattern=r"^/pfs/")
+    package: PfsPath
+    entry: Text = Field(min_length=1, max_length=MAX_ENTRY_CHARS)
+    input: PfsPath | None = None
+    output: PfsPath | None = None
     framework: Framework = Framework.NONE
     pservers: PserverSpec = PserverSpec()
     trainers: TrainerSpec = TrainerSpec()
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(
+        default_factory=dict, description="at most 256 variables, 64 KiB in all (KEY=VALUE each), no NUL"
+    )
     #: a data task master for the job (``api.tasks``): None, no task master
     tasks: TaskSpec | None = None
     priority: int = Field(
-        0, ge=-1000, le=1000, description="-1000..1000, or a class name: " + ", ".join(PRIORITY_CLASSES)
+        0,
+        ge=-1000,
+        le=1000,
+        strict=True,
+        description="-1000..1000 (also as a string of digits), or a class name: "
+        + ", ".join(PRIORITY_CLASSES),
     )
     max_restarts: int = Field(
-        3, ge=0, le=1000, description="restarts allowed over all workers of the job (restart policies)"
+        3,
+        ge=0,
+        le=1000,
+        strict=True,
+        description="restarts allowed over all workers of the job (restart policies)",
     )
-    retry_exit_codes: list[int] = Field(
+    retry_exit_codes: list[Annotated[int, Field(strict=True)]] = Field(
         default_factory=list, max_length=64, description="exit codes the ExitCode policy retries (1..255)"
     )
     restart_backoff_s: float | None = Field(
         None,
         ge=0,
         le=600,
+        strict=True,
         description="delay before a worker's first restart; default 1 s, but 0 for the torchrun agents "
         "of an elastic torch job (torch's rendezvous handles their return)",
     )
     restart_backoff_max_s: float = Field(
-        30.0, ge=0, le=3600, description="cap of the delay, which doubles per restart of the worker"
+        30.0,
+        ge=0,
+        le=3600,
+        strict=True,
+        description="cap of the delay, which doubles per restart of the worker",
     )
+    restart_backoff_reset_s: float = Field(
+        600.0,
+        ge=0,
+        le=86_400,
+        description="a worker run that lasted this long was stable: its worker's next restart waits "
+        "restart_backoff_s again instead of the doubled delay (Kubernetes: 10 minutes)",
+    )
+    queue_anyway: bool = Field(
+        False,
+        strict=True,
+        description="queue the job even if no node of a fixed-capacity cluster could ever hold it (it then "
+        "waits with ExceedsNodeCapacity); by default such a job is refused with exceeds_capacity",
+    )
+
+    @classmethod
+    def from_stored(cls, data: Any) -> JobSpec:
+        """A spec read back from the database: the submit-time limits are not applied again."""
+        return cls.model_validate(data, context=STORED)
 
     @field_validator("priority", mode="before")
     @classmethod
     def _priority_class(cls, v: object) -> object:
-        if isinstance(v, str) and not v.lstrip("-").isdigit():
+        """A class name, or a number written as a string (what the CLI's ``--priority`` sends)."""
+        if isinstance(v, str):
+            if v.removeprefix("-").isdigit() and len(v) <= 20:
+                return int(v)
             if v not in PRIORITY_CLASSES:
                 known = ", ".join(f"{k} ({n})" for k, n in PRIORITY_CLASSES.items())
-                raise ValueError(f"unknown priority class {v!r}; known: {known}, or a number")
+                raise ValueError(
+                    f"unknown priority class {v[:40]!r}; known: {known}, or a number -1000..1000"
+                )
             return PRIORITY_CLASSES[v]
         return v
 
     @field_validator("env")
     @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+    def _env(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         for key in v:
+            if len(key) > 256:
+                raise ValueError(f"variable names are at most 256 characters, got one of {len(key)}")
             check_env_name(key)
+        problem = None if is_stored(info) else env_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @field_validator("retry_exit_codes")
@@ -240,6 +318,7 @@ class JobSpec(_Strict):
             retry_exit_codes=frozenset(self.retry_exit_codes),
             backoff_s=backoff,
             backoff_max_s=self.restart_backoff_max_s,
+            backoff_reset_s=self.restart_backoff_reset_s,
         )
 
 
@@ -343,7 +422,7 @@ class UserList(_Model):
 
 class UserCreate(_Strict):
     name: Annotated[str, AfterValidator(check_dns1123_label)]
-    admin: bool = False
+    admin: bool = Field(False, strict=True)
 
 
 class TokenView(_Model):

@@ -6,10 +6,13 @@
                ──stop(key, grace)─▶ backend      SIGTERM, grace, SIGKILL: nothing left running
 
 A backend owns endpoints (ports or pod addresses) and the start order; the controller owns phases,
-scheduling and the database. Every backend declares its :class:`Capability` set so callers can ask
-before they use an optional operation. Implementations: ``backends.local`` (OS processes on virtual
-nodes of this machine) and ``backends.kubernetes`` (a TrainingJob custom resource per job, made into
-Pods by an operator; docs/kubernetes.md).
+scheduling and the database. A backend reports what goes wrong with one job in that job's status
+(``failure``, ``failure_reason``: a worker that cannot be started is ``StartFailed``) and a passing
+condition as an event; an exception it raises from a call about one job fails that job alone (the
+controller stops it and frees its placement), never the reconcile cycle. Every backend declares its
+:class:`Capability` set so callers can ask before they use an optional operation. Implementations:
+``backends.local`` (OS processes on virtual nodes of this machine) and ``backends.kubernetes`` (a
+TrainingJob custom resource per job, made into Pods by an operator; docs/kubernetes.md).
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ class Capability(StrEnum):
     ADOPT = "adopt"  # running jobs survive a server restart
     LOGS_PREVIOUS = "logs-previous"  # keeps the logs of earlier runs of a worker
     LOGS_FOLLOW = "logs-follow"
+    #: the nodes are all there is (no autoscaling): a job no node could ever hold is refused at submit
+    #: unless its spec says ``queue_anyway``
+    FIXED_CAPACITY = "fixed-capacity"
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,9 @@ class JobStatus:
     workers: tuple[WorkerStatus, ...] = ()
     #: Set when the job cannot go on: a worker failed or vanished, or preparation failed.
     failure: str | None = None
+    #: the stable reason of ``failure``: ``WorkerFailed``, or ``StartFailed`` (a worker could not be
+    #: started at all: the OS refused its command line or environment)
+    failure_reason: str = "WorkerFailed"
     #: True once every process of the job has exited or been stopped.
     finished: bool = False
     #: Events that happened since the previous ``sync`` of this job.

@@ -1,5 +1,5 @@
 """Account commands: ``login``, ``config use|view`` (datacenters in the client config) and ``admin``
-(users and their tokens).
+(users, their tokens, admin status, deletion).
 
 ``login`` checks the token with the server (``whoami``) before it writes anything, so a wrong token
 leaves the client config as it was. Tokens are never printed, except the one ``admin create-user`` /
@@ -166,7 +166,7 @@ def config_view(fmt: str) -> None:
 
 @click.group()
 def admin() -> None:
-    """Users and their API tokens (admins only)."""
+    """Users, their API tokens and admin status (admins only)."""
 
 
 @admin.command("users")
@@ -244,3 +244,39 @@ def set_quota(name: str, storage: str | None, cpu: str | None, memory: str | Non
         f"quotas of {name} set: "
         + ", ".join(f"{k}={'unlimited' if v is None else v}" for k, v in limits.items())
     )
+
+
+@admin.command("grant-admin")
+@click.argument("name")
+def grant_admin(name: str) -> None:
+    """Make user NAME an admin."""
+    user = Client().set_admin(name, True)
+    click.echo(f"{user.name} is now an admin")
+
+
+@admin.command("revoke-admin")
+@click.argument("name")
+def revoke_admin(name: str) -> None:
+    """Take admin status from user NAME (never your own: another admin must; never the last admin)."""
+    user = Client().set_admin(name, False)
+    click.echo(f"{user.name} is no longer an admin")
+
+
+@admin.command("delete-user")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="kill NAME's active jobs (without it: refused while they run)")
+@click.option(
+    "--delete-files", is_flag=True, help="delete NAME's PFS home too (default: kept, admins read it)"
+)
+@click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
+def delete_user(name: str, force: bool, delete_files: bool, yes: bool) -> None:
+    """Delete user NAME: their token stops working and their jobs are removed (with their logs)."""
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError("deleting a user needs confirmation: pass --yes")
+        files = "and their PFS home " if delete_files else ""
+        click.confirm(f"delete user {name}, every job of theirs {files}for good?", abort=True)
+    done = Client().delete_user(name, force=force, delete_files=delete_files)
+    killed = f", killed {', '.join(done.killed)}" if done.killed else ""
+    home = f"home {done.home_path} {done.home}"
+    click.echo(f"user {done.name} deleted: {done.jobs_removed} job(s) removed{killed}; {home}")

@@ -37,6 +37,11 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _priority(text: str) -> int | str:
+    """``--priority``: a number is sent as one (the API takes no numbers in strings), a name as is."""
+    return int(text) if text.removeprefix("-").isdigit() and len(text) <= 20 else text
+
+
 @click.command()
 @click.argument("package_dir", type=click.Path(path_type=Path))
 @click.option("--name", help="job name (DNS-1123 label); default: the directory's name")
@@ -75,6 +80,17 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
     type=float,
     help="seconds before a first restart, doubling [default: 1; 0 for an elastic torch job's trainers]",
 )
+@click.option(
+    "--restart-backoff-reset",
+    type=float,
+    metavar="S",
+    help="a worker run lasting S seconds resets its doubling backoff [default: 600]",
+)
+@click.option(
+    "--queue-anyway",
+    is_flag=True,
+    help="queue the job even if no node of this (fixed-capacity) cluster could ever hold it",
+)
 @task_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
 @click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
@@ -94,8 +110,10 @@ def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opt
         "trainers": trainers,
         "pservers": {"count": opts["pservers"], "cpu": opts["pscpu"], "memory": opts["psmemory"]},
         "env": _env_pairs(opts["env"]),
-        "priority": opts["priority"],
+        "priority": _priority(opts["priority"]),
     }
+    if opts["queue_anyway"]:
+        spec["queue_anyway"] = True
     _add_restart_spec(spec, opts)
     if opts["input_"]:
         spec["input"] = opts["input_"]
@@ -124,6 +142,8 @@ def _add_restart_spec(spec: dict[str, Any], opts: dict[str, Any]) -> None:
         spec["retry_exit_codes"] = list(opts["retry_codes"])
     if opts["restart_backoff"] is not None:
         spec["restart_backoff_s"] = opts["restart_backoff"]
+    if opts["restart_backoff_reset"] is not None:
+        spec["restart_backoff_reset_s"] = opts["restart_backoff_reset"]
 
 
 def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
@@ -248,7 +268,9 @@ def describe(job: str, user: str | None, fmt: str) -> None:
     if d.spec.input:
         out.print(f"[bold]Input:[/bold]      {d.spec.input}")
     if d.spec.tasks is not None:
-        out.print(f"[bold]Tasks:[/bold]      {summary_line(client.tasks.status(job, user=user).summary)}")
+        out.print(
+            f"[bold]Tasks:[/bold]      {summary_line(client.tasks.status(job, user=user, limit=0).summary)}"
+        )
     out.print(f"[bold]Output:[/bold]     {d.spec.output}   (fetch: paddlecloud pfs cp -r {d.spec.output} .)")
     if d.workers:
         out.print("\n[bold]Workers[/bold]")

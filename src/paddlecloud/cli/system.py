@@ -3,6 +3,7 @@ backend's TrainingJob operator) and ``version``."""
 
 from __future__ import annotations
 
+import ssl
 import sys
 from pathlib import Path
 
@@ -46,6 +47,39 @@ def _limits(text: str) -> dict[str, int]:
     return out
 
 
+#: a PEM file given to ``up`` (certificate, key, CA bundle)
+_PEM = click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path)
+
+
+def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> tuple[str, str, str] | None:
+    """``--tls-cert/--tls-key/--tls-ca`` as (certificate, key, CA bundle) absolute paths, checked
+    by loading them; None without TLS. The CA defaults to the certificate (a self-signed one)."""
+    if cert is None and key is None:
+        if ca is not None:
+            raise click.UsageError("--tls-ca needs --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise click.BadParameter(f"cannot use {cert} with {key}: {exc}", param_hint="--tls-cert") from None
+    trust = ca or cert
+    try:
+        ssl.create_default_context(cafile=str(trust))
+    except (OSError, ssl.SSLError) as exc:
+        raise click.BadParameter(f"{trust} is no CA bundle: {exc}", param_hint="--tls-ca") from None
+    return str(cert), str(key), str(trust)
+
+
+def _request_size(text: str) -> int:
+    """``--max-request-size``: 64Ki..1Gi (a job spec needs a few KiB; a body is held while parsed)."""
+    size = _quantity(parse_memory, text, "--max-request-size") or 0
+    if not 64 * 1024 <= size <= 2**30:
+        raise click.BadParameter(f"{text!r} is outside 64Ki..1Gi", param_hint="--max-request-size")
+    return size
+
+
 def _datacenter(name: str) -> str:
     try:
         return check_dns1123_label(name)
@@ -74,6 +108,12 @@ def _datacenter(name: str) -> str:
     help="scheduling policy (docs/architecture.md)",
 )
 @click.option("--max-package-size", default="100Mi", show_default=True, help="largest job package accepted")
+@click.option(
+    "--max-request-size",
+    default="1Mi",
+    show_default=True,
+    help="largest request body other than a PFS upload (a job spec); larger: 413 request_too_large",
+)
 @click.option(
     "--datacenter", default="local", show_default=True, help="name in PFS paths: /pfs/<datacenter>/..."
 )
@@ -123,12 +163,34 @@ def _datacenter(name: str) -> str:
     help="local backend: a server environment variable workers get too (repeatable; default: locale, "
     "TLS CA paths, LD_LIBRARY_PATH)",
 )
+@click.option(
+    "--tls-cert",
+    type=_PEM,
+    help="serve https with this certificate (PEM; with --tls-key); the client config and the workers' "
+    "PADDLECLOUD_API become https",
+)
+@click.option("--tls-key", type=_PEM, help="the certificate's private key (PEM)")
+@click.option(
+    "--tls-ca",
+    type=_PEM,
+    help="the CA bundle clients and workers verify the certificate with (default: the certificate "
+    "itself, for a self-signed one)",
+)
+@click.option(
+    "--env-cache-size",
+    default="20Gi",
+    show_default=True,
+    help="local: cap of the job environment cache; least recently used ones no job uses are evicted "
+    "('none': no cap)",
+)
 def up(
     host: str, port: int, data_dir: Path, database: str | None, nodes: int, node_cpu: str | None,
-    node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, datacenter: str,
+    node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, max_request_size: str,
+    datacenter: str,
     storage_quota: str, default_quota: str, backend: str, kubeconfig: Path | None, image: str | None,
     kube_image: str | None, kube_namespace: str | None, kube_storage_claim: str | None, api_url: str | None,
-    isolation: str, pass_env: tuple[str, ...],
+    tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, env_cache_size: str, isolation: str,
+    pass_env: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run the platform in the foreground (Ctrl-C stops it; jobs keep running). Jobs run on this
     machine, or with --backend kubernetes as TrainingJobs on a cluster (see: paddlecloud operator)."""
@@ -164,7 +226,9 @@ def up(
         platform_image=kube_image or "",
         storage_claim=kube_storage_claim or "",
     )
-    endpoint = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    tls = _tls(tls_cert, tls_key, tls_ca)
+    scheme = "https" if tls else "http"
+    endpoint = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
     config = PlatformConfig(
         data_dir=data_dir.expanduser().resolve(),
         database_url=database,
@@ -176,12 +240,17 @@ def up(
         ),
         policy=policy,
         max_package_bytes=_quantity(parse_memory, max_package_size, "--max-package-size") or 0,
+        max_request_bytes=_request_size(max_request_size),
         datacenter=_datacenter(datacenter),
         storage_quota=None
         if storage_quota == "none"
         else _quantity(parse_memory, storage_quota, "--storage-quota"),
         default_quota=ComputeLimits(**_limits(default_quota)),
+        env_cache_bytes=None
+        if env_cache_size == "none"
+        else _quantity(parse_memory, env_cache_size, "--env-cache-size"),
         api_url=api_url or endpoint,  # the workers' PADDLECLOUD_API (their task master)
+        api_ca=tls[2] if tls else "",  # ... and PADDLECLOUD_API_CA
         backend=backend,
         kube=kube,
         isolation=isolation,
@@ -192,14 +261,20 @@ def up(
     except IsolationError as exc:
         raise click.ClickException(str(exc)) from None
     path = save_datacenter(
-        Datacenter(name="local", endpoint=endpoint, username=config.default_user, token=ready.token)
+        Datacenter(
+            name="local",
+            endpoint=endpoint,
+            username=config.default_user,
+            token=ready.token,
+            ca=tls[2] if tls else None,
+        )
     )
     click.echo(f"PaddleCloud {__version__} at {endpoint}  (data: {config.data_dir}; client config: {path})")
     if ready.confined:
         click.echo(f"isolation: {ready.isolation}")
     else:
         click.secho(_UNCONFINED.format(why=ready.isolation), fg="red", bold=True, err=True)
-    serve(ready.app, host, port)
+    serve(ready.app, host, port, tls[:2] if tls else None)
 
 
 _UNCONFINED = """WARNING: isolation: {why}

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from paddlecloud.api.tasks import TaskSummary, TaskView
+from paddlecloud.api.tasks import MAX_PAGE, PAGE, TaskSummary, TaskView
 from paddlecloud.cli.output import FORMATS, emit, print_table
 from paddlecloud.client import Client
 from paddlecloud.core.quantity import human_bytes
@@ -86,10 +86,25 @@ def _expires(t: TaskView, now: datetime) -> str:
 @click.argument("job")
 @click.option("-u", "--user", metavar="NAME", help="admins: another user's job")
 @click.option("--state", type=click.Choice(["todo", "leased", "done", "failed"]), help="only these")
+@click.option(
+    "--limit",
+    type=click.IntRange(0, MAX_PAGE),
+    metavar="N",
+    help="only the first N tasks (default: all, page by page)",
+)
+@click.option("--after", type=click.IntRange(0), metavar="INDEX", help="start after this task index")
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def get_tasks(job: str, user: str | None, state: str | None, fmt: str) -> None:
+def get_tasks(
+    job: str, user: str | None, state: str | None, limit: int | None, after: int | None, fmt: str
+) -> None:
     """A job's data tasks: pass, who holds which lease, done and failed tasks."""
-    tasks = Client().tasks.status(job, user=user, state=state)
+    client = Client()
+    if limit is None and after is None:
+        tasks = client.tasks.all(job, user=user, state=state)
+    else:
+        tasks = client.tasks.status(
+            job, user=user, state=state, limit=PAGE if limit is None else limit, after=after
+        )
     if fmt in ("json", "yaml"):
         emit(tasks, fmt)
         return
@@ -105,4 +120,7 @@ def get_tasks(job: str, user: str | None, state: str | None, fmt: str) -> None:
         if fmt == "wide":
             row.append(t.error or "-")
         rows.append(row)
-    print_table(headers, rows)
+    if rows:
+        print_table(headers, rows)
+    if tasks.next_after is not None:
+        click.echo(f"(more tasks follow: paddlecloud get tasks {job} --after {tasks.next_after})", err=True)

@@ -43,6 +43,8 @@ from paddlecloud.api.models import (
     WorkerList,
     WorkerView,
 )
+from paddlecloud.api.stored import STORED
+from paddlecloud.api.users import UserDeleted
 from paddlecloud.client.config import load_config
 from paddlecloud.client.package import check_package_dir, pack_directory
 from paddlecloud.client.pfs import Pfs
@@ -229,7 +231,8 @@ class Client:
         if package_dir is not None:
             entry = str(body.get("entry", "")) or None
             body["package"] = self.upload_package(package_dir, str(body.get("name", "")), entry).path
-        return JobDetail.model_validate_json(self._request("POST", "/jobs", json=body).content)
+        answer = self._request("POST", "/jobs", json=body).content
+        return JobDetail.model_validate_json(answer, context=STORED)  # the server validated it
 
     def jobs(self, *, all: bool = False, all_users: bool = False, user: str | None = None) -> list[JobView]:
         """Your jobs (``all``: finished ones too). Admins: ``all_users``: everyone's; ``user``: one's."""
@@ -243,7 +246,7 @@ class Client:
 
     def job(self, name: str, *, user: str | None = None) -> JobDetail:
         r = self._request("GET", f"/jobs/{name}", params=_user(user))
-        return JobDetail.model_validate_json(r.content)
+        return JobDetail.model_validate_json(r.content, context=STORED)  # as accepted at its submit
 
     def workers(self, name: str, *, user: str | None = None) -> list[WorkerView]:
         r = self._request("GET", f"/jobs/{name}/workers", params=_user(user))
@@ -331,3 +334,15 @@ class Client:
     def rotate_token(self, name: str) -> TokenView:
         """Issue a new token for ``name`` (admins only); the old one stops working at once."""
         return TokenView.model_validate_json(self._request("POST", f"/users/{name}/token").content)
+
+    def set_admin(self, name: str, admin: bool) -> UserView:
+        """Grant (``admin=True``) or revoke admin status of ``name`` (admins only)."""
+        r = self._request("PUT", f"/users/{name}/admin", json={"admin": admin})
+        return UserView.model_validate_json(r.content)
+
+    def delete_user(self, name: str, *, force: bool = False, delete_files: bool = False) -> UserDeleted:
+        """Delete user ``name`` (admins only): ``force`` kills their active jobs (else ``user_has_jobs``),
+        ``delete_files`` removes their PFS home too (else it is kept)."""
+        params = {"force": str(force).lower(), "delete_files": str(delete_files).lower()}
+        r = self._request("DELETE", f"/users/{name}", params=params)
+        return UserDeleted.model_validate_json(r.content)

@@ -1,6 +1,7 @@
 """The SDK's view of a job's data task master: ``client.tasks`` (``paddlecloud get tasks``).
 
-    client.tasks.status("fit-a-line")            GET  /jobs/{name}/tasks        summary + tasks
+    client.tasks.status("fit-a-line")            GET  /jobs/{name}/tasks        summary + one page
+    client.tasks.all("fit-a-line")               the same, following every page
     client.tasks.lease(job, lease_id, worker)    POST /jobs/{name}/tasks/lease
     client.tasks.done / fail / renew(job, index, lease_id)
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from paddlecloud.api.tasks import TaskLease, TaskList, TaskView
+from paddlecloud.api.tasks import MAX_PAGE, PAGE, TaskLease, TaskList, TaskView
 
 if TYPE_CHECKING:
     from paddlecloud.client.client import Client
@@ -29,12 +30,32 @@ class TaskMaster:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def status(self, job: str, *, user: str | None = None, state: str | None = None) -> TaskList:
-        """The summary (pass, counts) and the tasks (only those in ``state`` if given)."""
-        params = _user(user) | ({"state": state} if state else {})
+    def status(
+        self, job: str, *, user: str | None = None, state: str | None = None, limit: int = PAGE,
+        after: int | None = None,
+    ) -> TaskList:  # fmt: skip
+        """The summary (pass, counts) and one page of tasks: at most ``limit`` (0: none), with an
+        index above ``after``, only those in ``state`` if given; ``next_after`` is where the next
+        page starts (None: this was the last)."""
+        params = _user(user) | ({"state": state} if state else {}) | {"limit": limit}
+        if after is not None:
+            params["after"] = after
         return TaskList.model_validate_json(
             self._c.request("GET", f"/jobs/{job}/tasks", params=params).content
         )
+
+    def all(
+        self, job: str, *, user: str | None = None, state: str | None = None, page: int = MAX_PAGE
+    ) -> TaskList:
+        """Every task, page after page (the summary is the first page's; the pages are read one
+        after another, so a running job's tasks may move between them)."""
+        first = self.status(job, user=user, state=state, limit=page)
+        items, after = list(first.items), first.next_after
+        while after is not None:
+            more = self.status(job, user=user, state=state, limit=page, after=after)
+            items.extend(more.items)
+            after = more.next_after
+        return first.model_copy(update={"items": items, "next_after": None})
 
     def lease(self, job: str, lease: str, worker: str = "", *, user: str | None = None) -> TaskLease:
         r = self._c.request(

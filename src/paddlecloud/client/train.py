@@ -33,6 +33,7 @@ def train(
     output: str | None = None,
     restart_policy: str = "Never",
     max_restarts: int | None = None,
+    queue_anyway: bool = False,
     wait: bool = False,
     timeout: float | None = None,
     client: Client | None = None,
@@ -41,6 +42,8 @@ def train(
 
     ``restart_policy`` (``Never``, ``OnFailure``, ``ExitCode``) applies to trainers and pservers;
     ``max_restarts`` limits restarts over the whole job (the server's default when None).
+    ``queue_anyway`` queues a job that no node of a fixed-capacity cluster could hold (by default
+    the server refuses it with ``exceeds_capacity``, naming the capacity).
     """
     client = client or Client()
     job_name = name or Path(package).resolve().name.replace("_", "-").lower()
@@ -58,6 +61,8 @@ def train(
     }
     if max_restarts is not None:
         spec["max_restarts"] = max_restarts
+    if queue_anyway:
+        spec["queue_anyway"] = True
     if input:
         spec["input"] = input
     if output:

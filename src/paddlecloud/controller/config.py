@@ -29,6 +29,9 @@ class PlatformConfig:
     #: scheduling policy (``scheduler.policy``): elastic, tiresias, edl, fifo, fifo-backfill
     policy: str = "elastic"
     max_package_bytes: int = 100 * 2**20
+    #: the largest request body other than a PFS upload (``up --max-request-size``): job specs,
+    #: leases and the rest are JSON of a few KiB; larger bodies get 413 ``request_too_large``
+    max_request_bytes: int = 2**20
     #: Seconds between reconcile cycles when nothing wakes the loop earlier.
     tick_seconds: float = 1.0
     #: Default SIGTERM → SIGKILL grace when a user kills a job.
@@ -42,10 +45,14 @@ class PlatformConfig:
     datacenter: str = "local"
     #: Default per-user PFS storage limit in bytes (None: unlimited); users.storage_quota overrides.
     storage_quota: int | None = 100 * 2**30
+    #: local backend: cap of the job environment cache (``<data>/cluster/envs``; None: no cap)
+    env_cache_bytes: int | None = 20 * 2**30
     #: compute limits given to each new non-admin user (``admin set-quota`` changes them later)
     default_quota: ComputeLimits = field(default_factory=ComputeLimits)
     #: this server's URL as workers reach it (``PADDLECLOUD_API``: the task master); "" unknown
     api_url: str = ""
+    #: the CA bundle workers verify an https ``api_url`` with (``PADDLECLOUD_API_CA``); "": the system's
+    api_ca: str = ""
     #: what runs the jobs: "local" (processes on this machine's virtual nodes) or "kubernetes"
     backend: str = "local"
     #: the Kubernetes backend's settings (``backend="kubernetes"``; docs/kubernetes.md)

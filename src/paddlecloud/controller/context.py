@@ -52,6 +52,8 @@ class Context:
     files: FileService
     mutex: threading.RLock = field(default_factory=threading.RLock)
     wake_event: threading.Event = field(default_factory=threading.Event)
+    #: jobs whose ``stop_in_background`` raised, by key: the reconciler fails them (StopFailed)
+    stop_failures: dict[str, BaseException] = field(default_factory=dict)
 
     def wake(self) -> None:
         self.wake_event.set()
@@ -63,8 +65,9 @@ class Context:
         def run() -> None:
             try:
                 self.backend.stop(key, grace)
-            except Exception:  # the job's next sync reports what is left; never kill the thread
+            except Exception as exc:  # the job fails (the reconciler sees it); never kill the thread
                 log.exception("stopping %s failed", key)
+                self.stop_failures[key] = exc
             finally:
                 self.wake()
 
@@ -92,7 +95,7 @@ class Context:
         spec = row.spec
         input_path = spec.get("input") or ""
         input_dir = self.files.local_path(self.files.parse(input_path)) if input_path else None
-        parsed = JobSpec.model_validate(spec)
+        parsed = JobSpec.from_stored(spec)
         return JobLaunch(
             key=job_key(row.user, row.name),
             user=row.user,
@@ -126,7 +129,8 @@ class Context:
         s = object_session(row)
         if s is None:  # pragma: no cover - launch() is always given an attached row
             raise RuntimeError("launch() needs a job row attached to a session")
-        return ApiAccess(url=self.config.api_url, token=issue_job_token(s, row.id, self.clock.now()))
+        token = issue_job_token(s, row.id, self.clock.now())
+        return ApiAccess(url=self.config.api_url, token=token, ca=self.config.api_ca)
 
     def _local(self, pfs_path: str) -> Path:
         local = self.files.local_path(self.files.parse(pfs_path))

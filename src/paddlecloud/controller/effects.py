@@ -15,6 +15,9 @@ Order within a cycle (the plan was computed assuming it):
   5. ``Resize`` grows: new trainers are added to the running job.
 
 Every decision that changes a job is a job event, so ``describe`` shows the job's scheduling history.
+A backend call that raises fails that job alone (``controller.confine``: ``StartFailed`` for a start,
+``StopFailed`` for a preemption or a shrink, its processes stopped and its placement freed); a grow
+that raises leaves the job as it was (a ``ResizeFailed`` event) with the trainers it did get.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from paddlecloud.backends.base import JobStatus
+from paddlecloud.controller.confine import FailReason, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.records import record_workers, trainer_names
 from paddlecloud.core.phases import JobPhase, WorkerState
@@ -56,12 +60,18 @@ def apply_plan(ctx: Context, s: Session, plan: Plan, rows: dict[str, JobRow]) ->
     """Apply ``plan`` to the jobs in ``rows`` (every queued and started job, by key). Returns the
     jobs whose admission or growth waits for this plan's preemptions to complete."""
     for p in plan.preempt:
-        _preempt(ctx, rows[p.job], p)
+        try:
+            _preempt(ctx, rows[p.job], p)
+        except Exception as exc:  # what it holds is freed all the same: the plan counted on it
+            fail_job(ctx, rows[p.job], FailReason.STOP_FAILED, "stopping the job to preempt it", exc)
     s.commit()
     grows = []
     for r in plan.resize:
         if r.trainers < len(trainer_names(rows[r.job])):
-            _shrink(ctx, rows[r.job], r)
+            try:
+                _shrink(ctx, rows[r.job], r)
+            except Exception as exc:  # as for a preemption: the plan counted on what it gives back
+                fail_job(ctx, rows[r.job], FailReason.STOP_FAILED, "retiring a trainer", exc)
         else:
             grows.append(r)
     waits, held = list(plan.wait), frozenset[str]()
@@ -109,11 +119,7 @@ def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
     try:
         ctx.backend.start(ctx.launch(row))
     except Exception as exc:  # the backend could not even begin: the job fails with its reason
-        log.exception("starting %s failed", admit.job)
-        row.phase, row.reason = JobPhase.FAILED, "StartFailed"
-        row.message = f"the backend could not start the job: {exc}"
-        row.finished_at = ctx.clock.now()
-        ctx.event(row, "Warning", "StartFailed", row.message)
+        fail_job(ctx, row, FailReason.START_FAILED, "starting the job", exc)
         s.commit()
 
 
@@ -146,14 +152,19 @@ def _grow(ctx: Context, row: JobRow, r: Resize) -> None:
     key = job_key(row.user, row.name)
     have = trainer_names(row)
     added = [p for p in r.placement if f"trainer-{p.index}" not in have]
+    done: list[WorkerPlacement] = []
     try:
         for p in added:
             ctx.backend.add_trainer(key, p)
-    except Exception as exc:  # the job keeps what it has; the next cycle may try again
+            done.append(p)
+    except Exception as exc:  # the job keeps what it has (and got); the next cycle may try again
         log.exception("growing %s failed", r.job)
         ctx.event(row, "Warning", "ResizeFailed", f"adding trainers failed: {exc}")
-        return
-    for p in added:
+        if not done:
+            return
+        kept = [p for p in r.placement if f"trainer-{p.index}" in have] + done
+        r = Resize(r.job, len(kept), tuple(kept), f"{r.message} (only {len(done)} of {len(added)} added)")
+    for p in done:
         _pending_worker(row, p)
     _record_resize(ctx, row, r, len(have))
 

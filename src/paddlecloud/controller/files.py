@@ -75,8 +75,9 @@ class ChunkWriter:
             raise InvalidInput(
                 f"chunk {self.index} is longer than {self.expected} bytes", code=ErrorCode.INVALID_REQUEST
             )
-        self.written += self.store.upload_write(
-            self.state.id, self.offset + self.written, pieces, self._hash.update
+        at = self.offset + self.written
+        self.written += self._do(
+            lambda: self.store.upload_write(self.state.id, at, pieces, self._hash.update)
         )
 
     def finish(self) -> None:
@@ -92,7 +93,13 @@ class ChunkWriter:
                 "send it again",
                 code=ErrorCode.CHECKSUM_MISMATCH,
             )
-        self.store.upload_mark(self.state.id, self.index, got)
+        self._do(lambda: self.store.upload_mark(self.state.id, self.index, got))
+
+    def _do(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except StorageError as exc:  # a full disk (507) most likely
+            raise _storage_error(exc, f"upload {self.state.id}") from None
 
 
 def _storage_error(exc: StorageError, path: str) -> PaddleCloudError:
@@ -217,6 +224,16 @@ class FileService:
             raise InvalidInput(f"refusing to remove {path} itself", code=ErrorCode.INVALID_PATH)
         self._do(path, lambda: self.store.remove(path.key, recursive))
         self._forget_usage(path)
+
+    def remove_home(self, user: str) -> bool:
+        """Delete ``user``'s home and everything in it (a user being deleted; the caller checked who
+        may); False when there was none."""
+        home = self.home(user)
+        if self._do(home, lambda: self.store.stat(home.key)) is None:
+            return False
+        self._do(home, lambda: self.store.remove(home.key, recursive=True))
+        self._forget_usage(home)
+        return True
 
     def move(self, who: Identity, src_text: str, dst_text: str) -> FileInfo:
         src = self.resolve(who, src_text, write=True)

@@ -11,6 +11,7 @@ submit is durable.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from paddlecloud.api.models import (
     WorkerView,
 )
 from paddlecloud.backends.base import LogRequest
+from paddlecloud.controller.capacity import check_capacity
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.jobtokens import JobIdentity
 from paddlecloud.controller.packages import check_entry, inspect_package
@@ -45,6 +47,8 @@ from paddlecloud.core.resources import Resources
 from paddlecloud.store.tables import JobRow, UserRow, WorkerRow
 
 __all__ = ["JobListQuery", "JobService"]
+
+log = logging.getLogger("paddlecloud.controller")
 
 #: phases of jobs that have processes (or are stopping them) and hold resources
 ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING, JobPhase.PREEMPTING)
@@ -207,6 +211,7 @@ class JobService:
     # -- commands -------------------------------------------------------------------------------
 
     def submit(self, who: Identity, spec: JobSpec) -> JobDetail:
+        check_capacity(self.ctx, who.name, spec)
         spec, output_dir = self._check_files(who, spec)
         tasks = plan_tasks(self.ctx.files, who, spec)
         with self.ctx.session() as s:
@@ -291,16 +296,21 @@ class JobService:
             row.stop_requested = True
             s.commit()
             started = phase in ACTIVE
+        trouble = ""
         if started:  # slow part outside the mutex: the reconciler skips jobs with stop_requested
             key = job_key(row.user, row.name)
-            self.ctx.backend.stop(key, grace)
-            status = self.ctx.backend.sync(key)
+            try:
+                self.ctx.backend.stop(key, grace)
+                status = self.ctx.backend.sync(key)
+            except Exception as exc:  # the kill still ends the job (and frees its placement)
+                log.exception("killing %s: stopping it failed", key)
+                started, trouble = False, f"; stopping its workers failed: {type(exc).__name__}: {exc}"
         with self.ctx.mutex, self.ctx.session() as s:
             row = self._row(s, who, name, user)
             if started:
                 record_workers(self.ctx, row, status)
             row.phase, row.reason = JobPhase.KILLED, "Killed"
-            row.message = f"killed by {who.name}"
+            row.message = f"killed by {who.name}{trouble}"
             row.finished_at = self.ctx.clock.now()
             self.ctx.event(row, "Normal", "Killed", row.message)
             s.commit()

@@ -47,8 +47,8 @@ def _backend(config: PlatformConfig, clock: Clock, wake: Callable[[], None]) -> 
     if config.backend != "local":
         raise ValueError(f"unknown backend {config.backend!r} (local, kubernetes)")
     local = LocalConfig(
-        root=config.cluster_dir, nodes=config.nodes, isolation=config.isolation, pass_env=config.pass_env,
-        private=(config.data_dir,),
+        root=config.cluster_dir, nodes=config.nodes, env_cache_bytes=config.env_cache_bytes,
+        isolation=config.isolation, pass_env=config.pass_env, private=(config.data_dir,),
     )  # fmt: skip
     return LocalBackend(local, clock.now, wake)
 

@@ -18,6 +18,10 @@ nodes of each snapshot, it is not offered to the policy, and the jobs whose admi
 are held out of the queue meanwhile (they would otherwise look unplaceable and make the policy
 preempt again). Then it is Queued again.
 
+A backend call about one job that raises (``adopt``, ``sync``, ``stop``, also a preemption's stop in
+the background) fails that job alone (``controller.confine``), as does a queued job whose stored spec
+cannot be read: the cycle goes on with the other jobs.
+
 Elastic bounds reach the policy only when the backend declares the ``resize`` capability.
 
 The loop runs in a thread, every ``tick_seconds`` or at once when something calls ``Context.wake``.
@@ -33,6 +37,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from paddlecloud.backends.base import Capability, JobStatus
+from paddlecloud.controller.confine import FailReason, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
 from paddlecloud.controller.quotas import compute_quotas
@@ -40,7 +45,7 @@ from paddlecloud.controller.records import account, job_request, record_workers,
 from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import NodeState, Plan, Policy, Snapshot
+from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot
 from paddlecloud.store.tables import JobRow
 
 __all__ = ["Reconciler"]
@@ -111,7 +116,12 @@ class Reconciler:
             ).all()
             for row in rows:
                 if row.phase != JobPhase.QUEUED:
-                    self.ctx.backend.adopt(self.ctx.launch(row))
+                    try:
+                        self.ctx.backend.adopt(self.ctx.launch(row))
+                    except Exception as exc:  # this job alone fails; the others are adopted
+                        fail_job(self.ctx, row, FailReason.ADOPT_FAILED, "re-adopting the job", exc)
+                        s.commit()
+                        continue
                     self.ctx.event(row, "Normal", "Adopted", "server restarted; job re-adopted")
                 if row.stop_requested:  # the server stopped in the middle of a kill: finish it
                     self._finish_kill(row)
@@ -122,8 +132,12 @@ class Reconciler:
     def _finish_kill(self, row: JobRow) -> None:
         key = job_key(row.user, row.name)
         if row.phase != JobPhase.QUEUED:
-            self.ctx.backend.stop(key, self.ctx.config.kill_grace)
-            record_workers(self.ctx, row, self.ctx.backend.sync(key))
+            try:
+                self.ctx.backend.stop(key, self.ctx.config.kill_grace)
+                record_workers(self.ctx, row, self.ctx.backend.sync(key))
+            except Exception as exc:
+                fail_job(self.ctx, row, FailReason.STOP_FAILED, "finishing the kill", exc)
+                return
         row.phase, row.reason = JobPhase.KILLED, "Killed"
         row.message = "kill completed after a server restart"
         row.finished_at = self.ctx.clock.now()
@@ -145,9 +159,17 @@ class Reconciler:
         ).all()
         now = self.ctx.clock.now()
         for row in rows:
-            status = self.ctx.backend.sync(job_key(row.user, row.name))
+            key = job_key(row.user, row.name)
+            try:
+                status = self.ctx.backend.sync(key)
+            except Exception as exc:  # this job alone fails; the cycle goes on
+                fail_job(self.ctx, row, FailReason.OBSERVE_FAILED, "observing the job", exc)
+                s.commit()
+                continue
             if row.phase == JobPhase.PREEMPTING:
-                if status.finished:
+                if (failed := self.ctx.stop_failures.pop(key, None)) is not None:
+                    fail_job(self.ctx, row, FailReason.STOP_FAILED, "stopping the job to preempt it", failed)
+                elif status.finished:
                     requeue_preempted(self.ctx, row, status)
                 s.commit()
                 continue
@@ -167,6 +189,7 @@ class Reconciler:
             _counts(status, "pserver", pservers),
             _counts(status, "trainer", trainer_names(row)),
             status.failure,
+            status.failure_reason,
         )
         if change is None and status.finished and JobPhase(row.phase) not in TERMINAL_PHASES:
             change_phase, reason, message = JobPhase.FAILED, "Ended", "every process ended without success"
@@ -195,11 +218,13 @@ class Reconciler:
         elastic = Capability.RESIZE in self.ctx.backend.capabilities
         if not queued and not (elastic and active):
             return
+        waiting = self._requests(s, queued, elastic)
+        queued = [r for r in queued if r.phase == JobPhase.QUEUED]
         snap = Snapshot(
             cycle=self.cycle,
             now=self.ctx.clock.now(),
             nodes=self._nodes(holding),
-            queue=tuple(job_request(r, elastic) for r in queued),
+            queue=waiting,
             running=tuple(
                 job_request(r, elastic) for r in active if not r.stop_requested and r.reason != STOPPING
             ),
@@ -209,6 +234,17 @@ class Reconciler:
         self.last = (snap, plan)
         rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
         self._held |= apply_plan(self.ctx, s, plan, rows)
+
+    def _requests(self, s: Session, queued: Sequence[JobRow], elastic: bool) -> tuple[JobRequest, ...]:
+        """The queued jobs as the scheduler sees them; one whose stored spec cannot be read fails."""
+        out = []
+        for row in queued:
+            try:
+                out.append(job_request(row, elastic))
+            except Exception as exc:
+                fail_job(self.ctx, row, FailReason.INVALID_SPEC, "reading the job's spec", exc)
+                s.commit()
+        return tuple(out)
 
     def _nodes(self, active: Sequence[JobRow]) -> tuple[NodeState, ...]:
         used: dict[str, Resources] = {}

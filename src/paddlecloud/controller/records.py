@@ -36,7 +36,7 @@ def job_request(row: JobRow, elastic: bool = True) -> JobRequest:
     ``elastic=False`` (a backend without the resize capability) pins min and max to the requested
     count so no policy plans a resize the backend cannot do.
     """
-    spec = JobSpec.model_validate(row.spec)
+    spec = JobSpec.from_stored(row.spec)
     placement = placement_of(row)
     return JobRequest(
         key=job_key(row.user, row.name),
@@ -58,7 +58,7 @@ def job_request(row: JobRow, elastic: bool = True) -> JobRequest:
 
 def account(row: JobRow, now: float) -> None:
     if row.accounted_at is not None and row.placement:
-        spec = JobSpec.model_validate(row.spec)
+        spec = JobSpec.from_stored(row.spec)
         units = max(spec.trainers.resources().gpu, 1) * len(trainer_names(row))
         row.attained += units * max(now - row.accounted_at, 0.0)
     row.accounted_at = now

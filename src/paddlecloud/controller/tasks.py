@@ -3,15 +3,23 @@
     submit ──plan_tasks (input's files or the spec's items; core.tasks.split_files)──▶
              add_queue: task_queues row + one tasks row per task, in the submit's transaction
     reconciler ──release_ended (worker runs that ended)──▶ their leases abandoned at once
-    trainer (job token) ──lease──▶ TaskService.lease: reclaim expired leases, pass_step →
+    trainer (job token) ──lease──▶ TaskService.lease: a run already seen ended gets lease_lost;
+             reclaim expired leases, pass_step →
              grant the first todo task | wait (retry_after) | next pass | finished
              ──done / fail / renew (lease id)──▶ core.tasks.complete / fail / renew
-    owner (user token) ──GET tasks──▶ TaskService.status: summary + every task
+    owner (user token) ──GET tasks──▶ TaskService.status: summary (counts) + one page of tasks
 
 Every decision is a pure function of ``core.tasks``; this module loads rows, asks, writes them
 back and commits before it answers, so an acknowledged ``done`` survives a server restart and a
-lease survives it too (it simply expires if its trainer is gone). Time is ``ctx.clock``. Lease
-operations are serialised by one lock (they are short); they never take the reconciler's mutex.
+lease survives it too (it simply expires if its trainer is gone). Time is ``ctx.clock``.
+
+Concurrency: the operations of one job (lease, done, fail, renew) are serialised per job, those of
+different jobs run concurrently. In the process by a lock per job (:class:`JobLocks`); across server
+processes sharing one PostgreSQL database by the row lock of the job's ``task_queues`` row, taken
+first in every operation (``SELECT ... FOR UPDATE``; it is held until the commit, so two servers
+never hand one todo task out twice, nor start a pass twice). SQLite has no row locks and serves one
+server process. ``release_ended`` (the reconciler) writes with guarded UPDATEs instead (the lease it
+saw must still be the task's). None of them takes the reconciler's mutex.
 
 Who may call: a job token only for its own job (``forbidden`` otherwise); a user token for the
 user's own jobs, admins for anyone's (``?user=``); another user's job is ``job_not_found``.
@@ -21,7 +29,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Literal
 
 from sqlalchemy import func, insert, select, update
@@ -31,6 +41,7 @@ from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput,
 from paddlecloud.api.models import JobSpec
 from paddlecloud.api.tasks import (
     MAX_TASKS,
+    PAGE,
     AckRequest,
     LeaseRequest,
     TaskLease,
@@ -49,12 +60,22 @@ from paddlecloud.core import tasks as logic
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.quantity import parse_memory
 from paddlecloud.core.tasks import LeaseError, PassStep, TaskDef, TaskKind, TaskLimits, TaskSlot, TaskState
-from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow
+from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow, WorkerRow
 
-__all__ = ["Caller", "TaskService", "add_queue", "plan_tasks", "release_ended"]
+__all__ = ["Caller", "JobLocks", "TaskPage", "TaskService", "add_queue", "plan_tasks", "release_ended"]
 
 #: who calls a task route: a user (owner or admin) or a job's own workers
 Caller = Identity | JobIdentity
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """Which tasks a status lists: at most ``limit`` (0: the summary only), in index order, with an
+    index above ``after`` (None: from the first), only those in ``state`` if given."""
+
+    limit: int = PAGE
+    after: int | None = None
+    state: str | None = None
 
 
 # -- at submit ------------------------------------------------------------------------------------
@@ -195,10 +216,37 @@ def _lost(exc: LeaseError) -> Conflict:
     return Conflict(str(exc), code=ErrorCode.LEASE_LOST)
 
 
+class JobLocks:
+    """One lock per job id, made on first use and dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[int, tuple[threading.Lock, int]] = {}
+
+    @contextmanager
+    def hold(self, job_id: int) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._locks.get(job_id, (threading.Lock(), 0))
+            self._locks[job_id] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                users = self._locks[job_id][1] - 1
+                if users:
+                    self._locks[job_id] = (lock, users)
+                else:
+                    del self._locks[job_id]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
 class TaskService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._lock = threading.Lock()
+        self._locks = JobLocks()
 
     def authenticate(self, token: str) -> JobIdentity:
         with self.ctx.session() as s:
@@ -227,8 +275,16 @@ class TaskService:
         return job_id
 
     def _queue(self, s: Session, who: Caller, name: str, user: str | None) -> TaskQueueRow:
-        job_id = self._job_id(s, who, name, user)
-        q = s.scalar(select(TaskQueueRow).where(TaskQueueRow.job_id == job_id))
+        return self._queue_of(s, self._job_id(s, who, name, user), name)
+
+    @staticmethod
+    def _queue_of(s: Session, job_id: int, name: str, *, lock: bool = False) -> TaskQueueRow:
+        """The job's queue row; ``lock``: row-locked until the commit (PostgreSQL: other servers'
+        operations on this job wait; SQLite ignores it)."""
+        query = select(TaskQueueRow).where(TaskQueueRow.job_id == job_id)
+        if lock:
+            query = query.with_for_update()
+        q = s.scalar(query)
         if q is None:
             raise NotFound(
                 f"job {name!r} has no task master (submit it with tasks: --tasks-from-input or --task)",
@@ -245,14 +301,25 @@ class TaskService:
 
     # -- queries ----------------------------------------------------------------------------------
 
-    def status(self, who: Caller, name: str, user: str | None = None, state: str | None = None) -> TaskList:
+    def status(
+        self, who: Caller, name: str, user: str | None = None, page: TaskPage | None = None
+    ) -> TaskList:
+        """The summary and one page of tasks: at most ``page.limit`` with an index above ``page.after``
+        (only those in ``page.state`` if given); ``next_after`` says where the next page starts."""
+        page = page or TaskPage()
         with self.ctx.session() as s:
             q = self._queue(s, who, name, user)
             query = select(TaskRow).where(TaskRow.queue_id == q.id).order_by(TaskRow.index)
-            if state:
-                query = query.where(TaskRow.state == state)
-            items = [_view(q, t) for t in s.scalars(query)]
-            return TaskList(summary=self._summary(s, q), items=items)
+            if page.state:
+                query = query.where(TaskRow.state == page.state)
+            if page.after is not None:
+                query = query.where(TaskRow.index > page.after)
+            rows = list(s.scalars(query.limit(page.limit + 1)))  # one more: is there a next page?
+            items = [_view(q, t) for t in rows[: page.limit]]
+            more = len(rows) > page.limit and bool(items)
+            return TaskList(
+                summary=self._summary(s, q), items=items, next_after=items[-1].index if more else None
+            )
 
     def _summary(self, s: Session, q: TaskQueueRow) -> TaskSummary:
         c = _counts(s, q)
@@ -266,10 +333,17 @@ class TaskService:
 
     # -- trainers ---------------------------------------------------------------------------------
 
+    @contextmanager
+    def _locked(self, who: Caller, name: str, user: str | None) -> Iterator[tuple[Session, TaskQueueRow]]:
+        """A session and the job's queue row, with the job's operations serialised (module doc)."""
+        with self.ctx.session() as s:
+            job_id = self._job_id(s, who, name, user)
+            with self._locks.hold(job_id):
+                yield s, self._queue_of(s, job_id, name, lock=True)
+
     def lease(self, who: Caller, name: str, req: LeaseRequest, user: str | None = None) -> TaskLease:
         """Hand out the first todo task of the current pass (or say wait / finished)."""
-        with self._lock, self.ctx.session() as s:
-            q = self._queue(s, who, name, user)
+        with self._locked(who, name, user) as (s, q):
             again = s.scalar(
                 select(TaskRow).where(
                     TaskRow.queue_id == q.id, TaskRow.state == TaskState.LEASED, TaskRow.lease == req.lease
@@ -277,11 +351,28 @@ class TaskService:
             )
             if again is not None:  # a retried request: the same answer
                 return self._leased(q, again)
+            self._refuse_ended_run(s, q.job_id, req)
             now = self.ctx.clock.now()
             self._reclaim(s, q, now)
             answer = self._step(s, q, req, now)
             s.commit()
             return answer
+
+    @staticmethod
+    def _refuse_ended_run(s: Session, job_id: int, req: LeaseRequest) -> None:
+        """A run the platform has already seen end (its worker is on a later run, or the run ended)
+        gets no task: ``release_ended`` ran for it already and would hand the task on only in its
+        next cycle. A request that was on its way when the trainer was killed ends here."""
+        if not req.worker:
+            return
+        w = s.scalar(select(WorkerRow).where(WorkerRow.job_id == job_id, WorkerRow.name == req.worker))
+        holder = logic.holder_name(req.worker, req.run)
+        if w is not None and logic.holder_gone(holder, {w.name: (w.restarts, w.state in _ENDED)}):
+            raise Conflict(
+                f"{holder} has ended (the platform runs {w.name} as run {w.restarts}, {w.state}): "
+                "it is given no task",
+                code=ErrorCode.LEASE_LOST,
+            )
 
     def _step(self, s: Session, q: TaskQueueRow, req: LeaseRequest, now: float) -> TaskLease:
         while True:  # at most num_passes rounds: every round returns or starts the next pass
@@ -356,8 +447,7 @@ class TaskService:
 
     def done(self, who: Caller, name: str, index: int, req: AckRequest, user: str | None = None) -> TaskView:
         """Acknowledge a task done (idempotent for the lease that did it)."""
-        with self._lock, self.ctx.session() as s:
-            q = self._queue(s, who, name, user)
+        with self._locked(who, name, user) as (s, q):
             t = self._task(s, q, index)
             try:
                 slot, new = logic.complete(_slot(t), req.lease)
@@ -371,8 +461,7 @@ class TaskService:
 
     def fail(self, who: Caller, name: str, index: int, req: AckRequest, user: str | None = None) -> TaskView:
         """The holder gives the task back as failed: handed out again, or failed at the limit."""
-        with self._lock, self.ctx.session() as s:
-            q = self._queue(s, who, name, user)
+        with self._locked(who, name, user) as (s, q):
             t = self._task(s, q, index)
             try:
                 _store(t, logic.fail(_slot(t), req.lease, _limits(q), req.error))
@@ -383,8 +472,7 @@ class TaskService:
 
     def renew(self, who: Caller, name: str, index: int, req: AckRequest, user: str | None = None) -> TaskView:
         """Extend the holder's lease by the queue's lease time from now."""
-        with self._lock, self.ctx.session() as s:
-            q = self._queue(s, who, name, user)
+        with self._locked(who, name, user) as (s, q):
             t = self._task(s, q, index)
             try:
                 _store(t, logic.renew(_slot(t), req.lease, self.ctx.clock.now(), _limits(q)))

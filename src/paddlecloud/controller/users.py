@@ -1,26 +1,55 @@
 """Users and API tokens. Tokens are random (``secrets``) and stored only as their SHA-256.
 
-Managing users (list, create, issue a new token) is for admins: :func:`require_admin` is the one
-place that decides, and every admin-only operation (here and in ``JobService``) calls it first, so a
-non-admin learns nothing (not even whether a user exists) from an admin endpoint.
+Managing users (list, create, issue a new token, grant or revoke admin, delete) is for admins:
+:func:`require_admin` is the one place that decides, and every admin-only operation (here and in
+``JobService``) calls it first, so a non-admin learns nothing (not even whether a user exists) from
+an admin endpoint.
+
+The platform always keeps an admin: nobody revokes their own admin status or deletes themselves
+(``own_account``: another admin must), so the caller, an admin, remains one; and both changes
+re-check, under a lock (the admins' rows locked ``FOR UPDATE`` on PostgreSQL, a process lock beside
+it), that the caller is still an admin, so two admins revoking each other at once cannot leave none
+(the second finds itself revoked: ``forbidden``).
+
+Deleting a user (``delete``)::
+
+    active jobs (Queued, Starting, Running)? ── not force ──▶ 409 user_has_jobs (names them)
+    lock the account out (a new token nobody sees; no longer admin), commit
+    every job of the user: the active ones killed at once (force: their grace periods overlap), then
+    each record with its logs, tasks and package removed
+    PFS home: kept (admins still read it at /pfs/<dc>/home/NAME) or, with delete_files, deleted
+    the user row removed (its name is free again: a new user of that name gets a kept home)
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, NotFound, Unauthorized
 from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
+from paddlecloud.api.users import UserDeleted
 from paddlecloud.controller.config import ComputeLimits
 from paddlecloud.core.clock import Clock
-from paddlecloud.store.tables import UserRow
+from paddlecloud.core.phases import TERMINAL_PHASES
+from paddlecloud.store.tables import JobRow, UserRow
+
+if TYPE_CHECKING:  # the services a deletion goes through (they import this module)
+    from paddlecloud.controller.files import FileService
+    from paddlecloud.controller.jobs import JobService
 
 __all__ = ["Identity", "UserDirectory", "require_admin"]
+
+#: rounds of removing a deleted user's jobs (a submit that raced the lock-out is found by the next)
+_ROUNDS = 3
 
 
 def _hash(token: str) -> str:
@@ -45,10 +74,24 @@ def require_admin(who: Identity, what: str) -> None:
         raise Forbidden(f"{what} is for admins only; user {who.name!r} is not one", code=ErrorCode.FORBIDDEN)
 
 
+def _not_found(name: str) -> NotFound:
+    return NotFound(f"user {name!r} not found (see: paddlecloud admin users)", code=ErrorCode.USER_NOT_FOUND)
+
+
+def _own_account(what: str) -> Conflict:
+    return Conflict(
+        f"you cannot {what} your own account: you would lock yourself out; ask another admin to do it",
+        code=ErrorCode.OWN_ACCOUNT,
+        field="name",
+    )
+
+
 class UserDirectory:
     def __init__(self, clock: Clock, default_quota: ComputeLimits | None = None) -> None:
         self.clock = clock
         self.default_quota = default_quota or ComputeLimits()
+        #: serialises admin changes and deletions in this process (the database locks do it across)
+        self._admin_lock = threading.Lock()
 
     def _new_row(self, name: str, token: str, admin: bool) -> UserRow:
         """A new user; non-admins start with the platform's default compute quota."""
@@ -115,10 +158,86 @@ class UserDirectory:
         require_admin(who, "issuing tokens")
         row = session.scalar(select(UserRow).where(UserRow.name == name))
         if row is None:
-            raise NotFound(
-                f"user {name!r} not found (see: paddlecloud admin users)", code=ErrorCode.USER_NOT_FOUND
-            )
+            raise _not_found(name)
         token = _new_token()
         row.token_sha256 = _hash(token)
         session.commit()
         return TokenView(name=name, token=token)
+
+    # -- admin status and deletion ----------------------------------------------------------------
+
+    @staticmethod
+    def _locked_user(session: Session, who: Identity, name: str) -> UserRow:
+        """The user ``name``, with it and every admin row-locked; ``who`` must still be an admin (an
+        admin whose status was revoked a moment ago by someone else acts no more)."""
+        admins = list(session.scalars(select(UserRow).where(UserRow.is_admin.is_(True)).with_for_update()))
+        if who.name not in {a.name for a in admins}:
+            raise Forbidden(f"user {who.name!r} is no longer an admin", code=ErrorCode.FORBIDDEN)
+        row = session.scalar(select(UserRow).where(UserRow.name == name).with_for_update())
+        if row is None:
+            raise _not_found(name)
+        return row
+
+    def set_admin(self, session: Session, who: Identity, name: str, admin: bool) -> UserView:
+        """Grant (``admin``) or revoke admin status. Quotas stay as they are (``admin set-quota``)."""
+        require_admin(who, "granting or revoking admin")
+        if name == who.name and not admin:
+            raise _own_account("revoke admin from")
+        with self._admin_lock:
+            row = self._locked_user(session, who, name)
+            row.is_admin = admin
+            session.commit()
+        return UserView(name=row.name, is_admin=row.is_admin)
+
+    def delete(
+        self, who: Identity, name: str, *, jobs: JobService, files: FileService, force: bool = False,
+        delete_files: bool = False,
+    ) -> UserDeleted:  # fmt: skip
+        """Delete user ``name`` (module doc): their jobs go, their home stays unless ``delete_files``."""
+        require_admin(who, "deleting users")
+        if name == who.name:
+            raise _own_account("delete")
+        with self._admin_lock, jobs.ctx.session() as s:
+            row = self._locked_user(s, who, name)
+            active = list(s.scalars(self._jobs_of(name).where(JobRow.phase.not_in(TERMINAL_PHASES))))
+            if active and not force:
+                shown = ", ".join(active[:5]) + (", ..." if len(active) > 5 else "")
+                raise Conflict(
+                    f"user {name!r} has {len(active)} active job(s) ({shown}): kill them first, or delete "
+                    "with force (--force) to kill them",
+                    code=ErrorCode.USER_HAS_JOBS,
+                )
+            row.token_sha256, row.is_admin = _hash(_new_token()), False  # locked out from now on
+            s.commit()
+        done = UserDeleted(name=name, killed=active, home_path=str(files.home(name)))
+        with ThreadPoolExecutor(max_workers=8) as pool:  # their grace periods run together, not in turn
+            for job in active:
+                pool.submit(self._kill_quietly, jobs, who, job, name)
+        for _ in range(_ROUNDS):
+            with jobs.ctx.session() as s:
+                left = list(s.scalars(self._jobs_of(name)))
+            if not left:
+                break
+            for job in left:
+                try:
+                    jobs.delete(who, job, user=name)  # kills it first if it is still active
+                except (NotFound, Conflict):  # it ended or went meanwhile: the next round sees
+                    continue
+                done.jobs_removed += 1
+        if delete_files and files.remove_home(name):
+            done.home = "deleted"
+        with jobs.ctx.session() as s:
+            gone = s.scalar(select(UserRow).where(UserRow.name == name))
+            if gone is not None:
+                s.delete(gone)
+                s.commit()
+        return done
+
+    @staticmethod
+    def _kill_quietly(jobs: JobService, who: Identity, job: str, user: str) -> None:
+        with contextlib.suppress(NotFound, Conflict):  # it ended or went meanwhile
+            jobs.kill(who, job, user=user)
+
+    @staticmethod
+    def _jobs_of(user: str) -> Select[str]:
+        return select(JobRow.name).where(JobRow.user == user).order_by(JobRow.id)

@@ -93,7 +93,7 @@ def detail_view(row: JobRow) -> JobDetail:
     base = job_view(row, tally(row.workers))
     return JobDetail(
         **base.model_dump(),
-        spec=JobSpec.model_validate(row.spec),
+        spec=JobSpec.from_stored(row.spec),
         output_dir=row.output_dir,
         events=[
             EventView(

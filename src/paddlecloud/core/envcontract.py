@@ -37,13 +37,15 @@ class JobFiles:
 
 @dataclass(frozen=True)
 class ApiAccess:
-    """How a job's workers reach the platform's API (its task master): URL and the job's token."""
+    """How a job's workers reach the platform's API (its task master): URL, the job's token and, for
+    an https URL the system does not trust, the CA bundle to verify it with."""
 
     url: str = ""
     token: str = ""
+    ca: str = ""
 
     def __repr__(self) -> str:  # never print the token
-        return f"ApiAccess(url={self.url!r}, token={'***' if self.token else ''!r})"
+        return f"ApiAccess(url={self.url!r}, token={'***' if self.token else ''!r}, ca={self.ca!r})"
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ def _platform(ctx: WorkerContext) -> dict[str, str]:
         c.RESTART: str(ctx.restart),
         c.API: ctx.api.url,
         c.JOB_TOKEN: ctx.api.token,
+        **({c.API_CA: ctx.api.ca} if ctx.api.ca else {}),
         c.MEMBERSHIP_FILE: ctx.membership_file,
         "PYTHONUNBUFFERED": "1",
     }

@@ -88,16 +88,18 @@ def next_phase(
     pservers: RoleCounts,
     trainers: RoleCounts,
     failure: str | None,
+    failure_reason: str = "WorkerFailed",
 ) -> PhaseChange | None:
     """Decide the next phase of a started job from per-role counts; ``None`` means no change.
 
-    ``failure`` is the backend's message when a worker failed, was lost, or the job could not be
-    prepared (for example its requirements did not install).
+    ``failure`` is the backend's message when a worker failed, was lost, could not be started
+    (``failure_reason`` ``StartFailed``), or the job could not be prepared (for example its
+    requirements did not install).
     """
     if current in TERMINAL_PHASES or current in (JobPhase.QUEUED, JobPhase.PREEMPTING):
         return None
     if failure:
-        return PhaseChange(JobPhase.FAILED, "WorkerFailed", failure)
+        return PhaseChange(JobPhase.FAILED, failure_reason, failure)
     if trainers.desired and trainers.succeeded >= trainers.desired:
         return PhaseChange(JobPhase.SUCCEEDED, "Completed", f"all {trainers.desired} trainers succeeded")
     if (

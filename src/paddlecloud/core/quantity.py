@@ -1,6 +1,8 @@
 """Kubernetes resource quantities: ``500m`` / ``2`` CPUs, ``512Mi`` / ``10Gi`` / ``1G`` memory.
 
 CPU is kept as integer millicores and memory as integer bytes, so that scheduling arithmetic is exact.
+What one worker may ask for is bounded (:func:`parse_cpu_request`, :func:`parse_memory_request`): zero
+and absurd amounts (a typo such as ``99999999999999999999``) are refused with what to ask for instead.
 """
 
 from __future__ import annotations
@@ -8,7 +10,30 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["QuantityError", "format_cpu", "format_memory", "human_bytes", "parse_cpu", "parse_memory"]
+__all__ = [
+    "MAX_CPU_M",
+    "MAX_MEMORY",
+    "MAX_QUANTITY_CHARS",
+    "MIN_MEMORY",
+    "QuantityError",
+    "check_length",
+    "format_cpu",
+    "format_memory",
+    "human_bytes",
+    "parse_cpu",
+    "parse_cpu_request",
+    "parse_memory",
+    "parse_memory_request",
+]
+
+#: the most cpu one worker may ask for: 1024 cores (no node this platform targets has more)
+MAX_CPU_M = 1024 * 1000
+#: the least and the most memory one worker may ask for: 1Mi (less cannot hold a Python process's
+#: page tables) and 64Ti
+MIN_MEMORY = 2**20
+MAX_MEMORY = 64 * 2**40
+#: the longest quantity text accepted (``1024``, ``1536Mi``, ``0.5``: a few characters)
+MAX_QUANTITY_CHARS = 32
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -60,6 +85,48 @@ def parse_memory(text: str | int) -> int:
     if n != n.to_integral_value():
         raise QuantityError(f"{text!r} is not a whole number of bytes")
     return int(n)
+
+
+def check_length(text: str | int | float, what: str) -> None:
+    """Refuse a quantity text longer than :data:`MAX_QUANTITY_CHARS` before parsing it."""
+    if len(str(text)) > MAX_QUANTITY_CHARS:
+        raise QuantityError(
+            f"{str(text)[:20]!r}... is {len(str(text))} characters, not a {what} quantity "
+            f"(at most {MAX_QUANTITY_CHARS}; examples: {_EXAMPLES[what]})"
+        )
+
+
+def parse_cpu_request(text: str | int | float) -> int:
+    """:func:`parse_cpu` for what one worker asks for: more than zero, at most :data:`MAX_CPU_M`."""
+    check_length(text, "cpu")
+    milli = parse_cpu(text)
+    if milli <= 0:
+        raise QuantityError(
+            f"cpu {text!r} is zero: a worker needs at least 1m (a millicore); ask for e.g. 500m"
+        )
+    if milli > MAX_CPU_M:
+        raise QuantityError(
+            f"cpu {text!r} is more than {format_cpu(MAX_CPU_M)} cores, the most one worker may ask for; "
+            "ask for less (e.g. 2) and spread the work over more trainers"
+        )
+    return milli
+
+
+def parse_memory_request(text: str | int) -> int:
+    """:func:`parse_memory` for what one worker asks for: :data:`MIN_MEMORY` to :data:`MAX_MEMORY`."""
+    check_length(text, "memory")
+    n = parse_memory(text)
+    if n < MIN_MEMORY:
+        raise QuantityError(
+            f"memory {text!r} is less than {format_memory(MIN_MEMORY)}, the least one worker may ask for; "
+            "ask for e.g. 512Mi"
+        )
+    if n > MAX_MEMORY:
+        raise QuantityError(
+            f"memory {text!r} is more than {format_memory(MAX_MEMORY)}, the most one worker may ask for; "
+            "ask for less (e.g. 16Gi) and spread the work over more trainers"
+        )
+    return n
 
 
 def human_bytes(n: int) -> str:

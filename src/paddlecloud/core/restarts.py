@@ -1,6 +1,6 @@
 """Restart policies: whether a worker that failed is started again, and after how long.
 
-    worker run ended badly ──▶ decide(policy, rules, worker, Exit, job_restarts, worker_restarts)
+    worker run ended badly ──▶ decide(policy, rules, worker, Exit, job_restarts, run, worker_restarts)
         ├─▶ Restart(delay_s, run, message)   the backend starts the same worker again after delay_s
         └─▶ Fail(message)                    the job fails with that message
 
@@ -17,7 +17,10 @@ Policies, per role (``trainers.restart``, ``pservers.restart`` in the job spec):
 
 Restarts count over all workers of the job; once ``max_restarts`` were made the next failure fails
 the job ("... ; restart limit 2 reached"). The delay doubles with each restart of the same worker:
-``backoff_s``, ``2 * backoff_s``, ... up to ``backoff_max_s``.
+``backoff_s``, ``2 * backoff_s``, ... up to ``backoff_max_s``; a run that lasted at least
+``backoff_reset_s`` (default 600 s, as Kubernetes does for crash-looping containers) was stable, so
+the doubling starts again from ``backoff_s`` when it ends (:attr:`Restart.streak` is what the backend
+keeps: the worker's restarts since its last stable run).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import signal as _signal
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Exit", "Fail", "Restart", "RestartPolicy", "RestartRules", "backoff", "decide"]
+__all__ = ["Exit", "Fail", "Restart", "RestartPolicy", "RestartRules", "backoff", "decide", "stable"]
 
 #: the shell reports death by signal N as exit code 128 + N
 _SHELL_SIGNAL_BASE = 128
@@ -49,6 +52,8 @@ class RestartRules:
     retry_exit_codes: frozenset[int] = frozenset()
     backoff_s: float = 1.0
     backoff_max_s: float = 30.0
+    #: a run that lasted this long (seconds) resets its worker's backoff to ``backoff_s``
+    backoff_reset_s: float = 600.0
 
     def policy(self, role: str) -> RestartPolicy:
         """The policy of ``role``; platform helpers (an elastic torch job's rendezvous store, whose
@@ -63,6 +68,8 @@ class Exit:
     code: int | None
     signal: int | None = None
     pid: int | None = None
+    #: how long the run lasted, seconds (None: unknown); a long one resets the backoff
+    ran_s: float | None = None
 
     @property
     def killed_by(self) -> int | None:
@@ -93,6 +100,9 @@ class Restart:
     #: the run number the restarted worker gets (``PADDLECLOUD_RESTART``, its log ``<worker>.<run>.log``)
     run: int
     message: str
+    #: the worker's restarts since its last stable run, this one included (the next backoff doubles
+    #: with it: pass it back as ``worker_restarts``)
+    streak: int = 1
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,11 @@ def _retryable(policy: RestartPolicy, rules: RestartRules, ended: Exit) -> str |
     return f"exit code {ended.code} is not retryable (ExitCode policy: signals and exit codes {codes})"
 
 
+def stable(rules: RestartRules, ran_s: float | None) -> bool:
+    """Whether a run that lasted ``ran_s`` seconds (None: unknown) resets its worker's backoff."""
+    return ran_s is not None and ran_s >= rules.backoff_reset_s
+
+
 def decide(
     policy: RestartPolicy,
     rules: RestartRules,
@@ -136,7 +151,8 @@ def decide(
     """Restart ``worker`` (whose run ``worker_run`` ended as ``ended``) or fail its job.
 
     ``job_restarts``: restarts made so far over all workers of the job (the limit counts these);
-    ``worker_restarts``: restarts of this worker so far (the backoff doubles with these).
+    ``worker_restarts``: restarts of this worker since its last stable run (the backoff doubles with
+    these; a stable run, :func:`stable`, starts them again from 0).
     """
     what = ended.describe(worker)
     why_not = _retryable(policy, rules, ended)
@@ -144,13 +160,17 @@ def decide(
         return Fail(f"{what}; {why_not}" if why_not else what)
     if job_restarts >= rules.max_restarts:
         return Fail(f"{what}; restart limit {rules.max_restarts} reached")
-    delay = backoff(rules, worker_restarts)
+    fresh = stable(rules, ended.ran_s)
+    streak = 0 if fresh else worker_restarts
+    delay = backoff(rules, streak)
     run = worker_run + 1
+    note = f"; backoff reset: the run lasted {ended.ran_s:.0f} s" if fresh and worker_restarts else ""
     return Restart(
         delay_s=delay,
         run=run,
         message=(
             f"{what}; restarting it as run {run} in {delay:g} s "
-            f"(restart {job_restarts + 1} of at most {rules.max_restarts} for the job)"
+            f"(restart {job_restarts + 1} of at most {rules.max_restarts} for the job{note})"
         ),
+        streak=streak + 1,
     )

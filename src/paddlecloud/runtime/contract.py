@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "API",
+    "API_CA",
     "CHECKPOINT_DIR",
     "CURRENT_ENDPOINT",
     "INPUT",
@@ -53,6 +54,8 @@ RESTART = PREFIX + "RESTART"
 #: the platform's API URL and this job's token: the data task master (``runtime.taskmaster``)
 API = PREFIX + "API"
 JOB_TOKEN = PREFIX + "JOB_TOKEN"
+#: a CA bundle to verify an https PADDLECLOUD_API with (set when the server runs with TLS)
+API_CA = PREFIX + "API_CA"
 #: the job's current membership (trainers and endpoints now), rewritten on every resize
 #: (``runtime.membership``); empty where the backend does not publish it
 MEMBERSHIP_FILE = PREFIX + "MEMBERSHIP_FILE"

@@ -9,7 +9,8 @@
             ──POST …/tasks/{i}/done | fail
 
 The job's token and the server's URL come from the env contract (``PADDLECLOUD_JOB_TOKEN``,
-``PADDLECLOUD_API``); the job must have been submitted with tasks (``--tasks-from-input`` or
+``PADDLECLOUD_API``; an https URL is verified with ``PADDLECLOUD_API_CA`` when the server set one,
+else with the system's trusted CAs); the job must have been submitted with tasks (``--tasks-from-input`` or
 ``--task``). A trainer that dies holding a task loses nothing: its lease expires (no renewals)
 and another trainer gets the task. Every request is retried with backoff on connection errors and
 502/503/504 for up to ``retry_for`` seconds (a server restart); each is idempotent (the lease id is
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import ssl
 import sys
 import threading
 import time
@@ -53,6 +55,17 @@ class TaskMasterError(RuntimeError):
 
 class LeaseLost(TaskMasterError):
     """The task was handed to another trainer (our lease expired) or has ended."""
+
+
+def _opener(ca: str) -> urllib.request.OpenerDirector:
+    """Direct (never through a proxy); https verified with ``ca`` if given, else the system's CAs."""
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if ca:
+        try:
+            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca)))
+        except (OSError, ssl.SSLError) as exc:
+            raise TaskMasterError(f"cannot load the API's CA bundle {ca} ({c.API_CA}): {exc}") from None
+    return urllib.request.build_opener(*handlers)
 
 
 def _warn(msg: str) -> None:
@@ -161,7 +174,9 @@ class TaskMaster:
         timeout: float = 10.0,
         retry_for: float = 60.0,
         auto_renew: bool = True,
+        ca: str | None = None,
     ) -> None:
+        """``ca``: a CA bundle for an https ``api`` (default ``PADDLECLOUD_API_CA``, else the system's)."""
         e = os.environ if environ is None else environ
         self.api = (api or e.get(c.API, "")).rstrip("/")
         self.token = token or e.get(c.JOB_TOKEN, "")
@@ -176,7 +191,7 @@ class TaskMaster:
                 "submitted with --tasks-from-input or --task they are)"
             )
         self.timeout, self.retry_for, self.auto_renew = timeout, retry_for, auto_renew
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # direct, never a proxy
+        self._opener = _opener(ca if ca is not None else e.get(c.API_CA, ""))
         self._held: dict[int, Task] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -200,6 +215,11 @@ class TaskMaster:
                     raise _http_error(exc) from None
                 problem = f"HTTP {exc.code}"
             except (OSError, HTTPException) as exc:  # refused, reset, timed out (URLError is an OSError)
+                if isinstance(getattr(exc, "reason", exc), ssl.SSLCertVerificationError):  # no retry mends it
+                    raise TaskMasterError(
+                        f"the task master at {self.api} presented a certificate that cannot be verified "
+                        f"({exc}); {c.API_CA} names the CA bundle to trust"
+                    ) from None
                 if time.monotonic() > deadline:
                     raise TaskMasterError(f"cannot reach the task master at {self.api}: {exc}") from None
                 problem = str(exc)

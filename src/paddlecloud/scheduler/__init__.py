@@ -16,6 +16,7 @@ from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, 
 from paddlecloud.scheduler.edl import EdlPolicy
 from paddlecloud.scheduler.elastic import TIRESIAS_THRESHOLDS, ElasticPolicy
 from paddlecloud.scheduler.fifo import FifoPolicy
+from paddlecloud.scheduler.placement import never_placeable
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState, Snapshot
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Wait",
     "WaitReason",
     "WorkerPlacement",
+    "never_placeable",
     "policy",
 ]
 

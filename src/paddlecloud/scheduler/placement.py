@@ -1,17 +1,22 @@
 """Gang placement of one job's workers on the cycle's :class:`NodePool`: all workers or none.
 
 Trainers are packed on as few nodes as possible (largest free node first); GPUs are never split
-across nodes and specific GPU indices are assigned.
+across nodes and specific GPU indices are assigned. :func:`never_placeable` asks whether a job could
+be placed at all, on the nodes as they are when idle (a fixed-capacity cluster refuses it at submit
+otherwise).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import WorkerPlacement
 from paddlecloud.scheduler.pool import Key, NodePool
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState
 
-__all__ = ["NeverFits", "place_job"]
+__all__ = ["NeverFits", "never_placeable", "place_job"]
 
 
 def _fifo_rank(key: Key, c: int, m: int, g: int, count: int) -> tuple[tuple[int, ...], int]:
@@ -79,3 +84,29 @@ class NeverFits:
                 has = largest.describe() if largest else "no nodes"
                 return f"a {role} needs {need.describe()}, but the largest node has {has}"
         return None
+
+
+def _workers(n: int, role: str, need: Resources) -> str:
+    """``3 trainers (cpu 1, memory 1Gi each)``, ``1 trainer (cpu 1, memory 1Gi)``."""
+    return f"{n} {role}{'s' if n != 1 else ''} ({need.describe()}{' each' if n != 1 else ''})"
+
+
+def never_placeable(idle: Sequence[NodeState], job: JobRequest) -> tuple[str, str] | None:
+    """Why ``job`` could never be placed, even with every node ``idle`` (nothing allocated, every GPU
+    free): ``(role, message)``, the message naming the capacity; None if it can be, at its fewest
+    trainers. Either one of its workers fits no node, or its gang fits no idle cluster."""
+    nodes = tuple(idle)
+    why = NeverFits(nodes)(job)
+    if why is not None:
+        return ("pserver" if why.startswith("a pserver") else "trainer"), why
+    gang = replace(job, trainers=job.lo)
+    if place_job(NodePool(nodes), gang) is not None:
+        return None
+    total = sum((n.capacity for n in nodes), Resources())
+    parts = [_workers(gang.trainers, "trainer", gang.trainer)]
+    if gang.pservers:
+        parts.insert(0, _workers(gang.pservers, "pserver", gang.pserver))
+    return "trainer", (
+        f"{' and '.join(parts)} do not fit on the cluster even when it is idle: {len(nodes)} "
+        f"node{'s' if len(nodes) != 1 else ''}, {total.describe()} in all"
+    )

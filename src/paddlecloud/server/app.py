@@ -19,6 +19,7 @@ from paddlecloud.api.errors import ErrorCode, VersionMismatch
 from paddlecloud.controller import Platform
 from paddlecloud.server import routes_jobs, routes_pfs, routes_system, routes_tasks, routes_users
 from paddlecloud.server.errors import install_error_handlers
+from paddlecloud.server.limits import BodyLimitMiddleware
 
 __all__ = ["ApiVersionMiddleware", "create_app"]
 
@@ -80,6 +81,7 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     app.state.platform = platform
     install_error_handlers(app)
 
+    app.add_middleware(BodyLimitMiddleware, max_bytes=platform.ctx.config.max_request_bytes)
     app.add_middleware(ApiVersionMiddleware)
     app.include_router(routes_system.router, prefix=API_PREFIX)
     app.include_router(routes_jobs.router, prefix=API_PREFIX)

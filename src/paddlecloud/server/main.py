@@ -1,9 +1,9 @@
 """Run the platform server: open the platform, make sure the default user exists, serve with Uvicorn.
 
 ``paddlecloud up`` calls :func:`prepare` (which returns the default user's token so the CLI can write
-the client config, and the isolation jobs run with, which ``up`` prints) and then :func:`serve`.
-``paddlecloud operator`` calls :func:`run_operator` (the Kubernetes backend's operator, a separate
-process beside the server).
+the client config, and the isolation jobs run with, which ``up`` prints) and then :func:`serve`
+(plain HTTP, or https with ``up --tls-cert/--tls-key``). ``paddlecloud operator`` calls
+:func:`run_operator` (the Kubernetes backend's operator, a separate process beside the server).
 
 The default user's token lives only in the client config (``~/.paddle/config``, mode 0600): never in
 the data dir, where a job could find it. ``up`` hands back the token the client config already holds
@@ -91,9 +91,13 @@ def prepare(config: PlatformConfig, known_tokens: Sequence[str] = ()) -> Prepare
     return Prepared(create_app(platform), token, isolation, confined)
 
 
-def serve(app: FastAPI, host: str, port: int) -> None:
+def serve(app: FastAPI, host: str, port: int, tls: tuple[str, str] | None = None) -> None:
+    """Serve ``app``; with ``tls`` = (certificate file, key file) over https only."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    cert, key = tls or (None, None)
+    uvicorn.run(
+        app, host=host, port=port, log_level="warning", access_log=False, ssl_certfile=cert, ssl_keyfile=key
+    )
 
 
 def run_operator(argv: list[str]) -> int:

@@ -10,7 +10,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from paddlecloud.api.tasks import AckRequest, LeaseRequest, TaskLease, TaskList, TaskView
+from paddlecloud.api.tasks import MAX_PAGE, PAGE, AckRequest, LeaseRequest, TaskLease, TaskList, TaskView
+from paddlecloud.controller.tasks import TaskPage
 from paddlecloud.core.tasks import TaskState
 from paddlecloud.server.deps import PlatformDep, TaskCaller
 
@@ -21,12 +22,21 @@ router = APIRouter()
 UserParam = Annotated[str | None, Query(description="admins: the job's owner (default: the caller)")]
 
 
+LimitParam = Annotated[int, Query(ge=0, le=MAX_PAGE, description="tasks per page (0: only the summary)")]
+AfterParam = Annotated[
+    int | None, Query(ge=0, description="list tasks after this index (the last page's next_after)")
+]
+
+
 @router.get("/jobs/{name}/tasks", response_model=TaskList, tags=["tasks"])
 def list_tasks(
-    name: str, who: TaskCaller, platform: PlatformDep, user: UserParam = None, state: TaskState | None = None
-) -> TaskList:
-    """The task master's summary (pass, counts) and its tasks (only those in ``state`` if given)."""
-    return platform.tasks.status(who, name, user, state=str(state) if state else None)
+    name: str, who: TaskCaller, platform: PlatformDep, user: UserParam = None, state: TaskState | None = None,
+    limit: LimitParam = PAGE, after: AfterParam = None,
+) -> TaskList:  # fmt: skip
+    """The task master's summary (pass, counts over every task) and one page of its tasks in index
+    order (only those in ``state`` if given); ``next_after`` is set when more follow."""
+    page = TaskPage(limit=limit, after=after, state=str(state) if state else None)
+    return platform.tasks.status(who, name, user, page)
 
 
 @router.post("/jobs/{name}/tasks/lease", response_model=TaskLease, tags=["tasks"])

@@ -1,14 +1,18 @@
-"""``/api/v1`` user routes: who am I, and (admins) list users, create one, issue a new token.
+"""``/api/v1`` user routes: who am I, and (admins) list users, create one, issue a new token, grant
+or revoke admin, delete one.
 
 Thin: the admin check and every decision live in ``controller.users``.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
 
 from paddlecloud.api.files import QuotaUpdate
 from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
+from paddlecloud.api.users import AdminUpdate, UserDeleted
 from paddlecloud.controller.quotas import update_quotas
 from paddlecloud.server.deps import Caller, PlatformDep
 
@@ -50,3 +54,32 @@ def rotate_token(name: str, who: Caller, platform: PlatformDep) -> TokenView:
     """Issue a new API token for a user (admins only); the old one stops working at once."""
     with platform.ctx.session() as s:
         return platform.users.rotate(s, who, name)
+
+
+@router.put("/users/{name}/admin", response_model=UserView, tags=["users"])
+def set_admin(name: str, update: AdminUpdate, who: Caller, platform: PlatformDep) -> UserView:
+    """Grant or revoke admin status (admins only; never your own revocation, never the last admin)."""
+    with platform.ctx.session() as s:
+        return platform.users.set_admin(s, who, name, update.admin)
+
+
+ForceParam = Annotated[bool, Query(description="kill the user's active jobs (else: 409 user_has_jobs)")]
+DeleteFilesParam = Annotated[bool, Query(description="delete the user's PFS home too (default: kept)")]
+
+
+@router.delete("/users/{name}", response_model=UserDeleted, tags=["users"])
+def delete_user(
+    name: str,
+    who: Caller,
+    platform: PlatformDep,
+    force: Annotated[
+        bool, Query(description="kill the user's active jobs (else: 409 user_has_jobs)")
+    ] = False,
+    delete_files: Annotated[
+        bool, Query(description="delete the user's PFS home too (default: kept)")
+    ] = False,
+) -> UserDeleted:
+    """Delete a user (admins only, never yourself): their jobs are removed, their token stops working."""
+    return platform.users.delete(
+        who, name, jobs=platform.jobs, files=platform.files, force=force, delete_files=delete_files
+    )

@@ -33,6 +33,25 @@ __all__ = ["LocalDirStore"]
 E = StorageErrorKind
 
 
+@contextlib.contextmanager
+def _no_space(key: Key, what: str) -> Iterator[None]:
+    """The file system's "disk full" (ENOSPC, EDQUOT) as NO_SPACE, whichever call ran into it."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise StorageError(E.NO_SPACE, key, f"the file store has no room for {what}") from None
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class LocalDirStore:
     local_paths = True
 
@@ -181,7 +200,8 @@ class LocalDirStore:
         return total
 
     def _place(self, tmp: Path, key: Key, overwrite: bool) -> Entry:
-        """Move a finished staged file into the namespace atomically."""
+        """Move a finished (already fsynced) staged file into the namespace atomically, then fsync the
+        directory so that the new name survives a power loss once the caller is told it is there."""
         self._require_dir(key[:-1])
         dest = self._path(key)
         existing = self.stat(key)
@@ -195,6 +215,7 @@ class LocalDirStore:
             except FileExistsError:
                 raise StorageError(E.EXISTS, key) from None
             os.unlink(tmp)
+        _fsync_dir(dest.parent)
         placed = self.stat(key)
         assert placed is not None
         return placed
@@ -202,7 +223,7 @@ class LocalDirStore:
     def put_small(self, key: Key, data: Iterable[bytes], overwrite: bool) -> Entry:
         tmp = self.uploads / f"tmp-{uuid.uuid4().hex}"
         try:
-            with open(tmp, "wb") as f:
+            with _no_space(key, "this file"), open(tmp, "wb") as f:
                 for piece in data:
                     f.write(piece)
                 f.flush()
@@ -223,25 +244,26 @@ class LocalDirStore:
         if existing is not None:
             return existing
         d = self._staging(state.id)
-        (d / "marks").mkdir(parents=True, exist_ok=True)
-        with open(d / "data", "wb") as f:
-            try:  # reserve the blocks at once: chunk writes then skip the file system's allocator
-                os.posix_fallocate(f.fileno(), 0, state.size)
-            except OSError as exc:
-                if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
-                    f.truncate(state.size)  # no fallocate here (tmpfs, some network file systems): sparse
-                else:  # ENOSPC and friends: give every block back and say so
-                    shutil.rmtree(d, ignore_errors=True)
-                    raise StorageError(
-                        E.NO_SPACE, state.key, f"the file store has no room for {state.size} bytes"
-                    ) from None
         meta = {
             "key": list(state.key),
             "size": state.size,
             "chunk_size": state.chunk_size,
             "owner": state.owner,
         }
-        (d / "meta.json").write_text(json.dumps(meta))
+        try:
+            with _no_space(state.key, f"{state.size} bytes"):
+                (d / "marks").mkdir(parents=True, exist_ok=True)
+                with open(d / "data", "wb") as f:
+                    try:  # reserve the blocks at once: chunk writes then skip the file system's allocator
+                        os.posix_fallocate(f.fileno(), 0, state.size)
+                    except OSError as exc:
+                        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                            raise
+                        f.truncate(state.size)  # no fallocate here (some network file systems): sparse
+                (d / "meta.json").write_text(json.dumps(meta))
+        except BaseException:  # ENOSPC and friends: give every block back (a staging area without
+            shutil.rmtree(d, ignore_errors=True)  # its meta.json would never be found again)
+            raise
         return state
 
     def upload_get(self, upload_id: str) -> UploadState | None:
@@ -274,16 +296,17 @@ class LocalDirStore:
             on_piece(piece)
         total = sum(map(len, pieces))
         written = 0
-        try:
-            while written < total:  # one pwritev for all pieces; loop only on a short write
-                skip, rest = written, []
-                for p in pieces:
-                    if skip >= len(p):
-                        skip -= len(p)
-                        continue
-                    rest.append(memoryview(p)[skip:])
-                    skip = 0
-                written += os.pwritev(fd, rest, offset + written)
+        try:  # a sparse data file (no fallocate on this file system) can still run out of space
+            with _no_space((), "this chunk"):
+                while written < total:  # one pwritev for all pieces; loop only on a short write
+                    skip, rest = written, []
+                    for p in pieces:
+                        if skip >= len(p):
+                            skip -= len(p)
+                            continue
+                        rest.append(memoryview(p)[skip:])
+                        skip = 0
+                    written += os.pwritev(fd, rest, offset + written)
         finally:
             os.close(fd)
         return written
@@ -291,7 +314,8 @@ class LocalDirStore:
     def upload_mark(self, upload_id: str, index: int, digest: str) -> None:
         mark = self._staging(upload_id) / "marks" / str(index)
         tmp = mark.with_suffix(".tmp")
-        tmp.write_text(digest)
+        with _no_space((), "the chunk's mark"):
+            tmp.write_text(digest)
         os.replace(tmp, mark)
 
     def upload_unmark(self, upload_id: str, index: int) -> None:

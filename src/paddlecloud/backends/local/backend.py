@@ -18,6 +18,10 @@ Start sequence (driven by ``sync``, effects applied under the job's lock)::
     TRAINERS ──all trainers succeeded──▶ STOPPING (pservers) ──▶ DONE
         └───────────── any failure ───────────▶ STOPPING (everything) ──▶ DONE
 
+A worker the OS will not start (``Popen`` raises: a NUL byte, ``E2BIG``, a missing directory) fails
+its job with reason ``StartFailed`` and the error as the message, like a worker that exited badly:
+``sync`` never raises for it, so one job's bad spec cannot stop the reconcile loop.
+
 Resize (capability ``resize``): ``add_trainer`` starts one more trainer with the job's current
 endpoints (at once when trainers run, else with the others); ``remove_trainer`` retires the highest
 trainer: it leaves the job's workers (so it never decides success or failure), is stopped gracefully
@@ -105,6 +109,8 @@ class LocalConfig:
     pass_env: tuple[str, ...] = ()
     #: what no job may see (the data dir): refused if the sandbox's read-only system would show it
     private: tuple[Path, ...] = ()
+    #: cap of the environment cache (``envs.py``: least recently used, unused ones evicted); None: none
+    env_cache_bytes: int | None = None
 
 
 @dataclass
@@ -118,6 +124,7 @@ class _Job:
     stage: Stage = Stage.PREPARING
     env_dir: Path | None = None
     failure: str | None = None
+    failure_reason: str = "WorkerFailed"
     events: list[BackendEvent] = field(default_factory=list)
     #: trainers removed by a shrink (stopping or stopped), reported as Stopped
     retired: dict[str, WorkerProc] = field(default_factory=dict)
@@ -148,6 +155,7 @@ class LocalBackend:
             Capability.ADOPT,
             Capability.LOGS_PREVIOUS,
             Capability.LOGS_FOLLOW,
+            Capability.FIXED_CAPACITY,
         }
     )
 
@@ -164,7 +172,7 @@ class LocalBackend:
         self._sandbox, self.isolation = choose(
             config.isolation, self._pythonpath, gpus=self._gpu_machine, private=(config.root, *config.private)
         )
-        self._envs = EnvCache(config.root / "envs", sandbox=self._sandbox)
+        self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -223,6 +231,7 @@ class LocalBackend:
         if job.stage == Stage.PREPARING:
             self._prepare_async(job)
         else:
+            self._envs.pin(self._requirements(job), launch.key)  # in use until its processes end
             job.env_dir = self._envs.path_for(self._requirements(job))
             job.prepared.set()
 
@@ -236,6 +245,7 @@ class LocalBackend:
             return JobStatus(
                 workers=self._statuses(job),
                 failure=job.failure,
+                failure_reason=job.failure_reason,
                 finished=job.stage == Stage.DONE,
                 events=events,
             )
@@ -267,7 +277,7 @@ class LocalBackend:
             self._retopology(job)
             job.events.append(BackendEvent("Normal", "TrainerAdded", f"{name} added on {placement.node}"))
             if job.stage == Stage.TRAINERS:
-                self._spawn(job, [w])
+                self._spawn(job, [w])  # a failure fails the job (its status says so)
 
     def remove_trainer(self, key: str, grace: float) -> None:
         job = self._get(key)
@@ -426,7 +436,7 @@ class LocalBackend:
                     safe_extract(package, pkg)
             runs = log_runs(job.dir / "logs", "prepare")
             prepare_log = job.dir / "logs" / f"prepare.{runs[-1] + 1 if runs else 0}.log"
-            job.env_dir = self._envs.ensure(self._requirements(job), prepare_log)
+            job.env_dir = self._envs.ensure(self._requirements(job), prepare_log, job.launch.key)
             with job.lock:
                 workers = list(job.workers.values())
             for w in workers:
@@ -450,7 +460,8 @@ class LocalBackend:
                 self._finish(job)
                 return
             job.events.append(BackendEvent("Normal", "Prepared", "package unpacked and environment ready"))
-            self._spawn(job, job.servers() or job.role("trainer"))
+            if not self._spawn(job, job.servers() or job.role("trainer")):
+                return
             job.stage = Stage.PSERVERS if job.servers() else Stage.TRAINERS
             if job.stage == Stage.PSERVERS:
                 names = ", ".join(sorted(w.name for w in job.servers()))
@@ -468,14 +479,15 @@ class LocalBackend:
             state = w.state(now)
             if state in _ENDED and not self._restart_or_fail(job, w, state, now):
                 return
-        self._spawn_due(job, now)
+        if not self._spawn_due(job, now):
+            return
         if all(
             w.state(now) == WorkerState.RUNNING and is_listening("127.0.0.1", w.port) for w in job.servers()
         ):
             names = ", ".join(sorted(w.name for w in job.servers()))
             job.events.append(BackendEvent("Normal", "ServersReady", f"{names} listen"))
-            self._spawn(job, job.role("trainer"))
-            job.stage = Stage.TRAINERS
+            if self._spawn(job, job.role("trainer")):
+                job.stage = Stage.TRAINERS
 
     def _check_trainers(self, job: _Job) -> None:
         now = self._now()
@@ -488,7 +500,8 @@ class LocalBackend:
                 job, w, state, now
             ):
                 return
-        self._spawn_due(job, now)
+        if not self._spawn_due(job, now):
+            return
         if all(w.state(now) == WorkerState.SUCCEEDED for w in job.role("trainer")):
             n = len(job.role("trainer"))
             job.events.append(BackendEvent("Normal", "TrainersSucceeded", f"all {n} trainers succeeded"))
@@ -511,14 +524,17 @@ class LocalBackend:
         self._wake_at(nxt)
         return True
 
-    def _spawn_due(self, job: _Job, now: float) -> None:
-        """Start the restarted workers whose backoff has passed (current endpoints, same identity)."""
+    def _spawn_due(self, job: _Job, now: float) -> bool:
+        """Start the restarted workers whose backoff has passed (current endpoints, same identity);
+        False if one could not be started (the job is failing)."""
         due = job.book.due(job.workers.values(), now)
         for w in due:
             w.restart_at = None
+        started = True
         if due:
-            self._spawn(job, due)
+            started = self._spawn(job, due)
             job.book.save(job.workers.values())
+        return started
 
     def _wake_at(self, w: WorkerProc) -> None:
         """Wake the reconcile loop when ``w``'s restart is due, so the respawn waits for no tick."""
@@ -527,9 +543,9 @@ class LocalBackend:
         timer.daemon = True
         timer.start()
 
-    def _fail(self, job: _Job, message: str) -> None:
-        job.failure = message
-        job.events.append(BackendEvent("Warning", "WorkerFailed", message))
+    def _fail(self, job: _Job, message: str, reason: str = "WorkerFailed") -> None:
+        job.failure, job.failure_reason = message, reason
+        job.events.append(BackendEvent("Warning", reason, message))
         self._stop_async(job, list(job.workers.values()))
 
     def _stop_async(self, job: _Job, workers: list[WorkerProc]) -> None:
@@ -546,6 +562,7 @@ class LocalBackend:
         if job.stage != Stage.DONE:
             job.stage = Stage.DONE
             self._ports.release(job.ports)
+            self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
 
     def _jail(self, job: _Job) -> JobJail | None:
         """What the job's workers are confined to (None: isolation none)."""
@@ -554,7 +571,19 @@ class LocalBackend:
             return None
         return self._sandbox.jail(job.launch, job.env_dir, shared=(job.dir / "contract",))
 
-    def _spawn(self, job: _Job, workers: list[WorkerProc]) -> None:
+    def _spawn(self, job: _Job, workers: list[WorkerProc]) -> bool:
+        """Start ``workers``; False if the OS refused one: the job then fails (``StartFailed``) and
+        what was started is stopped."""
+        try:
+            self._spawn_all(job, workers)
+        except Exception as exc:  # Popen: ValueError (NUL byte), OSError (E2BIG, ENOENT), ...
+            log.warning("starting a worker of %s failed: %s", job.launch.key, exc)
+            failed = next((w.name for w in workers if w.pid is None), "a worker")
+            self._fail(job, f"{failed} could not be started: {type(exc).__name__}: {exc}", "StartFailed")
+            return False
+        return True
+
+    def _spawn_all(self, job: _Job, workers: list[WorkerProc]) -> None:
         assert job.env_dir is not None
         base = worker_base_env(
             os.environ, self.config.pass_env, sandboxed=self._sandbox is not None, env_dir=job.env_dir,

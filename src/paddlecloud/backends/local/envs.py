@@ -1,10 +1,32 @@
-"""Runtime environments: one virtual environment per distinct ``requirements.txt`` content.
+"""Runtime environments: one virtual environment per distinct ``requirements.txt`` content, kept under
+a size cap by evicting the least recently used ones that no job is using.
 
 This is the local stand-in for a container image. ``EnvCache.ensure`` builds
-``<root>/<sha256 of requirements>/`` once (``venv --without-pip``, then the platform's own pip
-installs into it with ``pip --python``) and marks it ready; later jobs with the same requirements reuse
-it at once. A file lock makes concurrent builds of the same content wait for one another, and a half
-built environment (crash, failed install) is removed and rebuilt.
+``<root>/<key>/`` (``key``: sha256 of the requirements) once (``venv --without-pip``, then the
+platform's own pip installs into it with ``pip --python``) and marks it ready; later jobs with the
+same requirements reuse it at once. A file lock per key makes concurrent builds of the same content
+wait for one another, and a half built environment (crash, failed install) is removed and rebuilt.
+
+Files next to each environment (``<root>/``)::
+
+    <key>/                    the venv; <key>/.paddlecloud-ready marks it complete (mtime: last use)
+    <key>.lock                held while it is being built
+    <key>.size                its size in bytes, measured once after the build
+    <key>.pins/<holder>       one empty file per job using it (``ensure`` .. ``release``)
+    .cache.lock               held briefly while pins, last use and evictions change
+
+Use and eviction::
+
+    job prepares ──ensure(requirements, log, holder)──▶ pin, then reuse or build; last use = now
+    job's processes all ended, or job removed ──release(requirements, holder)──▶ unpin; last use = now
+    a build finished and the ready environments pass ``max_bytes`` ──▶ evict ready, unpinned ones,
+        least recently used first, until under the cap (never one in use; if every one is in use the
+        cache stays over its cap and the build log says so)
+
+A pin lives on disk, so a job keeps its environment across a server restart (adoption pins again,
+which changes nothing). Evicting renames the environment away under ``.cache.lock`` (atomic: a job
+that pins it at the same moment either pinned first, and it is not evicted, or finds it gone and
+builds it again) and then deletes it.
 
 With a sandbox (``sandbox.py``) pip runs confined: a requirement may be a source package whose build
 runs any code, so it sees only the system, pip and its configuration, and the new environment. The
@@ -13,20 +35,24 @@ environment is the build's to write, so the ready mark is written without follow
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from paddlecloud.backends.local.sandbox import Command, Sandbox
 
-__all__ = ["EnvBuildError", "EnvCache"]
+__all__ = ["EnvBuildError", "EnvCache", "dir_size"]
 
 READY = ".paddlecloud-ready"
+_TRASH = ".evicted-"
 
 
 class EnvBuildError(RuntimeError):
@@ -47,36 +73,163 @@ def _tail(path: Path, n: int = 5) -> str:
     return " | ".join(ln.strip() for ln in lines[-n:] if ln.strip())
 
 
+def dir_size(path: Path) -> int:
+    """Bytes used by the files under ``path`` (links not followed, each inode counted once)."""
+    total, seen = 0, set()
+    for top, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(top, name))
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class EnvCache:
-    def __init__(self, root: Path, install_timeout: float = 1800.0, sandbox: Sandbox | None = None) -> None:
+    def __init__(
+        self, root: Path, max_bytes: int | None = None, install_timeout: float = 1800.0,
+        sandbox: Sandbox | None = None,
+    ) -> None:  # fmt: skip
+        """``max_bytes``: the cap on the ready environments' total size (None: no cap); ``sandbox``:
+        where pip runs (None: unconfined)."""
         self.root = root
+        self.max_bytes = max_bytes
         self.install_timeout = install_timeout
         self.sandbox = sandbox
         root.mkdir(parents=True, exist_ok=True)
+        for leftover in root.glob(f"{_TRASH}*"):  # an eviction interrupted by a crash
+            shutil.rmtree(leftover, ignore_errors=True)
 
     def path_for(self, requirements: str) -> Path:
         return self.root / _key(requirements)
 
-    def ensure(self, requirements: str, log: Path) -> Path:
-        """Return a ready venv for ``requirements``, building it if needed; raises EnvBuildError."""
+    # -- use ----------------------------------------------------------------------------------------
+
+    def ensure(self, requirements: str, log: Path, holder: str = "") -> Path:
+        """Return a ready venv for ``requirements``, building it if needed; raises EnvBuildError.
+
+        ``holder`` (a job's key) pins it until :meth:`release`: it is never evicted meanwhile."""
         target = self.path_for(requirements)
-        if (target / READY).exists():
-            return target
-        with open(self.root / f"{target.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                if (target / READY).exists():
-                    return target
-                if target.exists():
-                    shutil.rmtree(target)
-                self._build(target, requirements, log)
-                _mark_ready(target, requirements)
+        with self._cache_lock():
+            if holder:
+                self._pin(target, holder)
+            if self._ready(target):
+                self._touch(target)
                 return target
-            except BaseException:
-                shutil.rmtree(target, ignore_errors=True)
-                raise
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with _flock(self.root / f"{target.name}.lock"):
+            if not self._ready(target):
+                try:
+                    if target.exists():
+                        shutil.rmtree(target)
+                    self._build(target, requirements, log)
+                    _mark_ready(target, requirements)
+                    self._size_file(target).write_text(str(dir_size(target)))
+                except BaseException:
+                    shutil.rmtree(target, ignore_errors=True)
+                    raise
+        with self._cache_lock():
+            self._touch(target)
+            over = self._evict(keep=target)
+        if over:
+            with open(log, "a") as out:
+                out.write(f"note: the environment cache holds {over} bytes more than its cap, all in use\n")
+        return target
+
+    def pin(self, requirements: str, holder: str) -> None:
+        """Mark the environment of ``requirements`` as used by ``holder`` (idempotent; re-adoption)."""
+        with self._cache_lock():
+            self._pin(self.path_for(requirements), holder)
+
+    def release(self, requirements: str, holder: str) -> None:
+        """``holder`` no longer uses the environment (idempotent); it becomes evictable once unpinned."""
+        target = self.path_for(requirements)
+        with self._cache_lock():
+            self._pin_file(target, holder).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self._pins(target).rmdir()  # only when no other job holds it
+            if self._ready(target):
+                self._touch(target)
+
+    # -- bookkeeping (under .cache.lock) ----------------------------------------------------------
+
+    def _cache_lock(self) -> contextlib.AbstractContextManager[None]:
+        return _flock(self.root / ".cache.lock")
+
+    @staticmethod
+    def _ready(target: Path) -> bool:
+        return (target / READY).exists()
+
+    @staticmethod
+    def _pins(target: Path) -> Path:
+        return target.parent / f"{target.name}.pins"
+
+    @staticmethod
+    def _size_file(target: Path) -> Path:
+        return target.parent / f"{target.name}.size"
+
+    def _pin_file(self, target: Path, holder: str) -> Path:
+        return self._pins(target) / holder.replace("/", ":")
+
+    def _pin(self, target: Path, holder: str) -> None:
+        self._pins(target).mkdir(exist_ok=True)
+        self._pin_file(target, holder).touch()
+
+    @staticmethod
+    def _touch(target: Path) -> None:
+        with contextlib.suppress(OSError):
+            os.utime(target / READY)
+
+    def _size(self, target: Path) -> int:
+        try:
+            return int(self._size_file(target).read_text())
+        except (OSError, ValueError):
+            size = dir_size(target)
+            with contextlib.suppress(OSError):
+                self._size_file(target).write_text(str(size))
+            return size
+
+    def entries(self) -> list[tuple[Path, int, float, bool]]:
+        """Every ready environment: (path, size, last use, in use), least recently used first."""
+        out = []
+        for marker in self.root.glob(f"*/{READY}"):
+            target = marker.parent
+            with contextlib.suppress(OSError):
+                in_use = any(self._pins(target).iterdir()) if self._pins(target).exists() else False
+                out.append((target, self._size(target), marker.stat().st_mtime, in_use))
+        return sorted(out, key=lambda e: e[2])
+
+    def _evict(self, keep: Path) -> int:
+        """Evict least recently used, unpinned environments (never ``keep``, the one just built)
+        while the total passes the cap; returns how far over the cap the cache still is (0: within)."""
+        if self.max_bytes is None:
+            return 0
+        entries = self.entries()
+        total = sum(size for _, size, _, _ in entries)
+        for target, size, _, in_use in entries:
+            if total <= self.max_bytes:
+                break
+            if in_use or target == keep:
+                continue
+            trash = self.root / f"{_TRASH}{target.name}-{uuid.uuid4().hex[:8]}"
+            (target / READY).unlink(missing_ok=True)
+            target.rename(trash)
+            self._size_file(target).unlink(missing_ok=True)
+            shutil.rmtree(trash, ignore_errors=True)
+            total -= size
+        return max(total - self.max_bytes, 0)
+
+    # -- building -----------------------------------------------------------------------------------
 
     def _build(self, target: Path, requirements: str, log: Path) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)

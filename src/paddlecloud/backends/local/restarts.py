@@ -14,12 +14,15 @@ and are never looked at here, so they are never restarted.
 
 ``restarts.json`` in the job directory, rewritten atomically after every decision and spawn::
 
-    {"count": 2, "workers": {"trainer-1": 2}, "pending": {"trainer-1": {"run": 2, "at": 1.7e9}}}
+    {"count": 2, "workers": {"trainer-1": 2}, "streaks": {"trainer-1": 1},
+     "pending": {"trainer-1": {"run": 2, "at": 1.7e9}}}
 
-``count`` (the job's restarts, which ``max_restarts`` limits) and ``workers`` (each worker's, which
-the backoff doubles with) survive a preemption's re-run: the limit is the job's. ``pending`` is
-what a restarted server needs: ``restore`` (from ``adopt``) puts a worker that was waiting for its
-restart back in its slot, so it is spawned when due instead of being decided on again.
+``count`` (the job's restarts, which ``max_restarts`` limits), ``workers`` (each worker's) and
+``streaks`` (each worker's restarts since its last stable run, which the backoff doubles with; a run
+of at least ``backoff_reset_s`` starts it again) survive a preemption's re-run: the limit is the
+job's. ``pending`` is what a restarted server needs: ``restore`` (from ``adopt``) puts a worker
+that was waiting for its restart back in its slot, so it is spawned when due instead of being
+decided on again.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class RestartBook:
     path: Path
     count: int = 0
     by_worker: dict[str, int] = field(default_factory=dict)
+    #: restarts of each worker since its last stable run (the backoff doubles with these)
+    streaks: dict[str, int] = field(default_factory=dict)
     #: restarts decided but not spawned when the file was last written: worker -> (run, at)
     pending: dict[str, tuple[int, float]] = field(default_factory=dict)
 
@@ -54,6 +59,7 @@ class RestartBook:
             data = json.loads(path.read_text())
             book.count = int(data.get("count", 0))
             book.by_worker = {str(k): int(v) for k, v in data.get("workers", {}).items()}
+            book.streaks = {str(k): int(v) for k, v in data.get("streaks", data.get("workers", {})).items()}
             book.pending = {
                 str(k): (int(v["run"]), float(v["at"])) for k, v in data.get("pending", {}).items()
             }
@@ -68,20 +74,23 @@ class RestartBook:
             {
                 "count": self.count,
                 "workers": self.by_worker,
+                "streaks": self.streaks,
                 "pending": {k: {"run": run, "at": at} for k, (run, at) in self.pending.items()},
             },
         )
 
     def on_failure(self, w: WorkerProc, now: float) -> tuple[WorkerProc, BackendEvent] | str:
         """Decide for ``w``, which failed or vanished: its next run and the event, or why the job fails."""
+        ran = w.finished_at - w.started_at if w.finished_at is not None and w.started_at is not None else None
         verdict = decide(
-            self.rules.policy(w.role), self.rules, w.name, Exit(w.exit_code, w.signal, w.pid),
-            self.count, w.restart, self.by_worker.get(w.name, 0),
+            self.rules.policy(w.role), self.rules, w.name, Exit(w.exit_code, w.signal, w.pid, ran),
+            self.count, w.restart, self.streaks.get(w.name, 0),
         )  # fmt: skip
         if isinstance(verdict, Fail):
             return verdict.message
         self.count += 1
         self.by_worker[w.name] = self.by_worker.get(w.name, 0) + 1
+        self.streaks[w.name] = verdict.streak
         return w.next_run(verdict.run, now + verdict.delay_s), BackendEvent(
             "Warning", "WorkerRestarted", verdict.message
         )

@@ -462,7 +462,8 @@ class Sandbox:
                 data.append(("--ro-bind-fd", inp, inp.is_dir()))
         if not _under(launch.output_dir, home):
             data.append(("--bind-fd", launch.output_dir, True))
-        return JobJail(self, launch.user, env_dir, tuple(data), tuple(shared))
+        ca = (Path(launch.api.ca),) if launch.api.ca else ()  # the API's CA bundle (https), public
+        return JobJail(self, launch.user, env_dir, tuple(data), (*shared, *ca))
 
     @contextlib.contextmanager
     def build(self, target: Path, tmp: Path, argv: list[str]) -> Iterator[Command]:
