@@ -28,8 +28,8 @@ unit: install
 e2e: install
 	$(VENV)/bin/pytest tests/e2e -q
 
-test: lint              ## everything CI runs
-	bash scripts/ensure-postgres.sh
+test: lint              ## everything CI runs (installs PostgreSQL and bubblewrap when root + apt-get)
+	bash scripts/ensure-system-packages.sh postgresql bubblewrap
 	$(VENV)/bin/pytest tests -q
 
 bench: install

@@ -13,8 +13,17 @@ export PADDLECLOUD_CONFIG=$DEMO/client-config   # leave ~/.paddle/config alone
 PORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start=$SECONDS
 
+# jobs run in a bubblewrap sandbox (docs/security.md); install it where we can (root + apt-get);
+# auto: the sandbox where bubblewrap works, else none (the server's log then says why)
+if bash scripts/ensure-system-packages.sh bubblewrap; then
+  ISOLATION=auto
+else
+  ISOLATION=none
+  echo "== bubblewrap is not available: the demo runs its job without isolation (--isolation none)"
+fi
+
 echo "== starting PaddleCloud on 127.0.0.1:$PORT (data: $DEMO/data, log: $DEMO/server.log)"
-$PC up --port "$PORT" --data-dir "$DEMO/data" >"$DEMO/server.log" 2>&1 &
+$PC up --port "$PORT" --data-dir "$DEMO/data" --isolation "$ISOLATION" >"$DEMO/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do
@@ -23,6 +32,7 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 $PC version
+grep -m1 "isolation:" "$DEMO/server.log" || true
 
 echo "== the data set: 20,000 rows in 8 shard files, copied to pfs:data/fit-a-line"
 .venv/bin/python examples/fit_a_line/data.py "$DEMO/dataset"

@@ -24,6 +24,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PADDLECLOUD = str(Path(sys.executable).parent / "paddlecloud")
+#: every end-to-end job runs confined (``make test`` installs bubblewrap); a server that cannot
+#: sandbox refuses to start rather than run the suite unconfined
+ISOLATION = ("--isolation", "sandbox")
 
 
 def free_port() -> int:
@@ -59,7 +62,8 @@ class Server:
         self.log_path = self.data_dir.parent / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the server's lifetime
         self.proc = subprocess.Popen(
-            [PADDLECLOUD, "up", "--port", str(self.port), "--data-dir", str(self.data_dir), *self.up_args],
+            [PADDLECLOUD, "up", "--port", str(self.port), "--data-dir", str(self.data_dir),
+             *ISOLATION, *self.up_args],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )  # fmt: skip
         deadline = time.monotonic() + 60

@@ -22,7 +22,9 @@ _databases = itertools.count()
 def _bin(name: str) -> str:
     found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None)
     if not found:
-        raise RuntimeError(f"{name} not found: install PostgreSQL (scripts/ensure-postgres.sh)")
+        raise RuntimeError(
+            f"{name} not found: install PostgreSQL (scripts/ensure-system-packages.sh postgresql)"
+        )
     return found
 
 

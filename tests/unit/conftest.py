@@ -41,6 +41,9 @@ FASTAPI_BODY_ALIAS_WARNING = (
 )
 
 NODE = NodeShape(count=1, cpu_m=4000, memory=8 * 2**30)
+#: jobs of the in-process platforms run confined (``make test`` installs bubblewrap); without it the
+#: platform refuses to open rather than run the suite unconfined
+ISOLATION = "sandbox"
 #: Longest a job may take to reach an expected phase (real processes, real venv build).
 DEADLINE_S = 20.0
 POLL_S = 0.1
@@ -83,6 +86,7 @@ def platform_factory(tmp_path: Path) -> Iterator[Callable[..., Platform]]:
     def make(**config: Any) -> Platform:
         """A platform on a fresh data dir, or on ``data_dir=`` of an earlier one (a server restart)."""
         config.setdefault("nodes", NODE)
+        config.setdefault("isolation", ISOLATION)
         config.setdefault("data_dir", tmp_path / f"data{len(opened)}")
         p = Platform.open(PlatformConfig(**config))
         opened.append(p)

@@ -6,7 +6,10 @@ would go on as an orphan. The local backend tags every process of a run (``PADDL
 and SIGKILLs the tagged ones when the run has ended (before a restart) or is stopped.
 
 In-process platform, the reconcile loop ticked by hand; ``escape.py`` starts a child in a new
-session (as torchrun does), writes the child's pid to the output dir, and waits.
+session (as torchrun does), writes a mark naming the child to the output dir, and waits. The test finds
+the child by that mark among the host's processes (a sandboxed job sees only its own pid namespace,
+so it cannot tell its host pid). Both isolations: unconfined, the run tag alone finds the child; in a
+sandbox the end of the pid namespace ends it as well.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from pathlib import Path
 
 out = Path(os.environ["PADDLECLOUD_OUTPUT_DIR"])
 run = os.environ["PADDLECLOUD_RESTART"]
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
-(out / f"child.{run}").write_text(str(child.pid))
+mark = f"escaped-child-{run}-{os.environ['PADDLECLOUD_RUN_TAG']}"
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", mark], start_new_session=True)
+(out / f"child.{run}").write_text(mark)
 time.sleep(120)
 """
 }
@@ -57,13 +61,17 @@ def _until(platform: Platform, client: Client, name: str, check: Callable[[JobDe
 
 
 def _child(platform: Platform, job: JobDetail, run: int) -> int:
+    """The host pid of run ``run``'s escaped child (found by the mark on its command line)."""
     path = Path(job.output_dir) / f"child.{run}"
     deadline = time.monotonic() + 20
-    while not path.exists() or not path.read_text():
-        assert time.monotonic() < deadline, f"no {path}"
+    while True:
+        mark = path.read_text() if path.exists() else ""
+        pids = [p.pid for p in psutil.process_iter(["cmdline"]) if mark and mark in (p.info["cmdline"] or [])]
+        if pids:
+            return pids[0]
+        assert time.monotonic() < deadline, f"no escaped child of run {run} ({path}: {mark!r})"
         platform.reconciler.tick()
         time.sleep(0.05)
-    return int(path.read_text())
 
 
 def _gone(pid: int, timeout: float = 5.0) -> bool:
@@ -88,10 +96,11 @@ def _submit(platform: Platform, asgi: Asgi, make_package: MakePackage, name: str
     return alice
 
 
+@pytest.mark.parametrize("isolation", ["sandbox", "none"])
 def test_a_killed_workers_escaped_child_dies_before_the_worker_is_restarted(
-    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage, isolation: str
 ) -> None:
-    platform = platform_factory()
+    platform = platform_factory(isolation=isolation)
     alice = _submit(platform, asgi, make_package, "escapee")
     job = _until(platform, alice, "escapee", lambda j: j.phase == JobPhase.RUNNING)
     child = _child(platform, job, 0)

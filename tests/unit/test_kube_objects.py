@@ -159,3 +159,76 @@ def test_package_url_and_labels() -> None:
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "0a1b2c3d-0000-4000-8000-000000000001"
     assert pod["spec"]["containers"][0]["readinessProbe"]["tcpSocket"] == {"port": 6170}
     assert [p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]] == [6170, 6171]
+
+
+# -- confinement (docs/security.md): what a job's pod may reach ------------------------------------
+
+
+def _pods(variant: str) -> list[dict[str, Any]]:
+    return [o for o in objects(VARIANTS[variant]) if o["kind"] == "Pod"]
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_pod_runs_without_credentials_privileges_or_host_access(variant: str) -> None:
+    for pod in _pods(variant):
+        spec = pod["spec"]
+        assert spec["automountServiceAccountToken"] is False  # no Kubernetes API token inside
+        assert spec["enableServiceLinks"] is False
+        assert not {"hostNetwork", "hostPID", "hostIPC", "nodeName", "serviceAccountName"} & set(spec)
+        security = spec["securityContext"]
+        assert security["runAsNonRoot"] is True and security["runAsUser"] > 0 and security["runAsGroup"] > 0
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in _containers(pod):
+            assert c["securityContext"] == {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            }
+        for volume in spec["volumes"]:  # a scratch dir and the PFS claim: never a host path
+            assert set(volume) - {"name"} in ({"emptyDir"}, {"persistentVolumeClaim"}), volume
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_pfs_reaches_a_pod_only_as_the_users_home_public_and_named_places(variant: str) -> None:
+    """The claim holds every user's files (and, with the deploy's layout, the API server's data): a
+    pod mounts only subPaths of it: its user's home read-write, public read-only, its input
+    read-only and its output, when those lie elsewhere. Init containers never see PFS."""
+    spec = VARIANTS[variant]
+    job = training_job(**spec)["spec"]
+    home, public = "pfs/files/home/alice", "pfs/files/public"
+    named = {
+        f"pfs/files/{p.removeprefix('/pfs/local/')}": ro
+        for p, ro in ((job.get("input"), True), (job.get("output"), False))
+        if p and not p.startswith(("/pfs/local/home/alice/", "/pfs/local/public/"))
+    }
+    for pod in _pods(variant):
+        for c in pod["spec"].get("initContainers", []):
+            assert all(m["name"] != "pfs" for m in c.get("volumeMounts", [])), c["name"]
+        mounts = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "pfs"]
+        if job.get("storage") is None:
+            assert mounts == []
+            continue
+        seen = {m["subPath"]: m.get("readOnly", False) for m in mounts}
+        assert all(m.get("subPath") for m in mounts)  # never the claim's root
+        assert seen == {home: False, public: True, **named}
+
+
+def test_a_pod_of_bob_mounts_bobs_home_and_no_one_elses() -> None:
+    job = read_job(training_job(user="bob", output="/pfs/local/home/bob/jobs/fit/output"))
+    mounts = {
+        m["mountPath"]: m for m in pods.pod(job, pods.TRAINER, 0, 0)["spec"]["containers"][0]["volumeMounts"]
+    }
+    assert mounts["/pfs/local/home/bob"]["subPath"] == "pfs/files/home/bob"
+    assert not any("alice" in m.get("subPath", "") for m in mounts.values())
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_a_per_user_job_namespace_enforces_restricted_pod_security(version: str) -> None:
+    ns = pods.namespace("paddlecloud-alice")
+    validate_builtin(ns, version)
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["app.kubernetes.io/managed-by"] == "paddlecloud"

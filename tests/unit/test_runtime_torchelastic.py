@@ -6,7 +6,9 @@ tests/e2e/test_chaos.py and test_elastic_torch.py.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
+import types
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +111,39 @@ def test_torchrun_finds_the_backend_beside_the_runtime(tmp_path: Path) -> None:
         ("paddlecloud", "paddlecloud.runtime.torchelastic:handler_creator")
     ]
     assert found[0].load()() is torchelastic.create_handler  # what torch registers
+
+
+@dataclasses.dataclass(eq=True, order=True, frozen=True)
+class FakeNodeDesc:  # torch's _NodeDesc
+    addr: str
+    pid: int
+    local_id: int
+
+
+class FakeGenerator:
+    def generate(self, local_addr: str | None = None) -> FakeNodeDesc:
+        return FakeNodeDesc(local_addr or "host", 2, 0)  # pid 2: a launcher's child in its pid namespace
+
+
+def test_agents_of_one_address_and_pid_are_told_apart_by_their_run_tag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sandboxed agents share PET_LOCAL_ADDR and (in pid namespaces of their own) their pid: c10d
+    took them for one node and every trainer trained alone (tests/e2e/test_elastic_torch.py)."""
+
+    class Handler:
+        _node_desc_generator: Any = FakeGenerator()
+
+    dynamic = types.SimpleNamespace(DynamicRendezvousHandler=Handler)
+    nodes = []
+    for tag in ("0a1b2c3d" + "0" * 24, "ffee0011" + "0" * 24):
+        monkeypatch.setenv("PADDLECLOUD_RUN_TAG", tag)
+        Handler._node_desc_generator = FakeGenerator()  # a fresh agent process
+        torchelastic._tell_agents_apart(dynamic)
+        torchelastic._tell_agents_apart(dynamic)  # once per process, however many handlers
+        nodes.append(Handler._node_desc_generator.generate("127.0.0.1"))
+    assert nodes == [FakeNodeDesc("127.0.0.1", 0x0A1B2C3D, 0), FakeNodeDesc("127.0.0.1", 0xFFEE0011, 0)]
+    monkeypatch.delenv("PADDLECLOUD_RUN_TAG")
+    Handler._node_desc_generator = FakeGenerator()
+    torchelastic._tell_agents_apart(dynamic)  # no tag (not started by the platform): torch's own
+    assert Handler._node_desc_generator.generate("a") == FakeNodeDesc("a", 2, 0)

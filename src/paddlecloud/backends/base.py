@@ -88,6 +88,10 @@ class JobLaunch:
     resources: Mapping[str, Resources] = field(default_factory=dict)
     #: the package's PFS path (backends whose workers fetch it over the API: Kubernetes)
     package_path: str = ""
+    #: the owner's PFS home and the public area on this machine (local file stores): what a
+    #: sandboxed worker sees read-write and read-only (``backends/local/sandbox.py``); None: unknown
+    home_dir: Path | None = None
+    public_dir: Path | None = None
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)

@@ -11,7 +11,7 @@ import click
 
 from paddlecloud._version import API_VERSION, __version__
 from paddlecloud.cli.output import FORMATS, emit
-from paddlecloud.client import Client, Datacenter, save_datacenter
+from paddlecloud.client import Client, Datacenter, load_config, save_datacenter
 from paddlecloud.core.names import check_dns1123_label
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 
@@ -149,6 +149,21 @@ def _datacenter(name: str) -> str:
 )
 @click.option("--api-url", help="this server's URL as workers reach it (default: http://HOST:PORT)")
 @click.option(
+    "--isolation",
+    type=click.Choice(["auto", "sandbox", "none"]),
+    default="auto",
+    show_default=True,
+    help="local backend: confine each worker to its job's files with bubblewrap (sandbox; auto: where "
+    "it works) or not at all (none: any job can read every user's data); docs/security.md",
+)
+@click.option(
+    "--pass-env",
+    multiple=True,
+    metavar="NAME",
+    help="local backend: a server environment variable workers get too (repeatable; default: locale, "
+    "TLS CA paths, LD_LIBRARY_PATH)",
+)
+@click.option(
     "--tls-cert",
     type=_PEM,
     help="serve https with this certificate (PEM; with --tls-key); the client config and the workers' "
@@ -174,11 +189,20 @@ def up(
     datacenter: str,
     storage_quota: str, default_quota: str, backend: str, kubeconfig: Path | None, image: str | None,
     kube_image: str | None, kube_namespace: str | None, kube_storage_claim: str | None, api_url: str | None,
-    tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, env_cache_size: str,
+    tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, env_cache_size: str, isolation: str,
+    pass_env: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run the platform in the foreground (Ctrl-C stops it; jobs keep running). Jobs run on this
     machine, or with --backend kubernetes as TrainingJobs on a cluster (see: paddlecloud operator)."""
-    from paddlecloud.server.main import ComputeLimits, KubeSettings, NodeShape, PlatformConfig, prepare, serve
+    from paddlecloud.server.main import (
+        ComputeLimits,
+        IsolationError,
+        KubeSettings,
+        NodeShape,
+        PlatformConfig,
+        prepare,
+        serve,
+    )
 
     kube_options = {
         "--kubeconfig": kubeconfig,
@@ -190,6 +214,11 @@ def up(
     given = [flag for flag, value in kube_options.items() if value is not None]
     if given and backend != "kubernetes":
         raise click.UsageError(f"{', '.join(given)} need(s) --backend kubernetes")
+    if backend != "local" and (isolation != "auto" or pass_env):
+        raise click.UsageError(
+            "--isolation and --pass-env are for the local backend; Kubernetes jobs run in pods "
+            "(docs/security.md)"
+        )
     kube = KubeSettings(
         kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
         namespace=kube_namespace or None,
@@ -224,19 +253,42 @@ def up(
         api_ca=tls[2] if tls else "",  # ... and PADDLECLOUD_API_CA
         backend=backend,
         kube=kube,
+        isolation=isolation,
+        pass_env=pass_env,
     )
-    app, token = prepare(config)
+    try:
+        ready = prepare(config, _known_tokens(config.default_user))
+    except IsolationError as exc:
+        raise click.ClickException(str(exc)) from None
     path = save_datacenter(
         Datacenter(
             name="local",
             endpoint=endpoint,
             username=config.default_user,
-            token=token,
+            token=ready.token,
             ca=tls[2] if tls else None,
         )
     )
     click.echo(f"PaddleCloud {__version__} at {endpoint}  (data: {config.data_dir}; client config: {path})")
-    serve(app, host, port, tls[:2] if tls else None)
+    if ready.confined:
+        click.echo(f"isolation: {ready.isolation}")
+    else:
+        click.secho(_UNCONFINED.format(why=ready.isolation), fg="red", bold=True, err=True)
+    serve(ready.app, host, port, tls[:2] if tls else None)
+
+
+_UNCONFINED = """WARNING: isolation: {why}
+  Jobs run as this server's user with nothing between them and this machine: any user's job can
+  read and change every other user's files, the database and the admin's client config (its token
+  makes anyone an admin). Use this only where every user trusts every other. To confine jobs,
+  install bubblewrap (Debian: apt-get install bubblewrap) and start with --isolation sandbox."""
+
+
+def _known_tokens(user: str) -> list[str]:
+    """The client config's token for the local datacenter, if it belongs to ``user`` (``up`` run
+    again on the same data dir hands the client the token it already has)."""
+    dc = load_config().datacenters.get("local")
+    return [dc.token] if dc is not None and dc.token and dc.username == user else []
 
 
 @click.command(

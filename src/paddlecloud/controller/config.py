@@ -57,6 +57,10 @@ class PlatformConfig:
     backend: str = "local"
     #: the Kubernetes backend's settings (``backend="kubernetes"``; docs/kubernetes.md)
     kube: KubeSettings = field(default_factory=KubeSettings)
+    #: local backend: auto | sandbox | none, how each worker is confined (docs/security.md)
+    isolation: str = "auto"
+    #: local backend: server environment variables workers get besides the defaults
+    pass_env: tuple[str, ...] = ()
 
     @property
     def db_url(self) -> str:

@@ -115,7 +115,13 @@ class Context:
             trainer_range=_trainer_range(spec),
             resources={"pserver": parsed.pservers.resources(), "trainer": parsed.trainers.resources()},
             package_path=row.package_id,
+            home_dir=self._area(f"/pfs/{self.config.datacenter}/home/{row.user}"),
+            public_dir=self._area(f"/pfs/{self.config.datacenter}/public"),
         )
+
+    def _area(self, pfs_path: str) -> Path | None:
+        """Where a PFS area is on this machine (None for stores without local paths)."""
+        return self.files.local_path(self.files.parse(pfs_path))
 
     def _api(self, row: JobRow) -> ApiAccess:
         """The server's URL and a fresh job token for this start of the job; the token's row joins

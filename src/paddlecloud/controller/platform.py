@@ -11,6 +11,7 @@ The server holds one Platform; tests build one against a temp dir and a manual c
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +46,10 @@ def _backend(config: PlatformConfig, clock: Clock, wake: Callable[[], None]) -> 
         return KubernetesBackend(config.kube, config.datacenter, wake)
     if config.backend != "local":
         raise ValueError(f"unknown backend {config.backend!r} (local, kubernetes)")
-    local = LocalConfig(root=config.cluster_dir, nodes=config.nodes, env_cache_bytes=config.env_cache_bytes)
+    local = LocalConfig(
+        root=config.cluster_dir, nodes=config.nodes, env_cache_bytes=config.env_cache_bytes,
+        isolation=config.isolation, pass_env=config.pass_env, private=(config.data_dir,),
+    )  # fmt: skip
     return LocalBackend(local, clock.now, wake)
 
 
@@ -69,6 +73,8 @@ class Platform:
     ) -> Platform:
         clock = clock or SystemClock()
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        # the real path: sandboxes reach PFS paths without following links (backends/local/sandbox.py)
+        config = dataclasses.replace(config, data_dir=config.data_dir.resolve())
         db = open_database(config.db_url)
         holder: list[Context] = []
 

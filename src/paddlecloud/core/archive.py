@@ -96,10 +96,12 @@ def list_members(path: Path) -> list[str]:
         raise ArchiveError(f"package is not a readable tar.gz archive: {exc}") from None
 
 
-def safe_extract(path: Path, dest: Path) -> None:
+def safe_extract(source: Path | IO[bytes], dest: Path) -> None:
+    """Unpack a package (a path, or a file already opened safely by the caller) into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        with tarfile.open(path, mode="r:gz") as tar:
+        path, fileobj = (source, None) if isinstance(source, Path) else (None, source)
+        with tarfile.open(path, mode="r:gz", fileobj=fileobj) as tar:
             members = list(tar)
             for m in members:
                 _check(m)

@@ -43,14 +43,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("entry", help="shell command to run")
     args = parser.parse_args(argv)
 
-    child = subprocess.Popen(["/bin/sh", "-c", args.entry], cwd=args.cwd)
+    child: subprocess.Popen[bytes] | None = None
+    early: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        if child is None:
+            early.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
+    # Handlers first: the program then starts with the default actions even when the launcher
+    # was started with SIGTERM / SIGINT ignored (a sandbox's outer process ignores them).
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    child = subprocess.Popen(["/bin/sh", "-c", args.entry], cwd=args.cwd)
+    for signum in early:
+        forward(signum, None)
     rc = child.wait()
     code = rc if rc >= 0 else 128 - rc  # the shell convention: 128 + signal number
     status = {"exit_code": code, "signal": -rc if rc < 0 else None, "finished_at": time.time()}

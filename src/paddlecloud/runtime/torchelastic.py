@@ -14,7 +14,11 @@ c10d with two changes:
 - ``shutdown()`` closes the rendezvous only when the agent ends normally (its workers finished);
   an agent that fails leaves it open for the others and for its own restart;
 - an agent that finds the rendezvous closed (the training finished while it was being restarted)
-  exits 0 instead of failing.
+  exits 0 instead of failing;
+- an agent is known to the rendezvous by its address and its run's tag (``PADDLECLOUD_RUN_TAG``)
+  instead of its pid: in the local backend's sandboxes every agent is the same pid of a pid namespace
+  of its own, and with the same address (``PET_LOCAL_ADDR``) c10d took them all for one node (each
+  trained alone in a world of 1).
 
 torchrun finds the backend through the ``torchrun.handlers`` entry point that ``install_entry_point``
 writes beside the copy of this package that workers import. Standard library only: torch is
@@ -23,7 +27,9 @@ imported when a handler is created, inside the job's environment.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +38,8 @@ __all__ = ["BACKEND", "KeepOpenHandler", "create_handler", "handler_creator", "i
 
 #: the name torchrun knows the handler by (``--rdzv-backend`` / ``PET_RDZV_BACKEND``)
 BACKEND = "paddlecloud"
+#: the variable the local backend sets to a random value per run of a worker (``process.RUN_TAG``)
+RUN_TAG_VAR = "PADDLECLOUD_RUN_TAG"
 _DIST_INFO = "paddlecloud_runtime-1.0.dist-info"
 
 
@@ -56,7 +64,25 @@ def create_handler(params: Any) -> KeepOpenHandler:
     c10d = importlib.import_module("torch.distributed.elastic.rendezvous.c10d_rendezvous_backend")
     dynamic = importlib.import_module("torch.distributed.elastic.rendezvous.dynamic_rendezvous")
     backend, store = c10d.create_backend(params)
+    _tell_agents_apart(dynamic)
     return KeepOpenHandler(dynamic.create_handler(store, backend, params))
+
+
+class _TaggedNodes:
+    """torch's node descriptor generator with the run's tag in place of the process id."""
+
+    def __init__(self, inner: Any, tag: int) -> None:
+        self.inner, self.tag = inner, tag
+
+    def generate(self, local_addr: str | None = None) -> Any:
+        return dataclasses.replace(self.inner.generate(local_addr), pid=self.tag)
+
+
+def _tell_agents_apart(dynamic: Any) -> None:
+    tag = os.environ.get(RUN_TAG_VAR, "")
+    handler = dynamic.DynamicRendezvousHandler
+    if len(tag) >= 8 and not isinstance(handler._node_desc_generator, _TaggedNodes):
+        handler._node_desc_generator = _TaggedNodes(handler._node_desc_generator, int(tag[:8], 16))
 
 
 def _ends_normally(exc: BaseException | None) -> bool:

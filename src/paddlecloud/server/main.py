@@ -1,51 +1,94 @@
 """Run the platform server: open the platform, make sure the default user exists, serve with Uvicorn.
 
 ``paddlecloud up`` calls :func:`prepare` (which returns the default user's token so the CLI can write
-the client config) and then :func:`serve` (plain HTTP, or https with ``up --tls-cert/--tls-key``).
-``paddlecloud operator`` calls :func:`run_operator` (the Kubernetes backend's operator, a separate
-process beside the server).
+the client config, and the isolation jobs run with, which ``up`` prints) and then :func:`serve`
+(plain HTTP, or https with ``up --tls-cert/--tls-key``). ``paddlecloud operator`` calls
+:func:`run_operator` (the Kubernetes backend's operator, a separate process beside the server).
+
+The default user's token lives only in the client config (``~/.paddle/config``, mode 0600): never in
+the data dir, where a job could find it. ``up`` hands back the token the client config already holds
+when it still authenticates as the default admin, else it issues a new one.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
 
+from paddlecloud.api.errors import PaddleCloudError
 from paddlecloud.backends.kubernetes.settings import KubeSettings
-from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.local import LocalBackend, NodeShape
+from paddlecloud.backends.local.sandbox import IsolationError
 from paddlecloud.controller import ComputeLimits, Platform, PlatformConfig
 from paddlecloud.server.app import create_app
 
-__all__ = ["ComputeLimits", "KubeSettings", "NodeShape", "PlatformConfig", "prepare", "run_operator", "serve"]
+__all__ = [
+    "ComputeLimits",
+    "IsolationError",
+    "KubeSettings",
+    "NodeShape",
+    "PlatformConfig",
+    "Prepared",
+    "prepare",
+    "run_operator",
+    "serve",
+]
 
-TOKEN_FILE = "default-user.token"
-
-
-def _default_token(platform: Platform, config: PlatformConfig) -> str:
-    """Reuse the token saved by an earlier ``up`` when it still authenticates; else issue one."""
-    path = Path(config.data_dir) / TOKEN_FILE
-    if path.exists():
-        token = path.read_text().strip()
-        try:
-            platform.authenticate(token)
-            return token
-        except Exception:  # rotated or a different database: issue a new one
-            pass
-    token = platform.ensure_user(config.default_user, admin=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
+#: where earlier versions kept the default user's token (read once, then removed)
+LEGACY_TOKEN_FILE = "default-user.token"
+KUBERNETES_ISOLATION = (
+    "Kubernetes pods: no service-account token, PFS through per-user subPaths (home read-write, "
+    "public read-only), non-root, no privilege escalation, no capabilities, seccomp RuntimeDefault"
+)
 
 
-def prepare(config: PlatformConfig) -> tuple[FastAPI, str]:
+@dataclass(frozen=True)
+class Prepared:
+    app: FastAPI
+    #: the default user's API token, for the client config
+    token: str
+    #: how jobs are confined, and whether at all (``up`` says it loudly when they are not)
+    isolation: str
+    confined: bool
+
+
+def _default_token(platform: Platform, config: PlatformConfig, known: Sequence[str]) -> str:
+    """The first of ``known`` (the client config's) that still authenticates as the default admin,
+    else a new token. A token file left in the data dir by an older version is tried too, then
+    removed: nothing a job could read may hold a token."""
+    legacy = Path(config.data_dir) / LEGACY_TOKEN_FILE
+    candidates = list(known)
+    if legacy.is_file():
+        candidates.append(legacy.read_text().strip())
+    try:
+        for token in candidates:
+            try:
+                who = platform.authenticate(token)
+            except PaddleCloudError:  # rotated, or another server's
+                continue
+            if who.name == config.default_user and who.is_admin:
+                return token
+        return platform.ensure_user(config.default_user, admin=True)
+    finally:
+        legacy.unlink(missing_ok=True)
+
+
+def prepare(config: PlatformConfig, known_tokens: Sequence[str] = ()) -> Prepared:
+    """Open the platform (IsolationError when ``config.isolation`` cannot be had) and settle the
+    default user's token (``known_tokens``: what the client config holds for it)."""
     platform = Platform.open(config)
-    token = _default_token(platform, config)
-    return create_app(platform), token
+    token = _default_token(platform, config, known_tokens)
+    backend = platform.ctx.backend
+    if isinstance(backend, LocalBackend):
+        isolation, confined = str(backend.isolation), backend.isolation.sandboxed
+    else:
+        isolation, confined = KUBERNETES_ISOLATION, True
+    return Prepared(create_app(platform), token, isolation, confined)
 
 
 def serve(app: FastAPI, host: str, port: int, tls: tuple[str, str] | None = None) -> None:

@@ -46,6 +46,7 @@ from paddlecloud.backends.kubernetes.launch import (
     training_job,
 )
 from paddlecloud.backends.kubernetes.logs import LogSource, read_logs
+from paddlecloud.backends.kubernetes.pods import namespace as job_namespace
 from paddlecloud.backends.kubernetes.quantities import node_info
 from paddlecloud.backends.kubernetes.report import Seen, report
 from paddlecloud.backends.kubernetes.settings import KubeSettings
@@ -222,9 +223,8 @@ class KubernetesBackend:
             return None
 
     def _ensure_namespace(self, ns: str) -> None:
-        body = {"metadata": {"name": ns, "labels": {crd.LABEL_MANAGED_BY: crd.MANAGED_BY}}}
         try:
-            self.kube.call(self.kube.core.create_namespace, body)
+            self.kube.call(self.kube.core.create_namespace, job_namespace(ns))
         except client.ApiException as exc:
             if api_status(exc) != 409:
                 raise

@@ -28,6 +28,7 @@ __all__ = [
     "WORKER_PORT",
     "WORKSPACE",
     "labels",
+    "namespace",
     "owner_reference",
     "pod",
     "pod_name",
@@ -381,6 +382,17 @@ def pod(job: JobView, role: str, index: int, run: int) -> Obj:
     if job.scheduling.volcano:
         meta["annotations"]["scheduling.k8s.io/group-name"] = job.name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": _pod_spec(job, role, index, run)}
+
+
+def namespace(name: str) -> Obj:
+    """A per-user job namespace (``paddlecloud-<user>``): the cluster itself refuses any pod there
+    that is not PodSecurity ``restricted`` (the worker pods above are)."""
+    security = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")}
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {crd.LABEL_MANAGED_BY: crd.MANAGED_BY, **security}},
+    }
 
 
 def _service(job: JobView, name: str, sel: dict[str, str], ports: list[tuple[str, int]]) -> Obj:

@@ -7,7 +7,8 @@ Per job, under ``<root>/jobs/<user>/<name>/``::
     restarts.json        restarts made and pending (restart policies, ``restarts.py``)
     package/             the unpacked job package;  workers/<worker>/  a private copy per worker
     logs/<worker>.<run>.log, logs/prepare.<run>.log   one file per run, kept across preemptions
-    run/<worker>.pid.json, run/<worker>.exit.json
+    run/<worker>.pid.json, run/<worker>/exit.json    (a sandboxed worker sees only run/<worker>/)
+    tmp/<worker>/        a sandboxed worker's /tmp
     contract/membership.json   the job's trainers and endpoints now, rewritten on every resize
                          (``runtime.membership``; workers get its path, read only)
 
@@ -25,6 +26,10 @@ Resize (capability ``resize``): ``add_trainer`` starts one more trainer with the
 endpoints (at once when trainers run, else with the others); ``remove_trainer`` retires the highest
 trainer: it leaves the job's workers (so it never decides success or failure), is stopped gracefully
 in the background and stays in the status as ``Stopped`` with its log.
+
+Isolation (``LocalConfig.isolation``, ``sandbox.py``): each worker, and each environment build, runs
+in a bubblewrap sandbox that sees only its job's files, or unconfined with ``none``; a worker's
+environment is built from a whitelist of the server's variables either way.
 
 Restart policies (``launch.restarts``): a worker that fails or is lost is either started again, as
 the same worker with the current endpoints, after a backoff and in a later ``sync`` (the job goes
@@ -59,6 +64,14 @@ from paddlecloud.backends.local.nodes import NodeShape, make_nodes
 from paddlecloud.backends.local.ports import PortAllocator, is_listening
 from paddlecloud.backends.local.process import WorkerProc, kill_leftovers, stop_group, watch_exit
 from paddlecloud.backends.local.restarts import RestartBook
+from paddlecloud.backends.local.sandbox import (
+    ConfinementError,
+    JobJail,
+    choose,
+    make_dirs,
+    open_file_nofollow,
+    worker_base_env,
+)
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
@@ -71,7 +84,6 @@ __all__ = ["LocalBackend", "LocalConfig"]
 log = logging.getLogger("paddlecloud.backends.local")
 
 RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store process
-_DROP_ENV = ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "PADDLECLOUD_")
 _SERVER_ROLES = frozenset({"pserver", RENDEZVOUS})
 _ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
 
@@ -90,6 +102,13 @@ class LocalConfig:
     nodes: NodeShape = field(default_factory=NodeShape)
     #: Grace period used when the backend itself stops workers (pservers after success, after a failure).
     cleanup_grace: float = 5.0
+    #: auto | sandbox | none: confine each worker to its job's files (``sandbox.py``; auto: where
+    #: bubblewrap works)
+    isolation: str = "auto"
+    #: names of server environment variables workers get besides the defaults (``sandbox.PASS_ENV``)
+    pass_env: tuple[str, ...] = ()
+    #: what no job may see (the data dir): refused if the sandbox's read-only system would show it
+    private: tuple[Path, ...] = ()
     #: cap of the environment cache (``envs.py``: least recently used, unused ones evicted); None: none
     env_cache_bytes: int | None = None
 
@@ -149,8 +168,11 @@ class LocalBackend:
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._ports = PortAllocator()
-        self._envs = EnvCache(config.root / "envs", config.env_cache_bytes)
         self._pythonpath = self._install_runtime_shim(config.root / "pythonpath")
+        self._sandbox, self.isolation = choose(
+            config.isolation, self._pythonpath, gpus=self._gpu_machine, private=(config.root, *config.private)
+        )
+        self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -166,7 +188,10 @@ class LocalBackend:
                 shutil.rmtree(jdir / sub, ignore_errors=True)
         for sub in ("logs", "run", "workers", "contract"):
             (jdir / sub).mkdir(parents=True, exist_ok=True)
-        launch.output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            make_dirs(launch.output_dir)  # never through a link a job planted in its home
+        except ConfinementError as exc:
+            log.warning("%s: output not created: %s", launch.key, exc)
         ports = [self._ports.allocate() for _ in range(len(launch.placement) + 2)]
         job = self._build(launch, jdir, ports, {})
         job.book.save(job.workers.values())  # a re-run (after a preemption) starts every worker afresh
@@ -406,8 +431,9 @@ class LocalBackend:
     def _prepare(self, job: _Job) -> None:
         try:
             pkg = job.dir / "package"
-            if not pkg.exists():
-                safe_extract(job.launch.package, pkg)
+            if not pkg.exists():  # the package lies in the owner's home: opened without following links
+                with open_file_nofollow(job.launch.package) as package:
+                    safe_extract(package, pkg)
             runs = log_runs(job.dir / "logs", "prepare")
             prepare_log = job.dir / "logs" / f"prepare.{runs[-1] + 1 if runs else 0}.log"
             job.env_dir = self._envs.ensure(self._requirements(job), prepare_log, job.launch.key)
@@ -416,7 +442,10 @@ class LocalBackend:
             for w in workers:
                 if not w.cwd.exists():
                     shutil.copytree(pkg, w.cwd, symlinks=True)
-        except (ArchiveError, EnvBuildError, OSError) as exc:
+            jail = self._jail(job)
+            if jail is not None:
+                jail.check()  # every place the workers will see can be bound
+        except (ArchiveError, EnvBuildError, OSError, ConfinementError) as exc:
             job.failure = f"preparing the job failed: {exc}"
         except Exception as exc:  # never leave a job Starting forever: fail it with the cause
             log.exception("preparing %s failed", job.launch.key)
@@ -535,6 +564,13 @@ class LocalBackend:
             self._ports.release(job.ports)
             self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
 
+    def _jail(self, job: _Job) -> JobJail | None:
+        """What the job's workers are confined to (None: isolation none)."""
+        assert job.env_dir is not None
+        if self._sandbox is None:
+            return None
+        return self._sandbox.jail(job.launch, job.env_dir, shared=(job.dir / "contract",))
+
     def _spawn(self, job: _Job, workers: list[WorkerProc]) -> bool:
         """Start ``workers``; False if the OS refused one: the job then fails (``StartFailed``) and
         what was started is stopped."""
@@ -548,17 +584,18 @@ class LocalBackend:
         return True
 
     def _spawn_all(self, job: _Job, workers: list[WorkerProc]) -> None:
-        base = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_ENV)}
         assert job.env_dir is not None
-        base["PATH"] = f"{job.env_dir / 'bin'}{os.pathsep}{base.get('PATH', '')}"
-        base["VIRTUAL_ENV"] = str(job.env_dir)
-        base["PYTHONPATH"] = str(self._pythonpath)
+        base = worker_base_env(
+            os.environ, self.config.pass_env, sandboxed=self._sandbox is not None, env_dir=job.env_dir,
+            shim=self._pythonpath, user=job.launch.user,
+        )  # fmt: skip
+        jail = self._jail(job)
         now = self._now()
         for w in workers:
             if not w.cwd.exists():  # added after the package was copied for the others
                 shutil.copytree(job.dir / "package", w.cwd, symlinks=True)
             if w.command is not None:  # a platform helper: no user contract, never on GPUs
-                w.spawn(w.command, {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, now)
+                w.spawn(w.command, {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, now, jail)
                 watch_exit(w, self._wake)
                 continue
             ctx = WorkerContext(
@@ -568,7 +605,7 @@ class LocalBackend:
                 files=job.launch.files, api=job.launch.api, trainer_range=job.launch.trainer_range,
                 membership_file=str(job.dir / "contract" / "membership.json"),
             )  # fmt: skip
-            w.spawn(job.launch.entry, {**base, **worker_env(ctx)}, now)
+            w.spawn(job.launch.entry, {**base, **worker_env(ctx)}, now, jail)
             watch_exit(w, self._wake)
 
     def _statuses(self, job: _Job) -> tuple[WorkerStatus, ...]:

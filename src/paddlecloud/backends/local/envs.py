@@ -27,6 +27,10 @@ A pin lives on disk, so a job keeps its environment across a server restart (ado
 which changes nothing). Evicting renames the environment away under ``.cache.lock`` (atomic: a job
 that pins it at the same moment either pinned first, and it is not evicted, or finds it gone and
 builds it again) and then deletes it.
+
+With a sandbox (``sandbox.py``) pip runs confined: a requirement may be a source package whose build
+runs any code, so it sees only the system, pip and its configuration, and the new environment. The
+environment is the build's to write, so the ready mark is written without following links.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from paddlecloud.backends.local.sandbox import Command, Sandbox
 
 __all__ = ["EnvBuildError", "EnvCache", "dir_size"]
 
@@ -91,11 +97,16 @@ def _flock(path: Path) -> Iterator[None]:
 
 
 class EnvCache:
-    def __init__(self, root: Path, max_bytes: int | None = None, install_timeout: float = 1800.0) -> None:
-        """``max_bytes``: the cap on the ready environments' total size (None: no cap)."""
+    def __init__(
+        self, root: Path, max_bytes: int | None = None, install_timeout: float = 1800.0,
+        sandbox: Sandbox | None = None,
+    ) -> None:  # fmt: skip
+        """``max_bytes``: the cap on the ready environments' total size (None: no cap); ``sandbox``:
+        where pip runs (None: unconfined)."""
         self.root = root
         self.max_bytes = max_bytes
         self.install_timeout = install_timeout
+        self.sandbox = sandbox
         root.mkdir(parents=True, exist_ok=True)
         for leftover in root.glob(f"{_TRASH}*"):  # an eviction interrupted by a crash
             shutil.rmtree(leftover, ignore_errors=True)
@@ -122,7 +133,7 @@ class EnvCache:
                     if target.exists():
                         shutil.rmtree(target)
                     self._build(target, requirements, log)
-                    (target / READY).write_text(requirements)
+                    _mark_ready(target, requirements)
                     self._size_file(target).write_text(str(dir_size(target)))
                 except BaseException:
                     shutil.rmtree(target, ignore_errors=True)
@@ -223,7 +234,7 @@ class EnvCache:
     def _build(self, target: Path, requirements: str, log: Path) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            self._run([sys.executable, "-m", "venv", "--without-pip", str(target)], out, log)
+            self._run(Command([sys.executable, "-m", "venv", "--without-pip", str(target)]), out, log)
             if not requirements.strip():
                 return
             req = target / "requirements.txt"
@@ -232,14 +243,33 @@ class EnvCache:
                 sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"),
                 "install", "--disable-pip-version-check", "--no-input", "-r", str(req),
             ]  # fmt: skip
-            self._run(cmd, out, log)
+            if self.sandbox is None:
+                self._run(Command(cmd), out, log)
+                return
+            tmp = self.root / f"{target.name}.tmp"
+            try:
+                with self.sandbox.build(target, tmp, cmd) as confined:
+                    self._run(confined, out, log, self.sandbox.build_env())
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
 
-    def _run(self, cmd: list[str], out: IO[bytes], log: Path) -> None:
+    def _run(self, cmd: Command, out: IO[bytes], log: Path, env: dict[str, str] | None = None) -> None:
         try:
             proc = subprocess.run(
-                cmd, stdout=out, stderr=subprocess.STDOUT, timeout=self.install_timeout, check=False
-            )
+                cmd.argv, stdout=out, stderr=subprocess.STDOUT, timeout=self.install_timeout,
+                check=False, pass_fds=cmd.fds, env=env, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise EnvBuildError(f"building the environment took over {self.install_timeout:.0f} s") from None
         if proc.returncode != 0:
             raise EnvBuildError(f"installing requirements.txt failed (exit {proc.returncode}): {_tail(log)}")
+
+
+def _mark_ready(target: Path, requirements: str) -> None:
+    """Write the ready mark; whatever the build left under that name (a link) is replaced, not
+    followed."""
+    mark = target / READY
+    mark.unlink(missing_ok=True)
+    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(requirements)

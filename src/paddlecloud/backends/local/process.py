@@ -9,6 +9,11 @@ A worker restarted by its restart policy is a new ``WorkerProc`` for its next ru
 same name, role, index, node, endpoint, GPUs and directory, a log file of its own, and ``restart_at``
 (when it may be spawned) until it is. ``watch_exit`` wakes the controller the moment a process ends.
 
+A confined worker (``sandbox.py``) is the same launcher inside ``bwrap``, run by the job's own
+interpreter: the process the backend knows is then the outer ``bwrap``, which lives exactly as long as
+the launcher; the launcher writes its status in ``run/<worker>/`` (the only part of ``run/`` the job
+sees, so it cannot forge a pid file) and the status is read without following links.
+
 Every process of a run carries ``PADDLECLOUD_RUN_TAG`` (a fresh random value per run, kept in the pid
 file) in its environment. Programs may start processes in sessions of their own (torchrun does so
 for its workers), which a signal to the run's process group never reaches; when the run has ended
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -27,17 +33,18 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from paddlecloud.backends.local.sandbox import Command, JobJail, WorkerDirs, read_status
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.runtime.launcher import write_json_atomic
 
-__all__ = ["RUN_TAG", "WorkerProc", "kill_leftovers", "stop_group", "watch_exit"]
+__all__ = ["RUN_TAG", "WorkerProc", "kill_leftovers", "stop_group", "tagged_pids", "watch_exit"]
 
 #: the variable that marks every process of one run of a worker (see the module's doc)
 RUN_TAG = "PADDLECLOUD_RUN_TAG"
@@ -76,22 +83,39 @@ class WorkerProc:
         return self.run_dir / f"{self.name}.pid.json"
 
     @property
+    def status_dir(self) -> Path:
+        """Where the launcher writes its exit status: the worker's own folder (a sandbox binds it)."""
+        return self.run_dir / self.name
+
+    @property
     def status_file(self) -> Path:
-        return self.run_dir / f"{self.name}.exit.json"
+        return self.status_dir / "exit.json"
+
+    @property
+    def dirs(self) -> WorkerDirs:
+        """Its folders and its run's host name (for a sandbox)."""
+        return WorkerDirs(
+            cwd=self.cwd, status=self.status_dir, tmp=self.run_dir.parent / "tmp" / self.name,
+            hostname=f"{self.name}-{(self.tag or '')[:8]}",
+        )  # fmt: skip
 
     @property
     def port(self) -> int:
         return int(self.endpoint.rpartition(":")[2])
 
-    def spawn(self, entry: str, env: dict[str, str], now: float) -> None:
+    def spawn(self, entry: str, env: dict[str, str], now: float, jail: JobJail | None = None) -> None:
+        """Start the launcher running ``entry``, confined by ``jail`` (None: unconfined)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.status_dir.mkdir(parents=True, exist_ok=True)
         self.status_file.unlink(missing_ok=True)
         self.tag = uuid.uuid4().hex
         env = {**env, RUN_TAG: self.tag}
-        with open(self.log_path, "ab") as log:
+        python = jail.python if jail is not None else sys.executable
+        launcher = [python, "-m", "paddlecloud.runtime.launcher",
+                    "--status", str(self.status_file), "--cwd", str(self.cwd), entry]  # fmt: skip
+        with self._command(jail, launcher) as cmd, open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "paddlecloud.runtime.launcher",
-                 "--status", str(self.status_file), "--cwd", str(self.cwd), entry],
+                cmd.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -99,7 +123,8 @@ class WorkerProc:
                 cwd=self.cwd,
                 start_new_session=True,
                 close_fds=True,
-            )  # fmt: skip
+                pass_fds=cmd.fds,
+            )
         self.pid = self.popen.pid
         try:
             self.create_time = psutil.Process(self.pid).create_time()
@@ -116,6 +141,14 @@ class WorkerProc:
                 "tag": self.tag,
             },
         )
+
+    @contextlib.contextmanager
+    def _command(self, jail: JobJail | None, launcher: list[str]) -> Iterator[Command]:
+        if jail is None:
+            yield Command(launcher)
+        else:
+            with jail.wrap(self.dirs, launcher) as cmd:
+                yield cmd
 
     def next_run(self, run: int, restart_at: float) -> WorkerProc:
         """The same worker's run ``run``, to be spawned at ``restart_at``, with its own log file."""
@@ -170,15 +203,28 @@ class WorkerProc:
 
     def _record_exit(self, now: float) -> None:
         try:
-            data = json.loads(self.status_file.read_text())
-            self.exit_code = int(data["exit_code"])
-            self.signal = int(data["signal"]) if data.get("signal") else None
-            self.finished_at = float(data.get("finished_at", now))
-        except (OSError, ValueError, KeyError, TypeError):
+            self.exit_code, self.signal, self.finished_at = self._status(now)
+        except (OSError, ValueError, KeyError, TypeError, OverflowError):
             rc = self.popen.returncode if self.popen is not None else None
             if rc is not None and not self.stopped:  # the launcher itself ended without a status
                 self.exit_code, self.signal = (128 - rc, -rc) if rc < 0 else (rc, None)
             self.finished_at = now
+
+    def _status(self, now: float) -> tuple[int, int | None, float]:
+        """(exit code, signal, finish time) from the launcher's status file. The file lies where the
+        job can write, so anything but a well-formed status is refused (ValueError)."""
+        try:
+            raw = read_status(self.status_file)
+        except FileNotFoundError:  # a run started by a version that wrote run/<worker>.exit.json
+            raw = read_status(self.run_dir / f"{self.name}.exit.json")
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("the status is not an object")
+        code, sig = int(data["exit_code"]), int(data.get("signal") or 0)
+        finished = float(data.get("finished_at", now))
+        if not (0 <= code <= 255 and 0 <= sig < 128):
+            raise ValueError("exit code or signal out of range")
+        return code, sig or None, finished if math.isfinite(finished) else now
 
 
 def watch_exit(w: WorkerProc, wake: Callable[[], None]) -> None:
@@ -204,7 +250,14 @@ def kill_leftovers(w: WorkerProc) -> None:
 
 def _tagged(workers: list[WorkerProc]) -> list[int]:
     """The pids of live processes that carry the run tag of one of ``workers``."""
-    tags = {f"{RUN_TAG}={w.tag}".encode() for w in workers if w.tag}
+    return tagged_pids({w.tag for w in workers if w.tag})
+
+
+def tagged_pids(tag_values: set[str]) -> list[int]:
+    """The pids of live processes whose environment holds ``RUN_TAG`` = one of ``tag_values``, read
+    from this host's ``/proc`` (sandboxed processes included: they are in this pid namespace's view
+    too, and the server's user may read their environment)."""
+    tags = {f"{RUN_TAG}={t}".encode() for t in tag_values}
     if not tags:
         return []
     found = []

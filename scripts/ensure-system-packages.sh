@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Make sure the Debian packages the tests (or the demo) need are installed; install the missing ones
+# when running as root with apt-get. Idempotent and quick when everything is there (no apt call).
+#
+#   scripts/ensure-system-packages.sh postgresql bubblewrap   # make test
+#   scripts/ensure-system-packages.sh bubblewrap              # make demo (may fail: it then runs unconfined)
+#
+#   postgresql   initdb / pg_ctl for the PostgreSQL tests (each test starts its own throw-away cluster)
+#   bubblewrap   bwrap, the sandbox of every local worker (docs/security.md)
+set -euo pipefail
+
+present() {
+  case "$1" in
+    postgresql) command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 ;;
+    bubblewrap) command -v bwrap >/dev/null 2>&1 ;;
+    *) echo "ensure-system-packages: unknown package '$1' (known: postgresql, bubblewrap)" >&2; exit 2 ;;
+  esac
+}
+
+missing=()
+for pkg in "$@"; do
+  present "$pkg" || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing ${missing[*]} (Debian packages)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  for pkg in "${missing[@]}"; do
+    present "$pkg" || { echo "ensure-system-packages: $pkg still missing after apt-get install" >&2; exit 1; }
+  done
+else
+  echo "missing Debian package(s): ${missing[*]}; install them (apt-get install ${missing[*]}) or run this as root" >&2
+  exit 1
+fi
