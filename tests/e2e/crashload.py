@@ -112,8 +112,13 @@ def crash_during_submits(
     )
     with sqlite3.connect(server.data_dir / "paddlecloud.db") as db:
         integrity = str(db.execute("PRAGMA integrity_check").fetchone()[0])
-    for n in ("long-a", "long-b"):
-        server.cli("kill", n, "--grace", "1", check=False)
+    with httpx.Client(headers=headers, **http_args) as http:  # type: ignore[arg-type]
+        for n in sorted(found):  # queued ones first: nothing starts when the long jobs go
+            http.post(f"/api/v1/jobs/{n}/kill", params={"grace": 0})
+        for n in pids:
+            http.post(f"/api/v1/jobs/{n}/kill", params={"grace": 1})
+        left = [j["name"] for j in http.get("/api/v1/jobs").json()["items"]]
+    assert not left, f"jobs still active after the test's kills: {left[:5]}"
     return CrashResult(
         sent=submits,
         acknowledged=acknowledged,
