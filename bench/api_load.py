@@ -69,6 +69,11 @@ SUBMIT_LUA = textwrap.dedent(
 
 
 def wrk(url: str, token: str, args: argparse.Namespace, script: Path | None = None) -> dict[str, float]:
+    """Figures of a ``--seconds`` run, after a 2 s warm-up run on the same URL whose figures are
+    dropped (the server's first requests build lazily made schemas, caches and threads)."""
+    if script is None:
+        subprocess.run(["wrk", "-t1", "-c10", "-d2s", "-H", f"Authorization: Bearer {token}", url],
+                       capture_output=True, check=True)  # fmt: skip
     cmd = [
         "wrk", f"-t{args.threads}", f"-c{args.connections}", f"-d{args.seconds}s", "--latency",
         "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: application/json",

@@ -66,6 +66,10 @@ def pods(kube: FakeKube) -> set[str]:
     return {p["metadata"]["name"] for p in kube.list("pods", NS)}
 
 
+def pod_uids(kube: FakeKube) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.list("pods", NS)}
+
+
 def states(status: JobStatus) -> dict[str, WorkerState]:
     return {w.name: w.state for w in status.workers}
 
@@ -226,7 +230,8 @@ def test_previous_log_is_the_failed_runs_tail(
         ],
     }
     client.CoreV1Api(backend.kube.api).patch_namespaced_pod_status("fit-trainer-0", NS, {"status": status})
-    wait_for("run 1", lambda: kube.get("pods", "fit-trainer-0", NS)["metadata"]["uid"] != first)
+    # the failed pod is deleted and created again: between the two it is not there at all
+    wait_for("run 1", lambda: pod_uids(kube).get("fit-trainer-0", first) != first)
     kubelet.run(NS, "fit-trainer-0")
     previous = b"".join(backend.read_log(LogRequest("alice/fit", ("trainer-0",), previous=True)))
     assert previous == b"line a\nline b\n"

@@ -21,6 +21,7 @@ from paddlecloud.backends.base import Backend, JobLaunch
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.jobtokens import issue_job_token
+from paddlecloud.controller.specs import SpecCache
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.scheduler import WorkerPlacement
@@ -54,6 +55,8 @@ class Context:
     wake_event: threading.Event = field(default_factory=threading.Event)
     #: jobs whose ``stop_in_background`` raised, by key: the reconciler fails them (StopFailed)
     stop_failures: dict[str, BaseException] = field(default_factory=dict)
+    #: stored specs parsed once per job (every cycle reads every queued and running job's)
+    specs: SpecCache = field(default_factory=SpecCache)
 
     def wake(self) -> None:
         self.wake_event.set()

@@ -53,9 +53,11 @@ log = logging.getLogger("paddlecloud.controller")
 #: phases of jobs that have processes (or are stopping them) and hold resources
 ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING, JobPhase.PREEMPTING)
 
-#: seconds a rendered job list is served at most without looking again (writes of this process are
-#: seen at once; see ``controller.readcache``)
-_LIST_CACHE_AGE = 2.0
+#: seconds a rendered job list is served at most without building it again. Every write of this
+#: server process is seen at once (``controller.readcache``); the age only bounds how long a write
+#: made by another process on the same database could go unseen, and one server per database is the
+#: supported setup, so it is long: a rebuild under load competes for the GIL with the requests
+_LIST_CACHE_AGE = 30.0
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ class JobService:
                     queued += 1
                 elif row.phase in ACTIVE:
                     running += 1
-                    req = job_request(row)
+                    req = job_request(row, specs=self.ctx.specs)
                     used = used + req.pserver.times(req.pservers) + req.trainer.times(req.running)
         cluster = Resources()
         for n in self.ctx.backend.nodes():
@@ -253,7 +255,7 @@ class JobService:
                     field="name",
                 ) from None
             self.ctx.wake()
-            return detail_view(row)
+            return detail_view(row, spec)
 
     def _exists(self, who: Identity, path: str, field: str) -> FileInfo:
         try:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 from sqlalchemy import select
@@ -100,10 +101,14 @@ class Reconciler:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.ctx.wake_event.clear()
+            started = time.monotonic()
             try:
                 self.tick()
             except Exception:  # keep the loop alive; the failure is logged with its traceback
                 log.exception("reconcile cycle %d failed", self.cycle)
+            # at most half of the time in cycles: a stream of wake-ups (a burst of submits) is taken
+            # in batches, so a cycle over a long queue never starves the requests of the CPU
+            self._stop.wait(min(time.monotonic() - started, self.ctx.config.tick_seconds))
             self.ctx.wake_event.wait(self.ctx.config.tick_seconds)
 
     def adopt_all(self) -> None:
@@ -173,7 +178,7 @@ class Reconciler:
                     requeue_preempted(self.ctx, row, status)
                 s.commit()
                 continue
-            account(row, now)
+            account(row, now, self.ctx.specs)
             self.apply_status(row, status)
             if row.spec.get("tasks"):  # a dead trainer's tasks go to the others now, not at expiry
                 release_ended(s, row.id, status.workers)
@@ -226,7 +231,9 @@ class Reconciler:
             nodes=self._nodes(holding),
             queue=waiting,
             running=tuple(
-                job_request(r, elastic) for r in active if not r.stop_requested and r.reason != STOPPING
+                job_request(r, elastic, self.ctx.specs)
+                for r in active
+                if not r.stop_requested and r.reason != STOPPING
             ),
             quotas=compute_quotas(s),
         )
@@ -240,7 +247,7 @@ class Reconciler:
         out = []
         for row in queued:
             try:
-                out.append(job_request(row, elastic))
+                out.append(job_request(row, elastic, self.ctx.specs))
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.INVALID_SPEC, "reading the job's spec", exc)
                 s.commit()
@@ -250,7 +257,7 @@ class Reconciler:
         used: dict[str, Resources] = {}
         gpus_used: dict[str, set[int]] = {}
         for row in active:
-            req = job_request(row)
+            req = job_request(row, specs=self.ctx.specs)
             for p in row.placement or []:
                 need = req.pserver if p["role"] == "pserver" else req.trainer
                 used[p["node"]] = used.get(p["node"], Resources()) + need

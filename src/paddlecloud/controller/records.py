@@ -12,6 +12,7 @@ from __future__ import annotations
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import JobStatus
 from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.specs import SpecCache
 from paddlecloud.scheduler import JobRequest, WorkerPlacement
 from paddlecloud.store.tables import JobRow, WorkerRow
 
@@ -30,13 +31,14 @@ def trainer_names(row: JobRow) -> set[str]:
     return {f"trainer-{p['index']}" for p in (row.placement or []) if p["role"] == "trainer"}
 
 
-def job_request(row: JobRow, elastic: bool = True) -> JobRequest:
+def job_request(row: JobRow, elastic: bool = True, specs: SpecCache | None = None) -> JobRequest:
     """The scheduler's view of a job; a started job's ``running`` and ``placement`` are what it holds.
 
     ``elastic=False`` (a backend without the resize capability) pins min and max to the requested
-    count so no policy plans a resize the backend cannot do.
+    count so no policy plans a resize the backend cannot do. ``specs``: parse the stored spec once
+    per job (the controller's cache) instead of on every call.
     """
-    spec = JobSpec.from_stored(row.spec)
+    spec = specs.get(row) if specs is not None else JobSpec.from_stored(row.spec)
     placement = placement_of(row)
     return JobRequest(
         key=job_key(row.user, row.name),
@@ -56,9 +58,9 @@ def job_request(row: JobRow, elastic: bool = True) -> JobRequest:
     )
 
 
-def account(row: JobRow, now: float) -> None:
+def account(row: JobRow, now: float, specs: SpecCache) -> None:
     if row.accounted_at is not None and row.placement:
-        spec = JobSpec.from_stored(row.spec)
+        spec = specs.get(row)
         units = max(spec.trainers.resources().gpu, 1) * len(trainer_names(row))
         row.attained += units * max(now - row.accounted_at, 0.0)
     row.accounted_at = now

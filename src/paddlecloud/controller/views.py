@@ -89,11 +89,12 @@ def worker_view(w: WorkerRow) -> WorkerView:
     )
 
 
-def detail_view(row: JobRow) -> JobDetail:
+def detail_view(row: JobRow, spec: JobSpec | None = None) -> JobDetail:
+    """The job in full; ``spec``: the row's spec already parsed (a submit has it), else read back."""
     base = job_view(row, tally(row.workers))
     return JobDetail(
         **base.model_dump(),
-        spec=JobSpec.from_stored(row.spec),
+        spec=spec if spec is not None else JobSpec.from_stored(row.spec),
         output_dir=row.output_dir,
         events=[
             EventView(

@@ -52,6 +52,10 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def _through_link(key: Key) -> StorageError:
+    return StorageError(E.UNSAFE, key, f"{'/'.join(key)} goes through a symbolic link")
+
+
 class LocalDirStore:
     local_paths = True
 
@@ -71,7 +75,7 @@ class LocalDirStore:
             p = p / part
             try:
                 if st.S_ISLNK(os.lstat(p).st_mode):
-                    raise StorageError(E.UNSAFE, key, f"{'/'.join(key)} goes through a symbolic link")
+                    raise _through_link(key)
             except (FileNotFoundError, NotADirectoryError):
                 # nothing below a missing component (or a regular file) exists: no link further down
                 return self.files.joinpath(*key)
@@ -130,14 +134,17 @@ class LocalDirStore:
             raise StorageError(E.EXISTS, key)
         if not parents:
             self._require_dir(key[:-1])
-        for i in range(1, len(key) + 1):
-            sub = key[:i]
-            e = self.stat(sub)
-            if e is None:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(self._path(sub))
-            elif e.kind != Kind.DIR:
-                raise StorageError(E.NOT_A_DIRECTORY, sub)
+        p = self.files
+        for i, part in enumerate(key):  # one pass: each component made, or checked where it exists
+            p = p / part
+            try:
+                os.mkdir(p)
+            except FileExistsError:
+                mode = os.lstat(p).st_mode
+                if st.S_ISLNK(mode):
+                    raise _through_link(key) from None
+                if not st.S_ISDIR(mode):
+                    raise StorageError(E.NOT_A_DIRECTORY, key[: i + 1]) from None
         made = self.stat(key)
         assert made is not None
         return made
