@@ -12,6 +12,7 @@ when it still authenticates as the default admin, else it issues a new one.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,9 +96,33 @@ def serve(app: FastAPI, host: str, port: int, tls: tuple[str, str] | None = None
     """Serve ``app``; with ``tls`` = (certificate file, key file) over https only."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cert, key = tls or (None, None)
+    _tune_gc()
+    # the standard asyncio loop, not uvloop: same throughput here, but under 50 busy connections
+    # uvloop served a few hundred requests 0.3-0.7 s late (wrk p99 170-500 ms against 30-77 ms)
     uvicorn.run(
-        app, host=host, port=port, log_level="warning", access_log=False, ssl_certfile=cert, ssl_keyfile=key
+        app,
+        host=host,
+        port=port,
+        loop="asyncio",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=cert,
+        ssl_keyfile=key,
     )
+
+
+def _tune_gc() -> None:
+    """Fewer, shorter garbage-collector pauses while serving.
+
+    The objects alive after start-up (modules, the app, the ORM's mappers) are moved out of the
+    collector's sight (``gc.freeze``), and the young generation is collected every 20,000 allocations
+    instead of 700. Under load, full collections over the whole heap otherwise stalled every request
+    for 50-190 ms a few times a minute (measured with ``bench/api_load.py``): the p99 latency.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 def run_operator(argv: list[str]) -> int:
