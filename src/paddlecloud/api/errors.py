@@ -72,6 +72,9 @@ class ErrorCode(StrEnum):
     TASK_NOT_FOUND = "task_not_found"
     JOB_EXISTS = "job_exists"
     JOB_NOT_RUNNING = "job_not_running"
+    #: the job's stored spec no longer passes the spec's rules (a damaged row, or one written by a
+    #: version with other rules): the job can be listed, killed and removed, not described
+    SPEC_UNREADABLE = "spec_unreadable"
     USER_EXISTS = "user_exists"
     PATH_EXISTS = "path_exists"
     NOT_A_DIRECTORY = "not_a_directory"
