@@ -241,6 +241,12 @@ class LocalBackend:
             return JobStatus(failure="the backend has no record of this job", finished=True)
         with job.lock:
             self._advance(job)
+            # a worker that ended badly after its check in this pass would be reported Failed although
+            # the next pass restarts it: check again so the report and the decision agree
+            for _ in range(2):
+                if not self._unhandled_end(job):
+                    break
+                self._advance(job)
             events, job.events = tuple(job.events), []
             return JobStatus(
                 workers=self._statuses(job),
@@ -472,6 +478,16 @@ class LocalBackend:
             self._check_trainers(job)
         if job.stage == Stage.STOPPING and job.stopper is not None and not job.stopper.is_alive():
             self._finish(job)
+
+    def _unhandled_end(self, job: _Job) -> bool:
+        """A worker of a running job ended badly and no restart or failure was decided for it yet."""
+        if job.failure is not None or job.stage not in (Stage.PSERVERS, Stage.TRAINERS):
+            return False
+        now = self._now()
+        return any(
+            w.name not in job.retired and w.state(now) in (WorkerState.FAILED, WorkerState.LOST)
+            for w in job.workers.values()
+        )
 
     def _check_pservers(self, job: _Job) -> None:
         now = self._now()
