@@ -17,11 +17,11 @@ TrainingJob custom resource per job, made into Pods by an operator; docs/kuberne
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.core.phases import WorkerState
@@ -32,6 +32,7 @@ from paddlecloud.scheduler import WorkerPlacement
 __all__ = [
     "Backend",
     "BackendEvent",
+    "BackendSetup",
     "Capability",
     "JobLaunch",
     "JobStatus",
@@ -50,6 +51,26 @@ class Capability(StrEnum):
     #: the nodes are all there is (no autoscaling): a job no node could ever hold is refused at submit
     #: unless its spec says ``queue_anyway``
     FIXED_CAPACITY = "fixed-capacity"
+
+
+@dataclass(frozen=True)
+class BackendSetup:
+    """What a backend is made from: its own settings plus what every backend may need."""
+
+    settings: Any
+    #: the platform's data dir (database, PFS under ``pfs/``, the backends' files under ``cluster/``)
+    data_dir: Path
+    #: this datacenter's name (PFS paths are /pfs/<datacenter>/...)
+    datacenter: str = "local"
+    #: the platform's clock (seconds)
+    now: Callable[[], float] = field(default=lambda: 0.0)
+    #: wake the reconcile loop early (something worth a cycle happened)
+    wake: Callable[[], None] = field(default=lambda: None)
+
+    @property
+    def cluster_dir(self) -> Path:
+        """Where a backend keeps its own files (job directories, logs, environments)."""
+        return self.data_dir / "cluster"
 
 
 @dataclass(frozen=True)

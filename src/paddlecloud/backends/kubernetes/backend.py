@@ -30,6 +30,7 @@ from urllib3.exceptions import HTTPError
 
 from paddlecloud.backends.base import (
     BackendEvent,
+    BackendSetup,
     Capability,
     JobLaunch,
     JobStatus,
@@ -52,7 +53,7 @@ from paddlecloud.backends.kubernetes.report import Seen, report
 from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.scheduler import WorkerPlacement
 
-__all__ = ["KubernetesBackend"]
+__all__ = ["KubernetesBackend", "create"]
 
 log = logging.getLogger("paddlecloud.backends.kubernetes")
 
@@ -354,3 +355,9 @@ class KubernetesBackend:
                     BackendEvent("Normal", reason, f"trainers {have} -> {want} (scale subresource)")
                 )
             self._wake()
+
+
+def create(setup: BackendSetup) -> KubernetesBackend:
+    """The registry's factory: a Kubernetes backend from :class:`KubeSettings` (``backends.registry``)."""
+    settings: KubeSettings = setup.settings
+    return KubernetesBackend(settings, setup.datacenter, setup.wake)
