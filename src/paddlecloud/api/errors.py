@@ -84,6 +84,8 @@ class ErrorCode(StrEnum):
     SERVER_TOO_OLD = "server_too_old"
     SERVER_UNREACHABLE = "server_unreachable"
     INSUFFICIENT_STORAGE = "insufficient_storage"
+    #: an operation this server's backend does not offer (``version`` lists its capabilities)
+    NOT_SUPPORTED = "not_supported"
     INTERNAL = "internal"
 
 

@@ -52,6 +52,9 @@ class PlatformConfig:
     api_url: str = ""
     #: the CA bundle workers verify an https ``api_url`` with (``PADDLECLOUD_API_CA``); "": the system's
     api_ca: str = ""
+    #: how long a job is kept while its backend calls meet transient errors (the engine unreachable)
+    #: before it fails (``backends.errors.BackendUnavailable``)
+    backend_retry_s: float = 300.0
     #: what runs the jobs: a name in the backend registry ("local", "kubernetes", ...)
     backend: str = "local"
     #: that backend's settings (``LocalSettings``, ``KubeSettings``, ...: its registry entry's

@@ -55,6 +55,9 @@ class Context:
     wake_event: threading.Event = field(default_factory=threading.Event)
     #: jobs whose ``stop_in_background`` raised, by key: the reconciler fails them (StopFailed)
     stop_failures: dict[str, BaseException] = field(default_factory=dict)
+    #: jobs whose backend calls meet transient errors, by key: when the streak began
+    #: (``controller.confine.backend_trouble``)
+    retrying: dict[str, float] = field(default_factory=dict)
     #: stored specs parsed once per job (every cycle reads every queued and running job's)
     specs: SpecCache = field(default_factory=SpecCache)
 

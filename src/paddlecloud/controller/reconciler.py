@@ -20,7 +20,10 @@ preempt again). Then it is Queued again.
 
 A backend call about one job that raises (``adopt``, ``sync``, ``stop``, also a preemption's stop in
 the background) fails that job alone (``controller.confine``), as does a queued job whose stored spec
-cannot be read: the cycle goes on with the other jobs.
+cannot be read: the cycle goes on with the other jobs. A transient error (``BackendUnavailable``)
+keeps the job instead and the call is tried again next cycle, for at most ``backend_retry_s``: a job
+not re-adopted yet is not synced until it is. After a restart, a backend that does not declare
+``adopt`` is not asked to: its started jobs are queued again (``NotAdopted``).
 
 Elastic bounds reach the policy only when the backend declares the ``resize`` capability.
 
@@ -38,7 +41,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from paddlecloud.backends.base import Capability, JobStatus
-from paddlecloud.controller.confine import FailReason, fail_job
+from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
 from paddlecloud.controller.quotas import compute_quotas
@@ -84,6 +87,8 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         #: queued jobs whose admission waits for preempted jobs to stop (``effects.apply_plan``)
         self._held: frozenset[str] = frozenset()
+        #: started jobs not yet re-adopted after a restart (the backend was unavailable): by key
+        self._unadopted: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -120,19 +125,53 @@ class Reconciler:
                 .options(selectinload(JobRow.workers), selectinload(JobRow.events))
             ).all()
             for row in rows:
-                if row.phase != JobPhase.QUEUED:
-                    try:
-                        self.ctx.backend.adopt(self.ctx.launch(row))
-                    except Exception as exc:  # this job alone fails; the others are adopted
-                        fail_job(self.ctx, row, FailReason.ADOPT_FAILED, "re-adopting the job", exc)
-                        s.commit()
-                        continue
-                    self.ctx.event(row, "Normal", "Adopted", "server restarted; job re-adopted")
-                if row.stop_requested:  # the server stopped in the middle of a kill: finish it
-                    self._finish_kill(row)
-                elif row.phase == JobPhase.PREEMPTING:  # ... or of a preemption: stop it again
-                    self.ctx.stop_in_background(job_key(row.user, row.name), self.ctx.config.shrink_grace)
+                self._adopt(row)
                 s.commit()
+
+    def _adopt(self, row: JobRow) -> bool:
+        """Hand one job back to the backend (and finish its interrupted kill or preemption). False
+        while the backend is unavailable (the job is kept and tried again next cycle) or when it
+        failed the job."""
+        key = job_key(row.user, row.name)
+        if row.phase != JobPhase.QUEUED:
+            if not self._can_adopt(row):
+                return False
+            try:
+                self.ctx.backend.adopt(self.ctx.launch(row))
+            except Exception as exc:  # this job alone fails (or waits); the others are adopted
+                if backend_trouble(self.ctx, row, FailReason.ADOPT_FAILED, "re-adopting the job", exc):
+                    self._unadopted.add(key)
+                else:
+                    self._unadopted.discard(key)
+                return False
+            self._unadopted.discard(key)
+            backend_recovered(self.ctx, row)
+            self.ctx.event(row, "Normal", "Adopted", "server restarted; job re-adopted")
+        if row.stop_requested:  # the server stopped in the middle of a kill: finish it
+            self._finish_kill(row)
+        elif row.phase == JobPhase.PREEMPTING:  # ... or of a preemption: stop it again
+            self.ctx.stop_in_background(key, self.ctx.config.shrink_grace)
+        return True
+
+    def _can_adopt(self, row: JobRow) -> bool:
+        """A backend that does not declare ``adopt`` lost its started jobs with the server: such a
+        job is queued again (started from scratch by a later cycle), or, in the middle of a kill,
+        Killed."""
+        if Capability.ADOPT in self.ctx.backend.capabilities:
+            return True
+        name = self.ctx.backend.name
+        if row.stop_requested:
+            row.phase, row.reason = JobPhase.KILLED, "Killed"
+            row.message = f"kill completed after a server restart (the {name} backend keeps no jobs)"
+            row.finished_at = self.ctx.clock.now()
+        else:
+            row.phase, row.reason, row.placement = JobPhase.QUEUED, "NotAdopted", None
+            row.message = (
+                f"the server restarted and the {name} backend cannot take over started jobs "
+                "(it does not declare adopt): queued again"
+            )
+        self.ctx.event(row, "Warning", row.reason, row.message)
+        return False
 
     def _finish_kill(self, row: JobRow) -> None:
         key = job_key(row.user, row.name)
@@ -165,15 +204,21 @@ class Reconciler:
         now = self.ctx.clock.now()
         for row in rows:
             key = job_key(row.user, row.name)
-            try:
-                status = self.ctx.backend.sync(key)
-            except Exception as exc:  # this job alone fails; the cycle goes on
-                fail_job(self.ctx, row, FailReason.OBSERVE_FAILED, "observing the job", exc)
+            if key in self._unadopted and not self._adopt(row):
                 s.commit()
                 continue
+            try:
+                status = self.ctx.backend.sync(key)
+            except Exception as exc:  # this job alone fails (or, the engine unreachable, waits)
+                backend_trouble(self.ctx, row, FailReason.OBSERVE_FAILED, "observing the job", exc)
+                s.commit()
+                continue
+            backend_recovered(self.ctx, row)
             if row.phase == JobPhase.PREEMPTING:
                 if (failed := self.ctx.stop_failures.pop(key, None)) is not None:
-                    fail_job(self.ctx, row, FailReason.STOP_FAILED, "stopping the job to preempt it", failed)
+                    what = "stopping the job to preempt it"
+                    if backend_trouble(self.ctx, row, FailReason.STOP_FAILED, what, failed):
+                        self.ctx.stop_in_background(key, self.ctx.config.shrink_grace)  # again
                 elif status.finished:
                     requeue_preempted(self.ctx, row, status)
                 s.commit()

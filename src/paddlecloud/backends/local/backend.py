@@ -59,6 +59,7 @@ from paddlecloud.backends.base import (
     NodeInfo,
     WorkerStatus,
 )
+from paddlecloud.backends.errors import JobRejected, NotSupported
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.nodes import NodeShape, make_nodes
@@ -265,8 +266,10 @@ class LocalBackend:
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
         job = self._get(key)
-        if job is None or placement.role != "trainer":
-            raise ValueError(f"cannot add {placement.role}-{placement.index} to {key}")
+        if placement.role != "trainer":
+            raise NotSupported(self.name, f"adding a {placement.role} to a running job")
+        if job is None:
+            raise JobRejected(f"cannot add trainer-{placement.index} to {key}: no such job here")
         with job.lock:
             if job.stage in (Stage.STOPPING, Stage.DONE):
                 return  # the job is ending: nothing to grow
