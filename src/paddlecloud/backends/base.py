@@ -51,6 +51,10 @@ class Capability(StrEnum):
     #: the nodes are all there is (no autoscaling): a job no node could ever hold is refused at submit
     #: unless its spec says ``queue_anyway``
     FIXED_CAPACITY = "fixed-capacity"
+    #: the engine is shared with work that is not this platform's (other users of a Slurm cluster):
+    #: ``nodes()`` reports what that work holds on each node (``NodeInfo.foreign``), and the
+    #: controller's snapshot counts it as allocated besides its own placements
+    SHARED_CAPACITY = "shared-capacity"
 
 
 @dataclass(frozen=True)
@@ -76,8 +80,17 @@ class BackendSetup:
 @dataclass(frozen=True)
 class NodeInfo:
     name: str
+    #: what the node has for jobs (a node that takes no work now, down or drained: leave it out, or
+    #: report it with its ``note``)
     capacity: Resources
     gpus: tuple[int, ...] = ()
+    #: ``SHARED_CAPACITY`` backends: what work that is not this platform's holds here now (never
+    #: this platform's own workers: the controller counts those from its placements)
+    foreign: Resources = field(default_factory=Resources)
+    #: ... and the GPU indices it holds
+    foreign_gpus: tuple[int, ...] = ()
+    #: what the engine says about the node, for a waiting job's reason ("drained: disk"); "" none
+    note: str = ""
 
 
 @dataclass(frozen=True)

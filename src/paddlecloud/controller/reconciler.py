@@ -25,7 +25,9 @@ keeps the job instead and the call is tried again next cycle, for at most ``back
 not re-adopted yet is not synced until it is. After a restart, a backend that does not declare
 ``adopt`` is not asked to: its started jobs are queued again (``NotAdopted``).
 
-Elastic bounds reach the policy only when the backend declares the ``resize`` capability.
+Elastic bounds reach the policy only when the backend declares the ``resize`` capability. On an
+engine shared with other work (``shared-capacity``) the snapshot's nodes also count what the engine
+says that work holds, and a job waiting for capacity is told whose load it waits behind.
 
 The loop runs in a thread, every ``tick_seconds`` or at once when something calls ``Context.wake``.
 """
@@ -40,7 +42,8 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from paddlecloud.backends.base import Capability, JobStatus
+from paddlecloud.backends.base import Capability, JobStatus, NodeInfo
+from paddlecloud.controller.capacity import name_foreign_load
 from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
@@ -270,10 +273,11 @@ class Reconciler:
             return
         waiting = self._requests(s, queued, elastic)
         queued = [r for r in queued if r.phase == JobPhase.QUEUED]
+        nodes = self.ctx.backend.nodes()
         snap = Snapshot(
             cycle=self.cycle,
             now=self.ctx.clock.now(),
-            nodes=self._nodes(holding),
+            nodes=self._nodes(holding, nodes),
             queue=waiting,
             running=tuple(
                 job_request(r, elastic, self.ctx.specs)
@@ -283,6 +287,8 @@ class Reconciler:
             quotas=compute_quotas(s),
         )
         plan = self.policy.schedule(snap)
+        if Capability.SHARED_CAPACITY in self.ctx.backend.capabilities:
+            plan = name_foreign_load(plan, nodes)
         self.last = (snap, plan)
         rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
         self._held |= apply_plan(self.ctx, s, plan, rows)
@@ -298,7 +304,10 @@ class Reconciler:
                 s.commit()
         return tuple(out)
 
-    def _nodes(self, active: Sequence[JobRow]) -> tuple[NodeState, ...]:
+    def _nodes(self, active: Sequence[JobRow], nodes: Sequence[NodeInfo]) -> tuple[NodeState, ...]:
+        """The nodes as the policy sees them: what this platform's started jobs hold by their
+        placements, plus, on a shared engine (``SHARED_CAPACITY``), what the engine reports that
+        other work holds."""
         used: dict[str, Resources] = {}
         gpus_used: dict[str, set[int]] = {}
         for row in active:
@@ -307,12 +316,11 @@ class Reconciler:
                 need = req.pserver if p["role"] == "pserver" else req.trainer
                 used[p["node"]] = used.get(p["node"], Resources()) + need
                 gpus_used.setdefault(p["node"], set()).update(p.get("gpus", []))
-        return tuple(
-            NodeState(
-                name=n.name,
-                capacity=n.capacity,
-                allocated=used.get(n.name, Resources()),
-                free_gpus=tuple(g for g in n.gpus if g not in gpus_used.get(n.name, set())),
-            )
-            for n in self.ctx.backend.nodes()
-        )
+        shared = Capability.SHARED_CAPACITY in self.ctx.backend.capabilities
+        out = []
+        for n in nodes:
+            held = used.get(n.name, Resources()) + (n.foreign if shared else Resources())
+            taken = gpus_used.get(n.name, set()) | (set(n.foreign_gpus) if shared else set())
+            free_gpus = tuple(g for g in n.gpus if g not in taken)
+            out.append(NodeState(name=n.name, capacity=n.capacity, allocated=held, free_gpus=free_gpus))
+        return tuple(out)

@@ -90,7 +90,11 @@ class _Job:
 
 class KubernetesBackend:
     name = "kubernetes"
-    capabilities = frozenset({Capability.GPU, Capability.RESIZE, Capability.ADOPT, Capability.LOGS_FOLLOW})
+    #: logs-previous: the container's previous log when the kubelet restarted it in place (a pod
+    #: made anew by the operator has none: an empty answer)
+    capabilities = frozenset(
+        {Capability.GPU, Capability.RESIZE, Capability.ADOPT, Capability.LOGS_FOLLOW, Capability.LOGS_PREVIOUS}
+    )
 
     def __init__(
         self,
