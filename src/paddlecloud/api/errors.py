@@ -170,6 +170,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.INVALID_PATH: InvalidInput,
     ErrorCode.CHECKSUM_MISMATCH: InvalidInput,
     ErrorCode.EXCEEDS_CAPACITY: InvalidInput,
+    ErrorCode.NOT_SUPPORTED: InvalidInput,
     ErrorCode.REQUEST_TOO_LARGE: RequestTooLarge,
     ErrorCode.FORBIDDEN: Forbidden,
     ErrorCode.QUOTA_EXCEEDED: Forbidden,

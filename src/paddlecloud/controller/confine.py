@@ -97,12 +97,13 @@ def backend_trouble(ctx: Context, row: JobRow, reason: FailReason, what: str, ex
         fail_job(ctx, row, reason, what, exc)
         return False
     now, bound = ctx.clock.now(), ctx.config.backend_retry_s
+    streak_begins = key not in ctx.retrying
     first = ctx.retrying.setdefault(key, now)
     if now - first >= bound:
         fail_job(ctx, row, FailReason.BACKEND_UNAVAILABLE, f"{what} (tried for {now - first:.0f} s)", exc)
         return False
     log.warning("job %s: %s failed, retrying next cycle: %s", key, what, exc)
-    if first == now:
+    if streak_begins:
         message = f"{what} failed: {_describe(exc)}; trying again each cycle for up to {bound:g} s"
         ctx.event(row, "Warning", exc.reason, message)
     return True

@@ -93,7 +93,13 @@ class KubernetesBackend:
     #: logs-previous: the container's previous log when the kubelet restarted it in place (a pod
     #: made anew by the operator has none: an empty answer)
     capabilities = frozenset(
-        {Capability.GPU, Capability.RESIZE, Capability.ADOPT, Capability.LOGS_FOLLOW, Capability.LOGS_PREVIOUS}
+        {
+            Capability.GPU,
+            Capability.RESIZE,
+            Capability.ADOPT,
+            Capability.LOGS_FOLLOW,
+            Capability.LOGS_PREVIOUS,
+        }
     )
 
     def __init__(
