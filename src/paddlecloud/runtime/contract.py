@@ -12,6 +12,9 @@ __all__ = [
     "API_CA",
     "CHECKPOINT_DIR",
     "CURRENT_ENDPOINT",
+    "ENDPOINTS_DIR",
+    "ENDPOINTS_TIMEOUT",
+    "ENDPOINTS_WAIT",
     "INPUT",
     "INPUT_DIR",
     "JOB_NAME",
@@ -24,6 +27,7 @@ __all__ = [
     "PORT",
     "PSERVERS",
     "PSERVER_ENDPOINTS",
+    "PUBLISH_HOST",
     "RESTART",
     "ROLE",
     "TRAINERS",
@@ -59,3 +63,10 @@ API_CA = PREFIX + "API_CA"
 #: the job's current membership (trainers and endpoints now), rewritten on every resize
 #: (``runtime.membership``); empty where the backend does not publish it
 MEMBERSHIP_FILE = PREFIX + "MEMBERSHIP_FILE"
+#: endpoints resolved at run time (``runtime.endpoints``): where workers publish their hosts, whose
+#: hosts this worker waits for before its program starts, for how long (seconds), and the host this
+#: worker publishes (default: the hostname); unset where every endpoint is known at start
+ENDPOINTS_DIR = PREFIX + "ENDPOINTS_DIR"
+ENDPOINTS_WAIT = PREFIX + "ENDPOINTS_WAIT"
+ENDPOINTS_TIMEOUT = PREFIX + "ENDPOINTS_TIMEOUT"
+PUBLISH_HOST = PREFIX + "PUBLISH_HOST"
