@@ -19,10 +19,18 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.options import OptionError
-from paddlecloud.backends.registry import BackendEntry, UnknownBackend, backend_names, entry, register
+from paddlecloud.backends.registry import (
+    BackendConfigError,
+    BackendEntry,
+    UnknownBackend,
+    backend_names,
+    entry,
+    register,
+)
 
 __all__ = [
     "Backend",
+    "BackendConfigError",
     "BackendEntry",
     "BackendEvent",
     "BackendSetup",

@@ -55,6 +55,11 @@ class Capability(StrEnum):
     #: ``nodes()`` reports what that work holds on each node (``NodeInfo.foreign``), and the
     #: controller's snapshot counts it as allocated besides its own placements
     SHARED_CAPACITY = "shared-capacity"
+    #: the workers fetch the job package themselves, over the platform's API with the job's token
+    #: (``JobLaunch.package_url``; ``python -m paddlecloud.runtime.bootstrap fetch``), because
+    #: ``JobLaunch.package`` (a path on the server's machine) is not readable where they run. The
+    #: platform then needs an ``api_url`` the workers reach (``up --api-url``)
+    FETCH_PACKAGE = "fetch-package"
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,9 @@ class JobLaunch:
     name: str
     framework: str
     entry: str
-    package: Path  # the job package archive (tar.gz)
+    #: the job package archive (tar.gz) on the server's machine: backends whose workers run there
+    #: (local) read it; the others declare ``FETCH_PACKAGE`` and hand workers ``package_url``
+    package: Path
     output_dir: Path
     placement: tuple[WorkerPlacement, ...]
     env: dict[str, str] = field(default_factory=dict)
@@ -122,6 +129,11 @@ class JobLaunch:
     resources: Mapping[str, Resources] = field(default_factory=dict)
     #: the package's PFS path (backends whose workers fetch it over the API: Kubernetes)
     package_path: str = ""
+    #: where a worker GETs the package with ``Authorization: Bearer <api.token>`` (the job token
+    #: reads its own package and nothing else): ``<api.url>/api/v1/pfs/file?path=<package_path>``;
+    #: "" when the platform has no ``api_url``. For ``FETCH_PACKAGE`` backends: give it to the
+    #: worker as ``PADDLECLOUD_PACKAGE_URL`` and run ``runtime.bootstrap fetch`` before the entry
+    package_url: str = ""
     #: the owner's PFS home and the public area on this machine (local file stores): what a
     #: sandboxed worker sees read-write and read-only (``backends/local/sandbox.py``); None: unknown
     home_dir: Path | None = None

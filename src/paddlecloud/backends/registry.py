@@ -24,6 +24,7 @@ from paddlecloud.backends.base import Backend, BackendSetup
 from paddlecloud.backends.options import OptionError
 
 __all__ = [
+    "BackendConfigError",
     "BackendEntry",
     "BackendSetup",
     "OptionError",
@@ -34,7 +35,11 @@ __all__ = [
 ]
 
 
-class UnknownBackend(ValueError):
+class BackendConfigError(ValueError):
+    """The configured backend cannot be used as configured; the message says what to change."""
+
+
+class UnknownBackend(BackendConfigError):
     """No backend of that name (the message lists the known ones), or its module cannot be loaded."""
 
 

@@ -12,10 +12,12 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session, object_session
 
+from paddlecloud.api import API_PREFIX
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Backend, JobLaunch
 from paddlecloud.controller.config import PlatformConfig
@@ -28,13 +30,20 @@ from paddlecloud.scheduler import WorkerPlacement
 from paddlecloud.store.db import Database
 from paddlecloud.store.tables import EventRow, JobRow
 
-__all__ = ["Context", "job_key"]
+__all__ = ["Context", "job_key", "package_url"]
 
 log = logging.getLogger("paddlecloud.controller")
 
 
 def job_key(user: str, name: str) -> str:
     return f"{user}/{name}"
+
+
+def package_url(api_url: str, pfs_path: str) -> str:
+    """Where a worker fetches its job's package with the job token (``Capability.FETCH_PACKAGE``)."""
+    if not api_url:
+        return ""
+    return f"{api_url.rstrip('/')}{API_PREFIX}/pfs/file?path={quote(pfs_path, safe='/')}"
 
 
 def _trainer_range(spec: dict[str, Any]) -> tuple[int, int] | None:
@@ -121,6 +130,7 @@ class Context:
             trainer_range=_trainer_range(spec),
             resources={"pserver": parsed.pservers.resources(), "trainer": parsed.trainers.resources()},
             package_path=row.package_id,
+            package_url=package_url(self.config.api_url, row.package_id),
             home_dir=self._area(f"/pfs/{self.config.datacenter}/home/{row.user}"),
             public_dir=self._area(f"/pfs/{self.config.datacenter}/public"),
         )

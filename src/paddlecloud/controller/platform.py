@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from paddlecloud.backends import registry
-from paddlecloud.backends.base import Backend, BackendSetup
+from paddlecloud.backends.base import Backend, BackendSetup, Capability
+from paddlecloud.backends.registry import BackendConfigError
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
@@ -71,6 +72,12 @@ class Platform:
 
         if backend is None:  # first: an unknown or unusable backend leaves nothing open
             backend = _backend(config, clock, wake)
+        if Capability.FETCH_PACKAGE in backend.capabilities and not config.api_url:
+            backend.close()
+            raise BackendConfigError(
+                f"the {backend.name} backend's workers fetch their job package over the API: "
+                "give the server's URL as they reach it (up --api-url)"
+            )
         db = open_database(config.db_url)
 
         def quota_of(user: str) -> int | None:

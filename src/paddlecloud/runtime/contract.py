@@ -23,6 +23,7 @@ __all__ = [
     "MEMBERSHIP_FILE",
     "OUTPUT",
     "OUTPUT_DIR",
+    "PACKAGE_URL",
     "POD_IP",
     "PORT",
     "PSERVERS",
@@ -70,3 +71,6 @@ ENDPOINTS_DIR = PREFIX + "ENDPOINTS_DIR"
 ENDPOINTS_WAIT = PREFIX + "ENDPOINTS_WAIT"
 ENDPOINTS_TIMEOUT = PREFIX + "ENDPOINTS_TIMEOUT"
 PUBLISH_HOST = PREFIX + "PUBLISH_HOST"
+#: backends whose workers fetch the job package (``FETCH_PACKAGE``): its URL, read with JOB_TOKEN
+#: by ``runtime.bootstrap fetch``
+PACKAGE_URL = PREFIX + "PACKAGE_URL"

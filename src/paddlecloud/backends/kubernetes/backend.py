@@ -90,6 +90,8 @@ class _Job:
 
 class KubernetesBackend:
     name = "kubernetes"
+    #: fetch-package: the pods' fetch init container GETs the package (the TrainingJob names its
+    #: PFS path and the API; ``pods._package_url``) with the job token from the job's Secret.
     #: logs-previous: the container's previous log when the kubelet restarted it in place (a pod
     #: made anew by the operator has none: an empty answer)
     capabilities = frozenset(
