@@ -6,13 +6,31 @@
                ──stop(key, grace)─▶ backend      SIGTERM, grace, SIGKILL: nothing left running
 
 A backend owns endpoints (ports or pod addresses) and the start order; the controller owns phases,
-scheduling and the database. A backend reports what goes wrong with one job in that job's status
-(``failure``, ``failure_reason``: a worker that cannot be started is ``StartFailed``) and a passing
-condition as an event; an exception it raises from a call about one job fails that job alone (the
-controller stops it and frees its placement), never the reconcile cycle. Every backend declares its
-:class:`Capability` set so callers can ask before they use an optional operation. Implementations:
-``backends.local`` (OS processes on virtual nodes of this machine) and ``backends.kubernetes`` (a
-TrainingJob custom resource per job, made into Pods by an operator; docs/kubernetes.md).
+scheduling and the database. Backends are found by name in ``backends.registry`` (an entry: its
+settings dataclass, a lazily imported factory taking a :class:`BackendSetup`); the controller never
+names one.
+
+Trouble. What goes wrong with one job's workers is reported in its status (``failure``,
+``failure_reason``: a worker that cannot be started is ``StartFailed``) and a passing condition as
+an event. A call that cannot be done raises a ``backends.errors.BackendError`` of the kind that says
+what the controller should do: ``BackendUnavailable`` (transient: the job is kept and the call tried
+again next cycle, bounded), ``JobRejected`` (the job fails with the engine's message),
+``NotSupported`` (outside the backend's capabilities). Anything else raised fails that job alone,
+never the reconcile cycle.
+
+Capabilities. Every backend declares its :class:`Capability` set; the controller calls an optional
+operation only when it is declared (``adopt``, ``add_trainer``/``remove_trainer``, ``read_log``
+with ``previous`` or ``follow``), and a backend raises ``NotSupported`` for one it did not declare.
+``shared-capacity``: ``nodes()`` reports other work's load (``NodeInfo.foreign``).
+``fetch-package``: workers fetch the package with ``JobLaunch.package_url`` and the job token, since
+``JobLaunch.package`` is a path on the server's machine. Endpoints are known before start, or, where
+the engine chooses hosts, resolved by the workers at run time (``Topology.at_run_time`` and
+``WorkerContext.endpoints_dir`` in ``core.envcontract``; ``runtime.endpoints``).
+
+Implementations: ``backends.local`` (OS processes on virtual nodes of this machine),
+``backends.kubernetes`` (a TrainingJob custom resource per job, made into Pods by an operator;
+docs/kubernetes.md) and ``backends.memory`` (workers a test drives, no processes). Every one passes
+``tests/conformance``. docs/architecture.md, "The backend contract", has the whole contract.
 """
 
 from __future__ import annotations
