@@ -91,7 +91,7 @@ def _builtin() -> dict[str, BackendEntry]:
             ),
             BackendEntry(
                 name="kubernetes",
-                description="a TrainingJob per job, made into Pods by the operator (docs/kubernetes.md)",
+                description="a TrainingJob per job, made into Pods by the operator; docs/kubernetes.md",
                 settings_type=KubeSettings,
                 factory="paddlecloud.backends.kubernetes.backend:create",
                 options=KubeSettings.OPTIONS,

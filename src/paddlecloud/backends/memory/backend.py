@@ -40,7 +40,9 @@ from paddlecloud.scheduler import WorkerPlacement
 __all__ = ["MemoryBackend", "MemoryEngine", "MemorySettings", "create"]
 
 _ENDED = (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST)
-ALL = frozenset(Capability) - {Capability.SHARED_CAPACITY}
+#: what the memory backend declares by default: every capability but those that need more of the
+#: platform or the test (foreign load, a package URL)
+ALL = frozenset(Capability) - {Capability.SHARED_CAPACITY, Capability.FETCH_PACKAGE}
 
 
 @dataclass
