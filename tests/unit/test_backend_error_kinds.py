@@ -9,6 +9,7 @@ the job is queued again after a restart); ``logs --previous`` / ``-f`` are refus
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -181,3 +182,21 @@ def test_foreign_load_is_ignored_without_the_capability(world: MemoryWorld, pack
     world.submit(alice, "a", package, trainers={"count": 1, "cpu": "2"})
     world.tick(2)
     assert world.job(alice, "a").phase == "Running"
+
+
+def test_a_transient_stop_error_during_a_preemption_is_retried(world: MemoryWorld, package: Path) -> None:
+    alice, bob = world.client("alice"), world.client("bob")
+    world.submit(alice, "low", package, trainers={"count": 1, "cpu": "4"}, priority="low")
+    world.tick(2)
+    assert world.job(alice, "low").phase == "Running"
+    world.engine.fail("stop", "alice/low", BackendUnavailable("scancel: slurmctld not responding"))
+    world.submit(bob, "high", package, trainers={"count": 1, "cpu": "4"}, priority="high")
+    deadline = time.monotonic() + 20
+    while world.job(bob, "high").phase != "Running":
+        assert time.monotonic() < deadline, world.job(alice, "low")
+        world.tick()
+        time.sleep(0.05)  # the preemption's stop runs in a thread of its own
+    low = world.job(alice, "low")
+    reasons = [e.reason for e in low.events]
+    assert low.phase == "Queued" and reasons.index("BackendUnavailable") < reasons.index("Preempted")
+    assert world.engine.running("alice/low") == []

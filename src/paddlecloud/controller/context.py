@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, object_session
 from paddlecloud.api import API_PREFIX
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Backend, JobLaunch
+from paddlecloud.backends.errors import BackendError
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.jobtokens import issue_job_token
@@ -62,7 +63,8 @@ class Context:
     files: FileService
     mutex: threading.RLock = field(default_factory=threading.RLock)
     wake_event: threading.Event = field(default_factory=threading.Event)
-    #: jobs whose ``stop_in_background`` raised, by key: the reconciler fails them (StopFailed)
+    #: jobs whose ``stop_in_background`` raised, by key: the reconciler fails them (StopFailed), or
+    #: stops them again when the error was transient
     stop_failures: dict[str, BaseException] = field(default_factory=dict)
     #: jobs whose backend calls meet transient errors, by key: when the streak began
     #: (``controller.confine.backend_trouble``)
@@ -80,8 +82,11 @@ class Context:
         def run() -> None:
             try:
                 self.backend.stop(key, grace)
-            except Exception as exc:  # the job fails (the reconciler sees it); never kill the thread
-                log.exception("stopping %s failed", key)
+            except Exception as exc:  # the reconciler fails the job or, if transient, stops it again
+                if isinstance(exc, BackendError):
+                    log.warning("stopping %s failed: %s", key, exc)
+                else:
+                    log.exception("stopping %s failed", key)
                 self.stop_failures[key] = exc
             finally:
                 self.wake()
