@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from paddlecloud.backends import BackendEntry, BackendSetup, OptionError, UnknownBackend, registry
+from paddlecloud.backends import (
+    BackendConfigError,
+    BackendEntry,
+    BackendSetup,
+    OptionError,
+    UnknownBackend,
+    registry,
+)
 from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.backends.local import LocalBackend, LocalSettings, NodeShape
 from paddlecloud.controller import Platform, PlatformConfig
@@ -98,3 +105,9 @@ def test_kubernetes_settings_from_up_options(tmp_path: Path) -> None:
         {"kubeconfig": tmp_path / "kc", "kube_namespace": "ns", "isolation": "none"}
     )
     assert made == KubeSettings(kubeconfig=str(tmp_path / "kc"), namespace="ns")
+
+
+def test_settings_of_another_backend_are_refused(tmp_path: Path) -> None:
+    config = PlatformConfig(data_dir=tmp_path, backend="local", backend_settings=KubeSettings())
+    with pytest.raises(BackendConfigError, match="the local backend takes LocalSettings, not KubeSettings"):
+        Platform.open(config)

@@ -71,6 +71,11 @@ class BackendEntry:
             raise UnknownBackend(f"the {self.name} backend cannot be loaded{extra} ({exc})") from None
         if setup.settings is None:
             setup = replace(setup, settings=self.settings_type())
+        elif not isinstance(setup.settings, self.settings_type):
+            raise BackendConfigError(
+                f"the {self.name} backend takes {self.settings_type.__name__}, "
+                f"not {type(setup.settings).__name__}"
+            )
         backend: Backend = make(setup)
         return backend
 
