@@ -87,6 +87,8 @@ class ErrorCode(StrEnum):
     SERVER_TOO_OLD = "server_too_old"
     SERVER_UNREACHABLE = "server_unreachable"
     INSUFFICIENT_STORAGE = "insufficient_storage"
+    #: an operation this server's backend does not offer (``version`` lists its capabilities)
+    NOT_SUPPORTED = "not_supported"
     INTERNAL = "internal"
 
 
@@ -171,6 +173,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.INVALID_PATH: InvalidInput,
     ErrorCode.CHECKSUM_MISMATCH: InvalidInput,
     ErrorCode.EXCEEDS_CAPACITY: InvalidInput,
+    ErrorCode.NOT_SUPPORTED: InvalidInput,
     ErrorCode.REQUEST_TOO_LARGE: RequestTooLarge,
     ErrorCode.FORBIDDEN: Forbidden,
     ErrorCode.QUOTA_EXCEEDED: Forbidden,
