@@ -56,6 +56,7 @@ EXPECTED: dict[ErrorCode, tuple[type[PaddleCloudError], int]] = {
     ErrorCode.WORKER_NOT_FOUND: (NotFound, 404),
     ErrorCode.JOB_EXISTS: (Conflict, 409),
     ErrorCode.JOB_NOT_RUNNING: (Conflict, 409),
+    ErrorCode.SPEC_UNREADABLE: (Conflict, 409),
     ErrorCode.CLIENT_TOO_OLD: (VersionMismatch, 426),
     ErrorCode.SERVER_TOO_OLD: (VersionMismatch, 426),
     ErrorCode.INSUFFICIENT_STORAGE: (InsufficientStorage, 507),
