@@ -131,10 +131,20 @@ def _datacenter(name: str) -> str:
 )
 @click.option(
     "--backend",
-    type=click.Choice(["local", "kubernetes"]),
+    type=click.Choice(["local", "kubernetes", "slurm"]),
     default="local",
     show_default=True,
-    help="what runs the jobs: processes on this machine, or Pods on Kubernetes (docs/kubernetes.md)",
+    help="what runs the jobs: processes on this machine, Pods on Kubernetes (docs/kubernetes.md), or "
+    "Slurm batch jobs (docs/slurm.md; the data dir must be on a file system every node sees)",
+)
+@click.option("--slurm-partition", help="slurm: the partition jobs run in (default: the cluster's default)")
+@click.option("--slurm-account", help="slurm: the account jobs are charged to (default: the user's default)")
+@click.option("--slurm-qos", help="slurm: the QOS of the jobs")
+@click.option(
+    "--slurm-sbatch-arg",
+    multiple=True,
+    metavar="ARG",
+    help="slurm: one more sbatch argument for every worker, e.g. --constraint=ib (repeatable)",
 )
 @click.option(
     "--kubeconfig",
@@ -190,7 +200,8 @@ def up(
     storage_quota: str, default_quota: str, backend: str, kubeconfig: Path | None, image: str | None,
     kube_image: str | None, kube_namespace: str | None, kube_storage_claim: str | None, api_url: str | None,
     tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, env_cache_size: str, isolation: str,
-    pass_env: tuple[str, ...],
+    pass_env: tuple[str, ...], slurm_partition: str | None, slurm_account: str | None, slurm_qos: str | None,
+    slurm_sbatch_arg: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run the platform in the foreground (Ctrl-C stops it; jobs keep running). Jobs run on this
     machine, or with --backend kubernetes as TrainingJobs on a cluster (see: paddlecloud operator)."""
@@ -200,6 +211,7 @@ def up(
         KubeSettings,
         NodeShape,
         PlatformConfig,
+        SlurmSettings,
         prepare,
         serve,
     )
@@ -214,10 +226,19 @@ def up(
     given = [flag for flag, value in kube_options.items() if value is not None]
     if given and backend != "kubernetes":
         raise click.UsageError(f"{', '.join(given)} need(s) --backend kubernetes")
+    slurm_options = {
+        "--slurm-partition": slurm_partition,
+        "--slurm-account": slurm_account,
+        "--slurm-qos": slurm_qos,
+        "--slurm-sbatch-arg": slurm_sbatch_arg or None,
+    }
+    given = [flag for flag, value in slurm_options.items() if value is not None]
+    if given and backend != "slurm":
+        raise click.UsageError(f"{', '.join(given)} need(s) --backend slurm")
     if backend != "local" and (isolation != "auto" or pass_env):
         raise click.UsageError(
-            "--isolation and --pass-env are for the local backend; Kubernetes jobs run in pods "
-            "(docs/security.md)"
+            "--isolation and --pass-env are for the local backend; Kubernetes jobs run in pods, Slurm "
+            "jobs as Slurm confines them (docs/security.md)"
         )
     kube = KubeSettings(
         kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
@@ -253,6 +274,13 @@ def up(
         api_ca=tls[2] if tls else "",  # ... and PADDLECLOUD_API_CA
         backend=backend,
         kube=kube,
+        slurm=SlurmSettings(
+            root=data_dir.expanduser().resolve() / "slurm",
+            partition=slurm_partition or "",
+            account=slurm_account or "",
+            qos=slurm_qos or "",
+            sbatch_args=slurm_sbatch_arg,
+        ),
         isolation=isolation,
         pass_env=pass_env,
     )

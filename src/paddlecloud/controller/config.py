@@ -7,6 +7,7 @@ from pathlib import Path
 
 from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.slurm.settings import SlurmSettings
 
 __all__ = ["ComputeLimits", "PlatformConfig"]
 
@@ -57,6 +58,9 @@ class PlatformConfig:
     backend: str = "local"
     #: the Kubernetes backend's settings (``backend="kubernetes"``; docs/kubernetes.md)
     kube: KubeSettings = field(default_factory=KubeSettings)
+    #: the Slurm backend's settings (``backend="slurm"``; docs/slurm.md); None: the defaults, with
+    #: its files under ``<data>/slurm``
+    slurm: SlurmSettings | None = None
     #: local backend: auto | sandbox | none, how each worker is confined (docs/security.md)
     isolation: str = "auto"
     #: local backend: server environment variables workers get besides the defaults

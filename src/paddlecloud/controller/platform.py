@@ -44,8 +44,12 @@ def _backend(config: PlatformConfig, clock: Clock, wake: Callable[[], None]) -> 
                 f"the Kubernetes backend needs pip install 'paddlecloud[kubernetes]' ({exc})"
             ) from None
         return KubernetesBackend(config.kube, config.datacenter, wake)
+    if config.backend == "slurm":
+        from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
+
+        return SlurmBackend(config.slurm or SlurmSettings(root=config.data_dir / "slurm"), clock.now, wake)
     if config.backend != "local":
-        raise ValueError(f"unknown backend {config.backend!r} (local, kubernetes)")
+        raise ValueError(f"unknown backend {config.backend!r} (local, kubernetes, slurm)")
     local = LocalConfig(
         root=config.cluster_dir, nodes=config.nodes, env_cache_bytes=config.env_cache_bytes,
         isolation=config.isolation, pass_env=config.pass_env, private=(config.data_dir,),

@@ -25,6 +25,7 @@ from paddlecloud.api.errors import PaddleCloudError
 from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.backends.local import LocalBackend, NodeShape
 from paddlecloud.backends.local.sandbox import IsolationError
+from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.controller import ComputeLimits, Platform, PlatformConfig
 from paddlecloud.server.app import create_app
 
@@ -35,6 +36,7 @@ __all__ = [
     "NodeShape",
     "PlatformConfig",
     "Prepared",
+    "SlurmSettings",
     "prepare",
     "run_operator",
     "serve",

@@ -135,9 +135,8 @@ class SlurmBackend:
             Capability.ADOPT,
             Capability.LOGS_PREVIOUS,
             Capability.LOGS_FOLLOW,
-            Capability.FIXED_CAPACITY,
         }
-    )
+    )  # not FIXED_CAPACITY: nodes() is net of other users' load, which comes and goes
 
     def __init__(self, settings: SlurmSettings, clock: Callable[[], float], wake: Callable[[], None]) -> None:
         self.settings = settings
@@ -146,6 +145,7 @@ class SlurmBackend:
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._addresses: dict[str, str] = {}
+        self._last_nodes: tuple[NodeInfo, ...] = ()
         settings.root.mkdir(parents=True, exist_ok=True)
 
     # -- contract -------------------------------------------------------------------------------
@@ -153,8 +153,11 @@ class SlurmBackend:
     def nodes(self) -> tuple[NodeInfo, ...]:
         """Usable nodes (not down, drained or unresponsive) and what of them is free for us: their
         size less what other Slurm jobs hold (ours the controller counts itself)."""
-        t = self.settings.command_timeout
-        found = sc.cluster_nodes(t, self.settings.partition)
+        try:
+            found = sc.cluster_nodes(self.settings.command_timeout, self.settings.partition)
+        except sc.SlurmCommandError as exc:  # Slurm busy or down: the last snapshot, no cycle lost
+            log.warning("sinfo failed, using the last node snapshot: %s", exc)
+            return self._last_nodes
         self._addresses.update({n.name: n.address for n in found})
         mine = self._held_by_us()
         out = []
@@ -166,7 +169,8 @@ class SlurmBackend:
             foreign_mem = max(n.alloc_memory_mib * _MIB - ours.memory, 0)
             capacity = Resources(n.cpus * 1000 - foreign_cpu_m, n.memory_mib * _MIB - foreign_mem, n.gpus)
             out.append(NodeInfo(n.name, capacity, tuple(range(n.gpus))))
-        return tuple(out)
+        self._last_nodes = tuple(out)
+        return self._last_nodes
 
     def start(self, launch: JobLaunch) -> None:
         jdir = self._job_dir(launch.key)
