@@ -213,6 +213,14 @@ def test_a_new_backend_adopts_a_running_job(
     backend._jobs.clear()  # the adopter owns it now
 
 
+def test_elastic_torch_is_refused_with_a_reason(backend: SlurmBackend, package: Path, tmp_path: Path) -> None:
+    job = launch(package, tmp_path, pservers=0, framework="torch", trainer_range=(1, 2))
+    backend.start(job)
+    st = backend.sync(job.key)
+    assert st.finished and st.failure_reason == "StartFailed" and "rendezvous" in (st.failure or "")
+    assert slurm_ids(backend, job.key) == []
+
+
 def test_nodes_see_other_users_load(backend: SlurmBackend, tmp_path: Path) -> None:
     before = {n.name: n.capacity for n in backend.nodes()}
     assert set(before) == {"n1", "n2", "n3"}

@@ -76,6 +76,16 @@ _ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPP
 _DEFAULT_NEED = Resources(cpu_m=1000, memory=512 * _MIB)
 
 
+_NO_ELASTIC_TORCH = (
+    "elastic torch jobs need a rendezvous store the Slurm backend does not run yet: submit it with a "
+    "fixed number of trainers, or on the local backend (docs/slurm.md)"
+)
+_NO_ENVS = (
+    "the package's requirements.txt is not installed on the Slurm backend: workers run the server's "
+    "Python and its packages (docs/slurm.md)"
+)
+
+
 class Stage(StrEnum):
     PSERVERS = "pservers"
     TRAINERS = "trainers"
@@ -195,6 +205,11 @@ class SlurmBackend:
             except (ArchiveError, OSError) as exc:
                 self._fail(job, f"the job package could not be unpacked: {exc}", "StartFailed")
                 return
+            if launch.framework == "torch" and launch.trainer_range is not None:
+                self._fail(job, _NO_ELASTIC_TORCH, "StartFailed")
+                return
+            if _requirements(jdir / "package"):
+                job.events.append(BackendEvent("Warning", "RequirementsIgnored", _NO_ENVS))
             first = job.role("pserver") or job.role("trainer")
             job.stage = Stage.PSERVERS if job.role("pserver") else Stage.TRAINERS
             self._submit(job, first)
@@ -580,6 +595,15 @@ class SlurmBackend:
     def _job_dir(self, key: str) -> Path:
         user, _, name = key.partition("/")
         return self.settings.root / "jobs" / user / name
+
+
+def _requirements(package: Path) -> bool:
+    """Whether the package lists requirements (non-empty, non-comment lines)."""
+    try:
+        lines = (package / "requirements.txt").read_text().splitlines()
+    except OSError:
+        return False
+    return any(ln.strip() and not ln.strip().startswith("#") for ln in lines)
 
 
 def _listening(host: str, port: int) -> bool:
