@@ -213,6 +213,33 @@ def test_a_new_backend_adopts_a_running_job(
     backend._jobs.clear()  # the adopter owns it now
 
 
+def test_resize_adds_a_trainer_with_the_current_endpoints_and_retires_the_highest(
+    backend: SlurmBackend, package: Path, tmp_path: Path
+) -> None:
+    job = launch(package, tmp_path, env={"SLEEP": "300"})
+    backend.start(job)
+    sync_until(backend, job.key, lambda s: states(s).get("trainer-1") == WorkerState.RUNNING)
+    backend.add_trainer(job.key, WorkerPlacement("trainer", 2, "n1"))
+    sync_until(backend, job.key, lambda s: states(s).get("trainer-2") == WorkerState.RUNNING)
+    deadline = time.monotonic() + 20
+    while not (lines := contract_lines(backend, job.key, "trainer-2")):
+        assert time.monotonic() < deadline, "trainer-2 printed nothing"
+        time.sleep(0.2)
+    new = lines[0]
+    assert new["SLURMD_NODENAME"] == "n1"
+    eps = new["PADDLECLOUD_TRAINER_ENDPOINTS"].split(",")
+    assert len(eps) == 3 and new["PADDLECLOUD_CURRENT_ENDPOINT"] == eps[2]
+    members = json.loads((backend._job_dir(job.key) / "contract" / "membership.json").read_text())
+    assert members["trainers"] == 3
+    retired_id = backend._jobs[job.key].workers["trainer-2"].slurm_id
+    backend.remove_trainer(job.key, 1)
+    st = sync_until(backend, job.key, lambda s: states(s).get("trainer-2") == WorkerState.STOPPED)[-1]
+    assert states(st)["trainer-1"] == WorkerState.RUNNING and st.failure is None and not st.finished
+    assert retired_id is not None and not active_in_squeue([retired_id])
+    members = json.loads((backend._job_dir(job.key) / "contract" / "membership.json").read_text())
+    assert members["trainers"] == 2
+
+
 def test_elastic_torch_is_refused_with_a_reason(backend: SlurmBackend, package: Path, tmp_path: Path) -> None:
     job = launch(package, tmp_path, pservers=0, framework="torch", trainer_range=(1, 2))
     backend.start(job)

@@ -126,6 +126,8 @@ class _Job:
     failure: str | None = None
     failure_reason: str = "WorkerFailed"
     job_restarts: int = 0
+    #: trainers removed by a shrink (stopping or stopped), reported as Stopped
+    retired: dict[str, _Worker] = field(default_factory=dict)
     events: list[BackendEvent] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -142,6 +144,7 @@ class SlurmBackend:
     capabilities = frozenset(
         {
             Capability.GPU,
+            Capability.RESIZE,
             Capability.ADOPT,
             Capability.LOGS_PREVIOUS,
             Capability.LOGS_FOLLOW,
@@ -220,9 +223,10 @@ class SlurmBackend:
         try:
             rec = json.loads((jdir / "record.json").read_text())
             workers = {name: _Worker(**w) for name, w in rec["workers"].items()}
-            for w in workers.values():
+            retired = {name: _Worker(**w) for name, w in rec.get("retired", {}).items()}
+            for w in [*workers.values(), *retired.values()]:
                 w.state = WorkerState(w.state)
-            job = _Job(launch, jdir, workers, tuple(rec["stores"]), Stage(rec["stage"]))
+            job = _Job(launch, jdir, workers, tuple(rec["stores"]), Stage(rec["stage"]), retired=retired)
             job.job_restarts = int(rec.get("job_restarts", 0))
         except (OSError, ValueError, KeyError, TypeError):
             self.start(launch)  # never got as far as recording it: start afresh
@@ -243,7 +247,7 @@ class SlurmBackend:
             self._advance(job)
             events, job.events = tuple(job.events), []
             return JobStatus(
-                workers=tuple(self._status(job, w) for w in job.workers.values()),
+                workers=tuple(self._status(job, w) for w in [*job.workers.values(), *job.retired.values()]),
                 failure=job.failure,
                 failure_reason=job.failure_reason,
                 finished=job.stage == Stage.DONE,
@@ -260,17 +264,51 @@ class SlurmBackend:
                 if w.state not in _ENDED:
                     w.stopped = True
             job.stage = Stage.STOPPING
-        self._cancel(job, list(job.workers.values()), grace)
+        self._cancel(job, [*job.workers.values(), *job.retired.values()], grace)
         with job.lock:
             self._refresh(job)
             job.stage = Stage.DONE
             self._record(job)
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
-        raise NotImplementedError("the Slurm backend does not resize running jobs yet (docs/slurm.md)")
+        job = self._get(key)
+        if job is None or placement.role != "trainer":
+            raise ValueError(f"cannot add {placement.role}-{placement.index} to {key}")
+        with job.lock:
+            if job.stage in (Stage.STOPPING, Stage.DONE):
+                return  # the job is ending: nothing to grow
+            old = job.retired.pop(f"trainer-{placement.index}", None)
+            (port,) = self._allocate_ports(1)
+            w = _Worker("trainer", placement.index, placement.node, port, run=old.run + 1 if old else 0)
+            job.workers[w.name] = w
+            job.events.append(BackendEvent("Normal", "TrainerAdded", f"{w.name} added on {placement.node}"))
+            if job.stage == Stage.TRAINERS:
+                self._submit(job, [w])  # every trainer gets the new membership too
+            else:
+                self._publish_membership(job, self._topology(job))
+            self._record(job)
 
     def remove_trainer(self, key: str, grace: float) -> None:
-        raise NotImplementedError("the Slurm backend does not resize running jobs yet (docs/slurm.md)")
+        job = self._get(key)
+        if job is None:
+            return
+        with job.lock:
+            trainers = job.role("trainer")
+            if len(trainers) <= 1 or job.stage in (Stage.STOPPING, Stage.DONE):
+                return  # never below one trainer; an ending job is stopped whole
+            w = trainers[-1]
+            del job.workers[w.name]
+            job.retired[w.name] = w
+            w.stopped, w.restart_at = True, None
+            self._publish_membership(job, self._topology(job))
+            job.events.append(BackendEvent("Normal", "TrainerRemoved", f"{w.name} retired (graceful stop)"))
+            self._record(job)
+
+        def run() -> None:
+            self._cancel(job, [w], grace)
+            self._wake()
+
+        threading.Thread(target=run, name=f"retire-{key}-{w.name}", daemon=True).start()
 
     def read_log(self, req: LogRequest) -> Iterator[bytes]:
         def ended(worker: str) -> bool:
@@ -440,10 +478,11 @@ class SlurmBackend:
 
     def _refresh(self, job: _Job) -> None:
         """Every worker's state from one ``squeue --json`` and the launchers' status files."""
-        ids = [w.slurm_id for w in job.workers.values() if w.slurm_id is not None]
+        everyone = [*job.workers.values(), *job.retired.values()]
+        ids = [w.slurm_id for w in everyone if w.slurm_id is not None]
         queued = sc.queue(ids, self.settings.command_timeout)
         now = self._now()
-        for w in job.workers.values():
+        for w in everyone:
             if w.slurm_id is None or (w.state in _ENDED and w.slurm_id not in queued):
                 continue
             sj = queued.get(w.slurm_id)
@@ -552,6 +591,7 @@ class SlurmBackend:
             "stores": job.stores,
             "job_restarts": job.job_restarts,
             "workers": workers,
+            "retired": {name: dataclasses.asdict(w) for name, w in job.retired.items()},
         }
         write_json_atomic(str(job.dir / "record.json"), data)
 
@@ -580,7 +620,7 @@ class SlurmBackend:
     def _allocate_ports(self, n: int) -> list[int]:
         """``n`` ports of the range that no live job of ours uses."""
         with self._lock:
-            used = {p for j in self._jobs.values() for w in j.workers.values() for p in (w.port,)}
+            used = {w.port for j in self._jobs.values() for w in [*j.workers.values(), *j.retired.values()]}
             used |= {p for j in self._jobs.values() for p in j.stores}
         lo, hi = self.settings.ports
         free = [p for p in range(lo, hi + 1) if p not in used]
