@@ -63,3 +63,39 @@ def test_the_cli_session_on_slurm(slurm: dict[str, str], tmp_path: Path) -> None
         wait_for("nothing of ours in squeue", lambda: not _ours_in_squeue(), timeout=30)
     finally:
         s.close()
+
+
+SHORT = """\
+import os, time
+print("hello from " + os.environ["PADDLECLOUD_WORKER"], flush=True)
+time.sleep(8)
+"""
+
+
+def test_a_server_sigkilled_mid_job_readopts_it_and_the_job_finishes(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    package = tmp_path / "short"
+    package.mkdir()
+    (package / "train.py").write_text(SHORT)
+    base = tmp_path / "platform"
+    first = Session(base, ["--backend", "slurm"])
+    first.cli(
+        "submit", str(package), "--name", "short", "--entry", "python train.py", "--trainers", "2",
+        "--cpu", "250m", "--memory", "256Mi",
+    )  # fmt: skip
+
+    def phase(s: Session) -> str:
+        (job,) = [j for j in s.json("get", "jobs", "-a")["items"] if j["name"] == "short"]
+        return str(job["phase"])
+
+    wait_for("the job to run", lambda: phase(first) == "Running", timeout=60)
+    first.proc.kill()
+    first.proc.wait(30)
+    again = Session(base, ["--backend", "slurm"])
+    try:
+        wait_for("the job to succeed", lambda: phase(again) == "Succeeded", timeout=90)
+        assert "Adopted" in again.cli("describe", "short")
+        assert "hello from trainer-1" in again.cli("logs", "short", "-w", "trainer-1")
+    finally:
+        again.close()
