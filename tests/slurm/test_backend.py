@@ -248,6 +248,19 @@ def test_elastic_torch_is_refused_with_a_reason(backend: SlurmBackend, package: 
     assert slurm_ids(backend, job.key) == []
 
 
+def test_nodes_count_slurms_rounding_of_our_requests(
+    backend: SlurmBackend, package: Path, tmp_path: Path
+) -> None:
+    """A 250m worker holds a whole CPU in Slurm; the controller subtracts 250m itself, so the node
+    offers 4 - 1 + 0.25 CPUs: what Slurm really has free once the controller has counted ours."""
+    small = {"trainer": Resources(250, 256 * MI)}
+    job = launch(package, tmp_path, pservers=0, nodes=("n2", "n3"), env={"SLEEP": "300"}, resources=small)
+    backend.start(job)
+    sync_until(backend, job.key, lambda s: set(states(s).values()) == {WorkerState.RUNNING})
+    nodes = {n.name: n.capacity for n in backend.nodes()}
+    assert nodes["n2"] == Resources(3250, 4000 * MI) and nodes["n1"] == Resources(4000, 4000 * MI)
+
+
 def test_nodes_see_other_users_load(backend: SlurmBackend, tmp_path: Path) -> None:
     before = {n.name: n.capacity for n in backend.nodes()}
     assert set(before) == {"n1", "n2", "n3"}

@@ -164,23 +164,29 @@ class SlurmBackend:
     # -- contract -------------------------------------------------------------------------------
 
     def nodes(self) -> tuple[NodeInfo, ...]:
-        """Usable nodes (not down, drained or unresponsive) and what of them is free for us: their
-        size less what other Slurm jobs hold (ours the controller counts itself)."""
+        """Usable nodes (not down, drained or unresponsive) and what of them is ours to place on:
+        their size less what Slurm has allocated there, plus what our running workers asked for
+        (the controller subtracts that itself). So other users' jobs are seen, and so is Slurm's
+        rounding of our requests (a 250m worker holds a whole CPU)."""
         try:
             found = sc.cluster_nodes(self.settings.command_timeout, self.settings.partition)
         except sc.SlurmCommandError as exc:  # Slurm busy or down: the last snapshot, no cycle lost
             log.warning("sinfo failed, using the last node snapshot: %s", exc)
             return self._last_nodes
         self._addresses.update({n.name: n.address for n in found})
-        mine = self._held_by_us()
+        mine = self._requested_by_us()
         out = []
         for n in found:
             if not n.usable:
                 continue
             ours = mine.get(n.name, Resources())
-            foreign_cpu_m = max(n.alloc_cpus * 1000 - ours.cpu_m, 0)
-            foreign_mem = max(n.alloc_memory_mib * _MIB - ours.memory, 0)
-            capacity = Resources(n.cpus * 1000 - foreign_cpu_m, n.memory_mib * _MIB - foreign_mem, n.gpus)
+            free = Resources(
+                (n.cpus - n.alloc_cpus) * 1000 + ours.cpu_m,
+                (n.memory_mib - n.alloc_memory_mib) * _MIB + ours.memory,
+            )
+            capacity = Resources(
+                min(free.cpu_m, n.cpus * 1000), min(free.memory, n.memory_mib * _MIB), n.gpus
+            )
             out.append(NodeInfo(n.name, capacity, tuple(range(n.gpus))))
         self._last_nodes = tuple(out)
         return self._last_nodes
@@ -603,18 +609,17 @@ class SlurmBackend:
             log_path=str(job.dir / "logs" / f"{w.name}.{w.run}.log"),
         )  # fmt: skip
 
-    def _held_by_us(self) -> dict[str, Resources]:
-        """What our running workers hold, per node."""
+    def _requested_by_us(self) -> dict[str, Resources]:
+        """What our running workers asked for, per node (the controller's own count of its load)."""
         out: dict[str, Resources] = {}
         with self._lock:
             jobs = list(self._jobs.values())
         for job in jobs:
             with job.lock:
-                for w in job.workers.values():
+                for w in job.workers.values():  # not retired ones: the controller no longer counts them
                     if w.state == WorkerState.RUNNING and w.ran_on:
                         need = job.launch.resources.get(w.role, _DEFAULT_NEED)
-                        cpu = Resources(max(1, math.ceil(need.cpu_m / 1000)) * 1000, need.memory, need.gpu)
-                        out[w.ran_on] = out.get(w.ran_on, Resources()) + cpu
+                        out[w.ran_on] = out.get(w.ran_on, Resources()) + Resources(need.cpu_m, need.memory)
         return out
 
     def _allocate_ports(self, n: int) -> list[int]:
