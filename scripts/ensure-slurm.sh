@@ -126,7 +126,7 @@ EOF
 pid_of() {  # pid_of FILE NAME: the pid in FILE when that process is alive (not a zombie) and is NAME
   local pid comm state
   pid=$(cat "$1" 2>/dev/null) || return 1
-  [ -n "$pid" ] && read -r _ comm state _ <"/proc/$pid/stat" 2>/dev/null || return 1
+  [ -n "$pid" ] && read -r _ comm state _ 2>/dev/null <"/proc/$pid/stat" || return 1
   [ "$comm" = "($2)" ] && [ "$state" != Z ] && echo "$pid"
 }
 
@@ -240,7 +240,7 @@ status() {
 }
 
 node_arg() {
-  [ -n "${1:-}" ] && node_names | grep -qx "$1" || die "which node? one of: $(node_names | tr '\n' ' ')"
+  [ -n "${1:-}" ] && node_names | grep -x -- "$1" >/dev/null || die "which node? one of: $(node_names | tr '\n' ' ')"
 }
 
 case "${1:-}" in

@@ -140,6 +140,7 @@ def test_pservers_first_env_contract_on_planned_nodes_then_succeeded(
         assert t["PADDLECLOUD_CURRENT_ENDPOINT"] == eps[i]
         assert t["t"] > ps["t"], "a trainer started before the pserver"
     assert not active_in_squeue(slurm_ids(backend, job.key))
+    assert job.output_dir.is_dir()
 
 
 def test_stop_cancels_everything(backend: SlurmBackend, package: Path, tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.local.logs import log_runs, read_logs
+from paddlecloud.backends.local.sandbox import ConfinementError, make_dirs
 from paddlecloud.backends.slurm import commands as sc
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
@@ -199,6 +200,10 @@ class SlurmBackend:
             shutil.rmtree(jdir / "workers", ignore_errors=True)
         for sub in ("logs", "run", "workers", "contract"):
             (jdir / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            make_dirs(launch.output_dir)  # never through a link a job planted in its home
+        except (ConfinementError, OSError) as exc:
+            log.warning("%s: output not created: %s", launch.key, exc)
         ports = self._allocate_ports(len(launch.placement) + 2)
         workers = {}
         for p, port in zip(launch.placement, ports, strict=False):
