@@ -51,6 +51,14 @@ print("trainer done", flush=True)
 """
 
 
+#: a worker of a package with requirements: it runs in the job's environment, with the runtime
+ENV_WORK = """
+import sys, six, paddlecloud.runtime.membership
+print("prefix", sys.prefix, flush=True)
+print("six ok", flush=True)
+"""
+
+
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("pkg") / "package.tar.gz"
@@ -239,6 +247,25 @@ def test_resize_adds_a_trainer_with_the_current_endpoints_and_retires_the_highes
     assert retired_id is not None and not active_in_squeue([retired_id])
     members = json.loads((backend._job_dir(job.key) / "contract" / "membership.json").read_text())
     assert members["trainers"] == 2
+
+
+def test_requirements_become_an_environment_on_the_shared_dir(backend: SlurmBackend, tmp_path: Path) -> None:
+    pkg = tmp_path / "envpkg.tar.gz"
+    with tarfile.open(pkg, "w:gz") as tar:
+        for name, text in (("requirements.txt", "six\n"), ("work.py", ENV_WORK)):
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text.encode()))
+    job = launch(pkg, tmp_path, pservers=0)
+    backend.start(job)
+    seen = sync_until(backend, job.key, lambda s: s.finished, timeout=300)
+    assert seen[-1].failure is None, seen[-1].failure
+    assert [e.reason for s in seen for e in s.events if e.reason in ("Preparing", "Prepared")] == [
+        "Preparing",
+        "Prepared",
+    ]
+    out = b"".join(backend.read_log(LogRequest(job.key, ("trainer-0",)))).decode()
+    assert f"prefix {backend.settings.root / 'envs'}" in out and "six ok" in out, out
 
 
 def test_elastic_torch_is_refused_with_a_reason(backend: SlurmBackend, package: Path, tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ from paddlecloud.backends.base import (
     NodeInfo,
     WorkerStatus,
 )
+from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.sandbox import ConfinementError, make_dirs
 from paddlecloud.backends.slurm import commands as sc
@@ -81,13 +82,10 @@ _NO_ELASTIC_TORCH = (
     "elastic torch jobs need a rendezvous store the Slurm backend does not run yet: submit it with a "
     "fixed number of trainers, or on the local backend (docs/slurm.md)"
 )
-_NO_ENVS = (
-    "the package's requirements.txt is not installed on the Slurm backend: workers run the server's "
-    "Python and its packages (docs/slurm.md)"
-)
 
 
 class Stage(StrEnum):
+    PREPARING = "preparing"
     PSERVERS = "pservers"
     TRAINERS = "trainers"
     STOPPING = "stopping"
@@ -127,6 +125,8 @@ class _Job:
     failure: str | None = None
     failure_reason: str = "WorkerFailed"
     job_restarts: int = 0
+    #: the environment built from the package's requirements.txt ("" : none, the server's Python)
+    env_dir: str = ""
     #: trainers removed by a shrink (stopping or stopped), reported as Stopped
     retired: dict[str, _Worker] = field(default_factory=dict)
     events: list[BackendEvent] = field(default_factory=list)
@@ -161,6 +161,10 @@ class SlurmBackend:
         self._addresses: dict[str, str] = {}
         self._last_nodes: tuple[NodeInfo, ...] = ()
         settings.root.mkdir(parents=True, exist_ok=True)
+        #: job environments (one per distinct requirements.txt) and the worker runtime for them,
+        #: on the shared directory
+        self._envs = EnvCache(settings.root / "envs", settings.env_cache_bytes)
+        self._pythonpath = install_runtime_shim(settings.root / "pythonpath")
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -222,12 +226,39 @@ class SlurmBackend:
             if launch.framework == "torch" and launch.trainer_range is not None:
                 self._fail(job, _NO_ELASTIC_TORCH, "StartFailed")
                 return
-            if _requirements(jdir / "package"):
-                job.events.append(BackendEvent("Warning", "RequirementsIgnored", _NO_ENVS))
-            first = job.role("pserver") or job.role("trainer")
-            job.stage = Stage.PSERVERS if job.role("pserver") else Stage.TRAINERS
-            self._submit(job, first)
+            requirements = _requirements(jdir / "package")
+            if not requirements:
+                self._begin(job)
+                return
+            job.stage = Stage.PREPARING
+            job.events.append(
+                BackendEvent("Normal", "Preparing", "building its environment (logs -w prepare)")
+            )
             self._record(job)
+        threading.Thread(target=self._prepare, args=(job, requirements), name=f"prepare-{launch.key}").start()
+
+    def _prepare(self, job: _Job, requirements: str) -> None:
+        """Build the job's environment on the shared directory (the server's host runs pip)."""
+        log_path = job.dir / "logs" / f"prepare.{len(log_runs(job.dir / 'logs', 'prepare'))}.log"
+        try:
+            env = self._envs.ensure(requirements, log_path, holder=job.launch.key)
+        except (EnvBuildError, OSError) as exc:
+            with job.lock:
+                self._fail(job, f"building the environment failed: {exc}", "StartFailed")
+        else:
+            with job.lock:
+                job.env_dir = str(env)
+                if job.stage == Stage.PREPARING:
+                    job.events.append(BackendEvent("Normal", "Prepared", "environment ready"))
+                    self._begin(job)
+        self._wake()
+
+    def _begin(self, job: _Job) -> None:
+        """Submit the first workers: the pservers, or the trainers of a job without any."""
+        first = job.role("pserver") or job.role("trainer")
+        job.stage = Stage.PSERVERS if job.role("pserver") else Stage.TRAINERS
+        self._submit(job, first)
+        self._record(job)
 
     def adopt(self, launch: JobLaunch) -> None:
         jdir = self._job_dir(launch.key)
@@ -239,6 +270,7 @@ class SlurmBackend:
                 w.state = WorkerState(w.state)
             job = _Job(launch, jdir, workers, tuple(rec["stores"]), Stage(rec["stage"]), retired=retired)
             job.job_restarts = int(rec.get("job_restarts", 0))
+            job.env_dir = str(rec.get("env_dir", ""))
         except (OSError, ValueError, KeyError, TypeError):
             self.start(launch)  # never got as far as recording it: start afresh
             return
@@ -335,6 +367,9 @@ class SlurmBackend:
     def forget(self, key: str) -> None:
         with self._lock:
             self._jobs.pop(key, None)
+        requirements = _requirements(self._job_dir(key) / "package")
+        if requirements:
+            self._envs.release(requirements, key)
         shutil.rmtree(self._job_dir(key), ignore_errors=True)
 
     def close(self) -> None:
@@ -478,8 +513,10 @@ class SlurmBackend:
             gpus=None, trainer_range=launch.trainer_range, user_env=launch.env, api=launch.api,
             membership_file=str(job.dir / "contract" / "membership.json"),
         )  # fmt: skip
+        bins = [f"{job.env_dir}/bin"] if job.env_dir else []
         env = {
-            "PATH": f"{os.path.dirname(s.python)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
+            **({"PYTHONPATH": str(self._pythonpath)} if job.env_dir else {}),
             "HOME": str(cwd),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")},
@@ -603,6 +640,7 @@ class SlurmBackend:
             "job_restarts": job.job_restarts,
             "workers": workers,
             "retired": {name: dataclasses.asdict(w) for name, w in job.retired.items()},
+            "env_dir": job.env_dir,
         }
         write_json_atomic(str(job.dir / "record.json"), data)
 
@@ -647,13 +685,13 @@ class SlurmBackend:
         return self.settings.root / "jobs" / user / name
 
 
-def _requirements(package: Path) -> bool:
-    """Whether the package lists requirements (non-empty, non-comment lines)."""
+def _requirements(package: Path) -> str:
+    """The package's requirements.txt when it lists anything, else ""."""
     try:
-        lines = (package / "requirements.txt").read_text().splitlines()
+        text = (package / "requirements.txt").read_text()
     except OSError:
-        return False
-    return any(ln.strip() and not ln.strip().startswith("#") for ln in lines)
+        return ""
+    return text if any(ln.strip() and not ln.strip().startswith("#") for ln in text.splitlines()) else ""
 
 
 def _listening(host: str, port: int) -> bool:

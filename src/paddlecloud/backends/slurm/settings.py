@@ -31,5 +31,7 @@ class SlurmSettings:
     python: str = sys.executable
     #: seconds between SIGTERM and SIGKILL when the backend itself stops workers
     cleanup_grace: float = 5.0
+    #: cap of the environments built from packages' requirements.txt (``<root>/envs``; None: none)
+    env_cache_bytes: int | None = 20 * 2**30
     #: seconds a Slurm command may take before the call is given up (the controller retries)
     command_timeout: float = 30.0
