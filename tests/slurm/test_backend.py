@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import tarfile
 import time
@@ -287,6 +288,38 @@ def test_nodes_count_slurms_rounding_of_our_requests(
     sync_until(backend, job.key, lambda s: set(states(s).values()) == {WorkerState.RUNNING})
     nodes = {n.name: n.capacity for n in backend.nodes()}
     assert nodes["n2"] == Resources(3250, 4000 * MI) and nodes["n1"] == Resources(4000, 4000 * MI)
+
+
+def test_a_worker_waits_for_a_node_another_job_holds_and_says_whose(
+    backend: SlurmBackend, package: Path, tmp_path: Path
+) -> None:
+    jid = subprocess.run(
+        ["sbatch", "--parsable", "-n1", "-c4", "--mem=1000M", "-w", "n2", "-J", "bigforeign",
+         "-o", "/dev/null", f"--chdir={tmp_path}", "--wrap", "sleep 60"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while jid not in {ln.split()[0] for ln in active_in_squeue([int(jid)]) if ln.endswith("RUNNING")}:
+            assert time.monotonic() < deadline, "the foreign job does not run"
+            time.sleep(0.2)
+        job = launch(package, tmp_path, pservers=0, nodes=("n2",))
+        backend.start(job)
+        why: list[str] = []
+
+        def said_why(st: JobStatus) -> bool:
+            why.extend(e.message for e in st.events if e.reason == "Pending" and "trainer-0" in e.message)
+            return bool(why)
+
+        seen = sync_until(backend, job.key, said_why, timeout=20)
+        # Resources, or Priority (behind another job waiting for the same node)
+        assert re.search(r"\(Slurm: (Resources|Priority)\)", why[0]), why
+        assert f"job {jid} (bigforeign, 4 CPUs)" in why[0], why
+        assert set(states(seen[-1]).values()) == {WorkerState.PENDING}
+    finally:
+        subprocess.run(["scancel", jid], check=True)
+    seen = sync_until(backend, job.key, lambda s: s.finished, timeout=60)
+    assert seen[-1].failure is None and set(states(seen[-1]).values()) == {WorkerState.SUCCEEDED}
 
 
 def test_nodes_see_other_users_load(backend: SlurmBackend, tmp_path: Path) -> None:

@@ -536,9 +536,9 @@ class SlurmBackend:
             sj = queued.get(w.slurm_id)
             status = self._exit_status(job, w)
             if sj is not None and sj.state == "PENDING":
-                if w.reason != sj.reason:
+                if w.reason != sj.reason and sj.reason not in ("", "None"):  # None: not yet looked at
                     w.reason = sj.reason
-                    job.events.append(BackendEvent("Normal", "Pending", f"{w.name}: Slurm says {sj.reason}"))
+                    job.events.append(BackendEvent("Normal", "Pending", self._why_pending(w, sj.reason)))
                 continue
             if sj is not None and sj.nodes:
                 w.ran_on = sj.nodes
@@ -547,6 +547,19 @@ class SlurmBackend:
                     w.state, w.started_at, w.reason = WorkerState.RUNNING, now, ""
                 continue
             self._ended(w, sj, status, now)
+
+    def _why_pending(self, w: _Worker, reason: str) -> str:
+        """``trainer-1 waits for n2 (Slurm: Resources); n2 is held by bob's job 12 (big, 4 CPUs)``."""
+        where = f" for {w.node}" if w.node else ""
+        text = f"{w.name} waits{where} (Slurm: {reason})"
+        if w.node and reason in ("Resources", "Priority", "ReqNodeNotAvail"):
+            try:
+                held = sc.holders(w.node, self.settings.command_timeout)
+            except sc.SlurmCommandError:
+                held = []
+            if held:
+                text += f"; {w.node} is held by {', '.join(held)}"
+        return text
 
     def _ended(self, w: _Worker, sj: sc.SlurmJob | None, status: int | None, now: float) -> None:
         if w.state in _ENDED:

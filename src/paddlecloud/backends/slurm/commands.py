@@ -18,7 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "queue", "submit"]
+__all__ = [
+    "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "queue", "submit",
+]  # fmt: skip
 
 #: Slurm job states after which the job's processes are gone
 ENDED_STATES = frozenset(
@@ -160,6 +162,16 @@ def cluster_nodes(timeout: float, partition: str = "") -> list[SlurmNode]:
     data = json.loads(_run(["sinfo", "--json"], timeout))
     nodes = data.get("nodes", [])
     return [_node(n) for n in nodes if not partition or partition in n.get("partitions", [])]
+
+
+def holders(node: str, timeout: float) -> list[str]:
+    """Who holds ``node`` now: ``bob's job 12 (big, 3 CPUs)`` per running job, for why-pending messages."""
+    out = _run(["squeue", "-h", "-t", "RUNNING", "-w", node, "-o", "%u|%i|%j|%C"], timeout)
+    found = []
+    for line in out.splitlines():
+        user, jid, name, cpus = [*line.split("|"), "", "", ""][:4]
+        found.append(f"{user}'s job {jid} ({name}, {cpus} CPUs)")
+    return found
 
 
 def cancel(ids: Iterable[int], timeout: float, signal: str | None = None) -> None:
