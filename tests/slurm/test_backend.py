@@ -269,14 +269,6 @@ def test_requirements_become_an_environment_on_the_shared_dir(backend: SlurmBack
     assert f"prefix {backend.settings.root / 'envs'}" in out and "six ok" in out, out
 
 
-def test_elastic_torch_is_refused_with_a_reason(backend: SlurmBackend, package: Path, tmp_path: Path) -> None:
-    job = launch(package, tmp_path, pservers=0, framework="torch", trainer_range=(1, 2))
-    backend.start(job)
-    st = backend.sync(job.key)
-    assert st.finished and st.failure_reason == "StartFailed" and "rendezvous" in (st.failure or "")
-    assert slurm_ids(backend, job.key) == []
-
-
 def test_nodes_count_slurms_rounding_of_our_requests(
     backend: SlurmBackend, package: Path, tmp_path: Path
 ) -> None:

@@ -78,10 +78,9 @@ _ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPP
 _DEFAULT_NEED = Resources(cpu_m=1000, memory=512 * _MIB)
 
 
-_NO_ELASTIC_TORCH = (
-    "elastic torch jobs need a rendezvous store the Slurm backend does not run yet: submit it with a "
-    "fixed number of trainers, or on the local backend (docs/slurm.md)"
-)
+RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store (``runtime.rendezvous``)
+#: what must listen before trainers start, and is stopped once they succeeded
+_SERVER_ROLES = ("pserver", RENDEZVOUS)
 
 
 class Stage(StrEnum):
@@ -134,6 +133,9 @@ class _Job:
 
     def role(self, role: str) -> list[_Worker]:
         return sorted((w for w in self.workers.values() if w.role == role), key=lambda w: w.index)
+
+    def servers(self) -> list[_Worker]:
+        return [w for role in _SERVER_ROLES for w in self.role(role)]
 
 
 def _slug(text: str) -> str:
@@ -214,6 +216,12 @@ class SlurmBackend:
             runs = log_runs(jdir / "logs", f"{p.role}-{p.index}")
             w = _Worker(p.role, p.index, p.node, port, run=runs[-1] + 1 if runs else 0)
             workers[w.name] = w
+        if launch.framework == "torch" and launch.trainer_range is not None:  # the store, first
+            runs = log_runs(jdir / "logs", f"{RENDEZVOUS}-0")
+            store = _Worker(
+                RENDEZVOUS, 0, launch.placement[0].node, ports[-1], run=runs[-1] + 1 if runs else 0
+            )
+            workers[store.name] = store
         job = _Job(launch, jdir, workers, (ports[-2], ports[-1]))
         with self._lock:
             self._jobs[launch.key] = job
@@ -222,9 +230,6 @@ class SlurmBackend:
                 safe_extract(launch.package, jdir / "package")
             except (ArchiveError, OSError) as exc:
                 self._fail(job, f"the job package could not be unpacked: {exc}", "StartFailed")
-                return
-            if launch.framework == "torch" and launch.trainer_range is not None:
-                self._fail(job, _NO_ELASTIC_TORCH, "StartFailed")
                 return
             requirements = _requirements(jdir / "package")
             if not requirements:
@@ -255,8 +260,8 @@ class SlurmBackend:
 
     def _begin(self, job: _Job) -> None:
         """Submit the first workers: the pservers, or the trainers of a job without any."""
-        first = job.role("pserver") or job.role("trainer")
-        job.stage = Stage.PSERVERS if job.role("pserver") else Stage.TRAINERS
+        first = job.servers() or job.role("trainer")
+        job.stage = Stage.PSERVERS if job.servers() else Stage.TRAINERS
         self._submit(job, first)
         self._record(job)
 
@@ -388,7 +393,7 @@ class SlurmBackend:
         now = self._now()
         if job.stage in (Stage.PSERVERS, Stage.TRAINERS):
             for w in list(job.workers.values()):
-                if w.role == "pserver" and w.state == WorkerState.SUCCEEDED:
+                if w.role in _SERVER_ROLES and w.state == WorkerState.SUCCEEDED:
                     self._fail(job, f"{w.name} exited before the trainers finished")
                 elif w.state in (WorkerState.FAILED, WorkerState.LOST) and w.restart_at is None:
                     self._restart_or_fail(job, w, now)
@@ -401,16 +406,17 @@ class SlurmBackend:
                     w.node = ""  # Slurm chooses: its node may be down
                 self._submit(job, due)
         if job.stage == Stage.PSERVERS and self._servers_ready(job):
-            job.events.append(BackendEvent("Normal", "ServersReady", "every pserver runs and listens"))
+            names = ", ".join(w.name for w in job.servers())
+            job.events.append(BackendEvent("Normal", "ServersReady", f"{names} run and listen"))
             job.stage = Stage.TRAINERS
             self._submit(job, job.role("trainer"))
         if job.stage == Stage.TRAINERS:
             trainers = job.role("trainer")
             if trainers and all(w.state == WorkerState.SUCCEEDED for w in trainers):
                 job.stage = Stage.STOPPING
-                for w in job.role("pserver"):
+                for w in job.servers():
                     w.stopped = True
-                self._cancel_async(job, job.role("pserver"))
+                self._cancel_async(job, job.servers())
         if job.stage == Stage.STOPPING and all(
             w.state in _ENDED or w.slurm_id is None for w in job.workers.values()
         ):
@@ -418,7 +424,7 @@ class SlurmBackend:
         self._record(job)
 
     def _servers_ready(self, job: _Job) -> bool:
-        servers = job.role("pserver")
+        servers = job.servers()
         return all(w.state == WorkerState.RUNNING and _listening(self._host(w), w.port) for w in servers)
 
     def _restart_or_fail(self, job: _Job, w: _Worker, now: float) -> None:
@@ -487,7 +493,7 @@ class SlurmBackend:
         wrap = " ".join(
             shlex.quote(a)
             for a in (s.python, "-m", "paddlecloud.runtime.launcher", "--status", str(status), "--cwd",
-                      str(cwd), launch.entry)
+                      str(cwd), _command(w, launch.entry))
         )  # fmt: skip
         argv = [
             f"--job-name=pc-{_slug(launch.user)}-{_slug(launch.name)}-{w.name}-r{w.run}",
@@ -631,7 +637,8 @@ class SlurmBackend:
 
         ps, tr = eps("pserver"), eps("trainer")
         gloo_host = ps[0].rpartition(":")[0] if ps else "127.0.0.1"
-        master_host = tr[0].rpartition(":")[0] if tr else "127.0.0.1"
+        master = job.role(RENDEZVOUS) or job.role("trainer")  # the store, or trainer 0 (torchrun's)
+        master_host = self._host(master[0]) if master else "127.0.0.1"
         return Topology(ps, tr, f"{gloo_host}:{job.stores[0]}", f"{master_host}:{job.stores[1]}")
 
     @staticmethod
@@ -673,7 +680,7 @@ class SlurmBackend:
         for job in jobs:
             with job.lock:
                 for w in job.workers.values():  # not retired ones: the controller no longer counts them
-                    if w.state == WorkerState.RUNNING and w.ran_on:
+                    if w.state == WorkerState.RUNNING and w.ran_on and w.role != RENDEZVOUS:
                         need = job.launch.resources.get(w.role, _DEFAULT_NEED)
                         out[w.ran_on] = out.get(w.ran_on, Resources()) + Resources(need.cpu_m, need.memory)
         return out
@@ -696,6 +703,11 @@ class SlurmBackend:
     def _job_dir(self, key: str) -> Path:
         user, _, name = key.partition("/")
         return self.settings.root / "jobs" / user / name
+
+
+def _command(w: _Worker, entry: str) -> str:
+    """What the worker runs: the job's entry, or the platform's store for the rendezvous."""
+    return f"python -m paddlecloud.runtime.rendezvous {w.port} 0.0.0.0" if w.role == RENDEZVOUS else entry
 
 
 def _requirements(package: Path) -> str:
