@@ -3,7 +3,7 @@
     slurm     session-scoped: ``scripts/ensure-slurm.sh start`` (installs slurm-wlm + munge with
               apt-get when root, starts one slurmctld and 3 emulated nodes n1..n3), its ``export``
               lines parsed into a dict and put into ``os.environ`` (SLURM_CONF, ...) for the session;
-              stopped at the end only if this session started it
+              stopped at the end only if this session started it (the controller was not running)
     slurm_sh  runs ``scripts/ensure-slurm.sh`` with arguments (kill-node, revive-node, status)
 
 Where the cluster cannot exist (not root and the packages missing) the tests are skipped with that

@@ -9,10 +9,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.kube.conftest import wait_for
 from tests.kube.test_cli_session import PADDLECLOUD, Session
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -21,15 +24,23 @@ FIT_A_LINE = Path(__file__).resolve().parents[2] / "examples" / "fit_a_line"
 TORCH_DDP = FIT_A_LINE.parent / "torch_ddp"
 
 
+def fit_a_line(s: Session, tmp_path: Path, name: str, *extra: str) -> list[str]:
+    """Its data set in PFS, and the submit arguments: 2 pservers of 1 CPU, 2 trainers of 3 CPUs (so
+    one per node), 8 shards leased for 5 passes."""
+    subprocess.run([sys.executable, str(FIT_A_LINE / "data.py"), str(tmp_path / "dataset")], check=True)
+    s.cli("pfs", "cp", "-r", "-q", str(tmp_path / "dataset"), "pfs:data/fit-a-line")
+    return [
+        "submit", str(FIT_A_LINE), "--name", name, "--framework", "paddle-ps", "--entry", "python train.py",
+        "--pservers", "2", "--trainers", "2", "--cpu", "3", "--pscpu", "1", "--input", "pfs:data/fit-a-line",
+        "--tasks-from-input", "--passes", "5", *extra,
+    ]  # fmt: skip
+
+
 def test_fit_a_line_across_slurm_nodes(slurm: dict[str, str], tmp_path: Path) -> None:
     s = Session(tmp_path / "platform", ["--backend", "slurm"])
     try:
-        subprocess.run([sys.executable, str(FIT_A_LINE / "data.py"), str(tmp_path / "dataset")], check=True)
-        s.cli("pfs", "cp", "-r", "-q", str(tmp_path / "dataset"), "pfs:data/fit-a-line")
         r = subprocess.run(
-            [PADDLECLOUD, "submit", str(FIT_A_LINE), "--name", "fit-a-line", "--framework", "paddle-ps",
-             "--entry", "python train.py", "--pservers", "2", "--trainers", "2", "--cpu", "3", "--pscpu", "1",
-             "--input", "pfs:data/fit-a-line", "--tasks-from-input", "--passes", "5", "--wait"],
+            [PADDLECLOUD, *fit_a_line(s, tmp_path, "fit-a-line", "--wait")],
             env=s.env, capture_output=True, text=True, timeout=900,
         )  # fmt: skip
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -71,5 +82,46 @@ def test_elastic_torch_across_slurm_nodes(slurm: dict[str, str], tmp_path: Path)
         acc = re.findall(r"final accuracy ([0-9.]+)$", r.stdout, re.M)
         assert acc and float(acc[-1]) >= 0.97, r.stdout[-3000:]
         print("final accuracy", acc[-1])
+    finally:
+        s.close()
+
+
+def test_fit_a_line_survives_the_failure_of_a_trainers_node(
+    slurm: dict[str, str], slurm_sh: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The node of trainer-1 fails mid-run (its slurmd and every process there SIGKILLed): Slurm
+    reports NODE_FAIL, trainer-1 is restarted on another node, every shard is trained exactly once
+    per pass and the job succeeds; nothing of it is left in squeue."""
+    s = Session(tmp_path / "platform", ["--backend", "slurm"])
+    try:
+        s.cli(*fit_a_line(s, tmp_path, "fit", "--restart-policy", "OnFailure"))
+
+        def trainer1() -> dict[str, Any]:
+            return next(w for w in s.json("get", "workers", "fit")["items"] if w["name"] == "trainer-1")
+
+        def training() -> bool:
+            log = Path(trainer1()["log"])
+            return log.is_file() and re.search(r"^pass [1-3]:", log.read_text(), re.M) is not None
+
+        wait_for("trainer-1 training", training, timeout=300)
+        victim = trainer1()["node"]
+        try:
+            slurm_sh("kill-node", victim)
+
+            def phase() -> str:
+                return str(s.json("describe", "fit")["phase"])
+
+            wait_for("the job to end", lambda: phase() in ("Succeeded", "Failed"), timeout=300)
+        finally:
+            slurm_sh("revive-node", victim)
+        job = s.json("describe", "fit")
+        assert job["phase"] == "Succeeded", job["message"]
+        assert any("NODE_FAIL" in e["message"] for e in job["events"]), job["events"]
+        t1 = trainer1()
+        assert t1["node"] != victim and t1["restarts"] == 1, t1
+        tasks = s.json("get", "tasks", "fit")
+        assert [(t["state"], t["done_passes"]) for t in tasks["items"]] == [("done", 5)] * 8
+        out = subprocess.run(["squeue", "-h", "-o", "%k"], capture_output=True, text=True, check=True).stdout
+        assert "paddlecloud:default/fit" not in out
     finally:
         s.close()
