@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform, PlatformConfig
 from paddlecloud.core.clock import ManualClock
@@ -49,7 +49,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         platform = Platform.open(
-            PlatformConfig(data_dir=root / "data", nodes=NodeShape(count=1)), clock=ManualClock()
+            PlatformConfig(data_dir=root / "data", backend_settings=LocalSettings(nodes=NodeShape(count=1))),
+            clock=ManualClock(),
         )
         pkg = root / "pkg"
         pkg.mkdir()

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import select
 
 from paddlecloud.api.tasks import LeaseRequest
-from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.client import Client
 from paddlecloud.controller import Identity, Platform, PlatformConfig
 from paddlecloud.controller.tasks import TaskService
@@ -46,7 +46,9 @@ ALICE = Identity("alice", is_admin=False)
 
 
 def open_platform(url: str, tmp_path: Path) -> Platform:
-    config = PlatformConfig(data_dir=tmp_path / "data", database_url=url, nodes=NodeShape(count=1))
+    config = PlatformConfig(
+        data_dir=tmp_path / "data", database_url=url, backend_settings=LocalSettings(nodes=NodeShape(count=1))
+    )
     return Platform.open(config, clock=ManualClock())
 
 

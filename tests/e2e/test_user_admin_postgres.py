@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from paddlecloud.api.errors import Forbidden
-from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.controller import Identity, Platform, PlatformConfig
 from paddlecloud.core.clock import ManualClock
 
@@ -27,7 +27,11 @@ def servers(postgres: str, tmp_path: Path) -> Iterator[list[Platform]]:
     url = fresh_database(postgres)
     opened = [
         Platform.open(
-            PlatformConfig(data_dir=tmp_path / f"data{i}", database_url=url, nodes=NodeShape(count=1)),
+            PlatformConfig(
+                data_dir=tmp_path / f"data{i}",
+                database_url=url,
+                backend_settings=LocalSettings(nodes=NodeShape(count=1)),
+            ),
             clock=ManualClock(),
         )
         for i in range(2)

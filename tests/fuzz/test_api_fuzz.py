@@ -23,7 +23,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from paddlecloud.api import API_PREFIX
-from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.controller import Platform, PlatformConfig
 from paddlecloud.server import create_app
 
@@ -42,7 +42,12 @@ CASES = {"run": 0, "errors": 0}
 def _platform() -> Platform:
     """One platform for the module, on a fresh data dir (schemathesis needs the app at import)."""
     data = Path(tempfile.mkdtemp(prefix="paddlecloud-fuzz-")) / "data"
-    p = Platform.open(PlatformConfig(data_dir=data, nodes=NodeShape(count=1, cpu_m=4000, memory=8 * 2**30)))
+    p = Platform.open(
+        PlatformConfig(
+            data_dir=data,
+            backend_settings=LocalSettings(nodes=NodeShape(count=1, cpu_m=4000, memory=8 * 2**30)),
+        )
+    )
     TOKENS["admin"] = p.ensure_user("root", admin=True)
     TOKENS["user"] = p.ensure_user("alice")
     return p

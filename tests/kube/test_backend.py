@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from paddlecloud.backends.base import JobLaunch, JobStatus, LogRequest
+from paddlecloud.backends.errors import BackendUnavailable, JobRejected, NotSupported
 from paddlecloud.backends.kubernetes.backend import KubernetesBackend
 from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
@@ -169,7 +170,7 @@ def test_resize_goes_through_the_scale_subresource(kube: FakeKube, backend: Kube
     wait_for("the highest trainers gone", lambda: pods(kube) == {"fit-trainer-0"})
     reasons = [e.reason for e in backend.sync("alice/fit").events]
     assert reasons.count("TrainerAdded") == 1 and reasons.count("TrainerRemoved") == 2
-    with pytest.raises(ValueError):
+    with pytest.raises(NotSupported, match="does not support adding a pserver"):  # the contract's error
         backend.add_trainer("alice/fit", WorkerPlacement("pserver", 1, "node-1"))
 
 
@@ -261,13 +262,13 @@ def test_adopt_takes_over_without_creating_again(kube: FakeKube, backend: Kubern
 
 
 def test_a_name_pods_cannot_carry_fails_the_start(backend: KubernetesBackend) -> None:
-    with pytest.raises(ValueError, match="DNS-1035"):
+    with pytest.raises(JobRejected, match="DNS-1035"):  # the job fails with why (BackendRejected)
         backend.start(launch(name="9lives"))
 
 
 def test_api_errors_say_what_kubernetes_said(kube: FakeKube, backend: KubernetesBackend) -> None:
     kube.fail_next("POST", r"/trainingjobs$", 500, agent="paddlecloud-server")
-    with pytest.raises(RuntimeError, match=r"creating TrainingJob paddlecloud-alice/fit failed: .*\(500\)"):
+    with pytest.raises(BackendUnavailable, match=r"creating TrainingJob paddlecloud-alice/fit: .*\(500\)"):
         backend.start(launch(pservers=0, trainers=1))
     backend.start(launch(pservers=0, trainers=1))
     kube.fail_next("GET", r"/trainingjobs/fit$", 503, times=2, agent="paddlecloud-server")
@@ -277,3 +278,36 @@ def test_api_errors_say_what_kubernetes_said(kube: FakeKube, backend: Kubernetes
     kube.fail_next("GET", r"/trainingjobs/fit/scale$", 500, agent="paddlecloud-server")
     backend.remove_trainer("alice/fit", 1)  # never raises: the job keeps its trainers
     assert "ResizeFailed" in [e.reason for e in backend.sync("alice/fit").events]
+
+
+def test_api_errors_become_the_contracts_error_kinds() -> None:
+    from urllib3.exceptions import MaxRetryError
+
+    from paddlecloud.backends.errors import BackendUnavailable, JobRejected
+    from paddlecloud.backends.kubernetes.kube import backend_error
+
+    forbidden = client.ApiException(status=403, reason="Forbidden")
+    forbidden.body = '{"reason": "Forbidden", "message": "exceeded quota: compute, requested: cpu=8"}'
+    got = backend_error(forbidden, "creating TrainingJob ns/fit")
+    assert isinstance(got, JobRejected)
+    assert (
+        str(got) == "creating TrainingJob ns/fit: Forbidden (403): exceeded quota: compute, requested: cpu=8"
+    )
+    for transient in (
+        client.ApiException(status=503, reason="Unavailable"),
+        MaxRetryError(None, "/", "refused"),
+    ):
+        assert isinstance(backend_error(transient, "x"), BackendUnavailable)
+
+
+def test_an_unreachable_api_server_is_transient_for_start_and_adopt(tmp_path: Path) -> None:
+    from paddlecloud.backends.errors import BackendUnavailable
+
+    with client.ApiClient(client.Configuration(host="http://127.0.0.1:9")) as api:  # nothing listens
+        from paddlecloud.backends.kubernetes.kube import Kube
+
+        b = KubernetesBackend(KubeSettings(namespace="jobs"), kube=Kube(api, 2.0))
+        with pytest.raises(BackendUnavailable, match="creating TrainingJob jobs/alice-fit"):
+            b.start(launch())
+        with pytest.raises(BackendUnavailable, match="reading TrainingJob jobs/alice-fit"):
+            b.adopt(launch())

@@ -164,7 +164,7 @@ def test_stop_cancels_everything(backend: SlurmBackend, package: Path, tmp_path:
     st = backend.sync(job.key)
     assert st.finished and set(states(st).values()) == {WorkerState.STOPPED}
     ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True).stdout
-    assert job.name not in ps and str(backend.settings.root) not in ps
+    assert job.name not in ps and str(backend.root) not in ps
     print(f"stop took {took:.1f} s")
 
 
@@ -266,20 +266,21 @@ def test_requirements_become_an_environment_on_the_shared_dir(backend: SlurmBack
         "Prepared",
     ]
     out = b"".join(backend.read_log(LogRequest(job.key, ("trainer-0",)))).decode()
-    assert f"prefix {backend.settings.root / 'envs'}" in out and "six ok" in out, out
+    assert f"prefix {backend.root / 'envs'}" in out and "six ok" in out, out
 
 
 def test_nodes_count_slurms_rounding_of_our_requests(
     backend: SlurmBackend, package: Path, tmp_path: Path
 ) -> None:
-    """A 250m worker holds a whole CPU in Slurm; the controller subtracts 250m itself, so the node
-    offers 4 - 1 + 0.25 CPUs: what Slurm really has free once the controller has counted ours."""
+    """A 250m worker holds a whole CPU in Slurm; the controller counts 250m itself, so the other
+    750m are reported as foreign: what Slurm really has free once the controller has counted ours."""
     small = {"trainer": Resources(250, 256 * MI)}
     job = launch(package, tmp_path, pservers=0, nodes=("n2", "n3"), env={"SLEEP": "300"}, resources=small)
     backend.start(job)
     sync_until(backend, job.key, lambda s: set(states(s).values()) == {WorkerState.RUNNING})
-    nodes = {n.name: n.capacity for n in backend.nodes()}
-    assert nodes["n2"] == Resources(3250, 4000 * MI) and nodes["n1"] == Resources(4000, 4000 * MI)
+    nodes = {n.name: n for n in backend.nodes()}
+    assert nodes["n2"].capacity == nodes["n1"].capacity == Resources(4000, 4000 * MI)
+    assert nodes["n2"].foreign == Resources(750, 0) and nodes["n1"].foreign == Resources()
 
 
 def test_a_worker_waits_for_a_node_another_job_holds_and_says_whose(
@@ -315,9 +316,8 @@ def test_a_worker_waits_for_a_node_another_job_holds_and_says_whose(
 
 
 def test_nodes_see_other_users_load(backend: SlurmBackend, tmp_path: Path) -> None:
-    before = {n.name: n.capacity for n in backend.nodes()}
-    assert set(before) == {"n1", "n2", "n3"}
-    assert before["n2"] == Resources(4000, 4000 * MI)
+    before = {n.name: n.foreign for n in backend.nodes()}
+    assert before == {"n1": Resources(), "n2": Resources(), "n3": Resources()}
     jid = subprocess.run(
         ["sbatch", "--parsable", "-n1", "-c3", "--mem=3000M", "-w", "n2", "-J", "foreign", "-o", "/dev/null",
          f"--chdir={tmp_path}", "--wrap", "sleep 60"],
@@ -325,9 +325,10 @@ def test_nodes_see_other_users_load(backend: SlurmBackend, tmp_path: Path) -> No
     ).stdout.strip()  # fmt: skip
     try:
         deadline = time.monotonic() + 20
-        while (now := {n.name: n.capacity for n in backend.nodes()})["n2"] == before["n2"]:
+        while (now := {n.name: n for n in backend.nodes()})["n2"].foreign == before["n2"]:
             assert time.monotonic() < deadline, "the foreign job is not seen"
             time.sleep(0.3)
-        assert now["n2"] == Resources(1000, 1000 * MI) and now["n1"] == before["n1"]
+        assert now["n2"].foreign == Resources(3000, 3000 * MI) and now["n1"].foreign == Resources()
+        assert now["n2"].capacity == Resources(4000, 4000 * MI)  # the node's size; the load is foreign
     finally:
         subprocess.run(["scancel", jid], check=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,12 +100,16 @@ def test_fit_a_line_survives_the_failure_of_a_trainers_node(
         def trainer1() -> dict[str, Any]:
             return next(w for w in s.json("get", "workers", "fit")["items"] if w["name"] == "trainer-1")
 
-        def training() -> bool:
-            log = Path(trainer1()["log"])
+        wait_for("trainer-1 running", lambda: trainer1()["state"] == "Running", timeout=300)
+        victim, log = trainer1()["node"], Path(trainer1()["log"])
+
+        def training() -> bool:  # polled fast: the 5 passes take seconds
             return log.is_file() and re.search(r"^pass [1-3]:", log.read_text(), re.M) is not None
 
-        wait_for("trainer-1 training", training, timeout=300)
-        victim = trainer1()["node"]
+        deadline = time.monotonic() + 120
+        while not training():
+            assert time.monotonic() < deadline, "trainer-1 did not start training"
+            time.sleep(0.02)
         try:
             slurm_sh("kill-node", victim)
 

@@ -7,6 +7,7 @@ The in-process platform fixtures drive the real controller, local backend and AS
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -20,7 +21,7 @@ import psutil
 import pytest
 
 from paddlecloud.api.models import JobDetail
-from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.client import Client
 from paddlecloud.controller import Identity, Platform, PlatformConfig
 from paddlecloud.core.phases import JobPhase
@@ -66,6 +67,10 @@ def _isolated_client_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         monkeypatch.delenv(var, raising=False)
 
 
+#: the local backend's settings ``platform_factory`` accepts beside ``PlatformConfig``'s own fields
+LOCAL_FIELDS = tuple(f.name for f in dataclasses.fields(LocalSettings))
+
+
 def _kill_everything(platform: Platform) -> None:
     """Kill every live job of every user, then SIGKILL any worker process group still there."""
     admin = Identity("teardown", is_admin=True)
@@ -84,9 +89,12 @@ def platform_factory(tmp_path: Path) -> Iterator[Callable[..., Platform]]:
     opened: list[Platform] = []
 
     def make(**config: Any) -> Platform:
-        """A platform on a fresh data dir, or on ``data_dir=`` of an earlier one (a server restart)."""
-        config.setdefault("nodes", NODE)
-        config.setdefault("isolation", ISOLATION)
+        """A platform on a fresh data dir, or on ``data_dir=`` of an earlier one (a server restart);
+        the local backend's settings (``nodes``, ``isolation``, ...) may be given among the others."""
+        local = {k: config.pop(k) for k in LOCAL_FIELDS if k in config}
+        local.setdefault("nodes", NODE)
+        local.setdefault("isolation", ISOLATION)
+        config.setdefault("backend_settings", LocalSettings(**local))
         config.setdefault("data_dir", tmp_path / f"data{len(opened)}")
         p = Platform.open(PlatformConfig(**config))
         opened.append(p)

@@ -15,7 +15,7 @@ import httpx
 import uvicorn
 from sqlalchemy import select
 
-from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform, PlatformConfig
 from paddlecloud.controller.jobtokens import issue_job_token
@@ -40,7 +40,10 @@ class Bench:
         self._packages = 0
 
     def _open(self) -> Platform:
-        return Platform.open(PlatformConfig(data_dir=self.root / "data", nodes=NODE), clock=self.clock)
+        return Platform.open(
+            PlatformConfig(data_dir=self.root / "data", backend_settings=LocalSettings(nodes=NODE)),
+            clock=self.clock,
+        )
 
     def restart(self) -> None:
         """Close the platform and open a new one on the same data dir (the clock goes on)."""

@@ -32,6 +32,7 @@ EXPECTED: dict[ErrorCode, tuple[type[PaddleCloudError], int]] = {
     ErrorCode.INVALID_PATH: (InvalidInput, 422),
     ErrorCode.CHECKSUM_MISMATCH: (InvalidInput, 422),
     ErrorCode.EXCEEDS_CAPACITY: (InvalidInput, 422),
+    ErrorCode.NOT_SUPPORTED: (InvalidInput, 422),
     ErrorCode.REQUEST_TOO_LARGE: (RequestTooLarge, 413),
     ErrorCode.FORBIDDEN: (Forbidden, 403),
     ErrorCode.QUOTA_EXCEEDED: (Forbidden, 403),

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from paddlecloud.api.errors import ErrorCode, PaddleCloudError
 from paddlecloud.api.models import JobDetail
 from paddlecloud.backends.local import NodeShape
 from paddlecloud.client import Client
@@ -197,3 +198,11 @@ def test_a_stored_spec_that_cannot_be_read_fails_that_job_only(
         assert (row.phase, row.reason) == ("Failed", "InvalidSpec")
         assert "reading the job's spec failed: ValidationError" in row.message
         assert "'lots' is not a valid cpu quantity" in row.message
+    # describing it says what is wrong and what to do (409 spec_unreadable, never a 500)
+    with pytest.raises(PaddleCloudError) as err:
+        bob.job("b")
+    assert err.value.code == ErrorCode.SPEC_UNREADABLE
+    assert "not a valid cpu quantity" in str(err.value) and "kill --rm b" in str(err.value)
+    assert "b" in {j.name for j in bob.jobs(all=True)}  # listed, and removable
+    bob.delete("b")
+    assert "b" not in {j.name for j in bob.jobs(all=True)}

@@ -122,6 +122,11 @@ def test_submit_usage_errors_exit_2(tmp_path: Path, package: Path, args: list[st
         (["up", "--default-quota", "cpu=lots"], "--default-quota"),
         (["up", "--max-request-size", "1Ki"], "outside 64Ki..1Gi"),
         (["up", "--max-request-size", "big"], "--max-request-size"),
+        (["up", "--backend", "lsf"], "unknown backend 'lsf': choose one of local ("),
+        (["up", "--backend", "kubernetes", "--isolation", "none"], "--isolation is an option of the local"),
+        (["up", "--kube-namespace", "ns"], "--kube-namespace is an option of the kubernetes backend"),
+        (["up", "--node-cpu", "lots"], "--node-cpu"),
+        (["up", "--env-cache-size", "huge"], "--env-cache-size"),
     ],
     ids=[
         "unknown-command",
@@ -133,6 +138,11 @@ def test_submit_usage_errors_exit_2(tmp_path: Path, package: Path, args: list[st
         "quota-cpu",
         "request-size-small",
         "request-size-bad",
+        "unknown-backend",
+        "local-option-on-kubernetes",
+        "kubernetes-option-on-local",
+        "node-cpu",
+        "env-cache-size",
     ],
 )
 def test_other_usage_errors_exit_2(tmp_path: Path, args: list[str], words: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from paddlecloud.api.errors import Unauthorized
+from paddlecloud.backends.local import LocalSettings
 from paddlecloud.controller import Platform, PlatformConfig
 from paddlecloud.server.main import LEGACY_TOKEN_FILE, prepare
 
@@ -23,7 +24,7 @@ Who = Callable[[str], tuple[str, bool]]
 
 @pytest.fixture
 def config(tmp_path: Path) -> PlatformConfig:
-    return PlatformConfig(data_dir=tmp_path / "data", isolation="none")
+    return PlatformConfig(data_dir=tmp_path / "data", backend_settings=LocalSettings(isolation="none"))
 
 
 @pytest.fixture

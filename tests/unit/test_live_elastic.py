@@ -32,13 +32,17 @@ WORKER = {
 import os, signal, sys, threading, time
 from paddlecloud.runtime import membership
 
+# one write(2) per line: the watcher thread and the SIGTERM handler never interleave inside a line
+def line(text):
+    os.write(1, (text + "\\n").encode())
+
 def retire(signum, frame):
-    print("retiring", os.environ["PADDLECLOUD_WORKER"], flush=True)
+    line("retiring " + os.environ["PADDLECLOUD_WORKER"])
     sys.exit(0)
 
 def watch():
     for m in membership.changes(poll=0.1):
-        print("members", m.trainers, ",".join(m.trainer_endpoints), flush=True)
+        line(f"members {m.trainers} {','.join(m.trainer_endpoints)}")
 
 signal.signal(signal.SIGTERM, retire)
 print("started", os.environ["PADDLECLOUD_WORKER"], "of", os.environ["PADDLECLOUD_TRAINERS"], flush=True)

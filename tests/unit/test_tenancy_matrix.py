@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from paddlecloud.api.files import UploadView
-from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform, PlatformConfig
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest
@@ -419,7 +419,9 @@ def build_world(platform: Platform, new_http: Callable[[], httpx.Client], tmp: P
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """One world for the tests whose requests are all refused (each checks alice's state is intact)."""
     base = tmp_path_factory.mktemp("tenancy")
-    platform = Platform.open(PlatformConfig(data_dir=base / "data", nodes=NODE))
+    platform = Platform.open(
+        PlatformConfig(data_dir=base / "data", backend_settings=LocalSettings(nodes=NODE))
+    )
     try:
         with contextlib.ExitStack() as stack:
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from paddlecloud.backends.local import NodeShape
+from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.controller import Platform, PlatformConfig
 from paddlecloud.core.checksum import ChunkedHasher
 from paddlecloud.server import create_app
@@ -93,7 +93,7 @@ def snapshot(env: Env) -> dict[str, Any]:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     base = tmp_path_factory.mktemp("traversal")
     data = base / "data"
-    platform = Platform.open(PlatformConfig(data_dir=data, nodes=NODE))
+    platform = Platform.open(PlatformConfig(data_dir=data, backend_settings=LocalSettings(nodes=NODE)))
     tokens = {u: platform.ensure_user(u) for u in ("alice", "bob")}
     tokens["root"] = platform.ensure_user("root", admin=True)
     outside = base / "outside"

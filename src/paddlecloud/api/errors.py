@@ -72,6 +72,9 @@ class ErrorCode(StrEnum):
     TASK_NOT_FOUND = "task_not_found"
     JOB_EXISTS = "job_exists"
     JOB_NOT_RUNNING = "job_not_running"
+    #: the job's stored spec no longer passes the spec's rules (a damaged row, or one written by a
+    #: version with other rules): the job can be listed, killed and removed, not described
+    SPEC_UNREADABLE = "spec_unreadable"
     USER_EXISTS = "user_exists"
     PATH_EXISTS = "path_exists"
     NOT_A_DIRECTORY = "not_a_directory"
@@ -84,6 +87,8 @@ class ErrorCode(StrEnum):
     SERVER_TOO_OLD = "server_too_old"
     SERVER_UNREACHABLE = "server_unreachable"
     INSUFFICIENT_STORAGE = "insufficient_storage"
+    #: an operation this server's backend does not offer (``version`` lists its capabilities)
+    NOT_SUPPORTED = "not_supported"
     INTERNAL = "internal"
 
 
@@ -168,6 +173,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.INVALID_PATH: InvalidInput,
     ErrorCode.CHECKSUM_MISMATCH: InvalidInput,
     ErrorCode.EXCEEDS_CAPACITY: InvalidInput,
+    ErrorCode.NOT_SUPPORTED: InvalidInput,
     ErrorCode.REQUEST_TOO_LARGE: RequestTooLarge,
     ErrorCode.FORBIDDEN: Forbidden,
     ErrorCode.QUOTA_EXCEEDED: Forbidden,

@@ -1,6 +1,8 @@
-"""Backends turn admitted jobs into running workers; see :mod:`paddlecloud.backends.base`.
+"""Backends turn admitted jobs into running workers; the contract is :mod:`paddlecloud.backends.base`.
 
-Heavy or optional backends are imported lazily by :func:`create_backend`.
+Which backends exist, and how each is made from its settings, is :mod:`paddlecloud.backends.registry`
+(``entry(name).create(setup)``): a backend's module is imported only when it is chosen. What a
+backend raises is :mod:`paddlecloud.backends.errors`.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from paddlecloud.backends.base import (
     Backend,
     BackendEvent,
+    BackendSetup,
     Capability,
     JobLaunch,
     JobStatus,
@@ -15,14 +18,31 @@ from paddlecloud.backends.base import (
     NodeInfo,
     WorkerStatus,
 )
+from paddlecloud.backends.options import OptionError
+from paddlecloud.backends.registry import (
+    BackendConfigError,
+    BackendEntry,
+    UnknownBackend,
+    backend_names,
+    entry,
+    register,
+)
 
 __all__ = [
     "Backend",
+    "BackendConfigError",
+    "BackendEntry",
     "BackendEvent",
+    "BackendSetup",
     "Capability",
     "JobLaunch",
     "JobStatus",
     "LogRequest",
     "NodeInfo",
+    "OptionError",
+    "UnknownBackend",
     "WorkerStatus",
+    "backend_names",
+    "entry",
+    "register",
 ]

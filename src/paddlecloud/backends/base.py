@@ -6,22 +6,40 @@
                ──stop(key, grace)─▶ backend      SIGTERM, grace, SIGKILL: nothing left running
 
 A backend owns endpoints (ports or pod addresses) and the start order; the controller owns phases,
-scheduling and the database. A backend reports what goes wrong with one job in that job's status
-(``failure``, ``failure_reason``: a worker that cannot be started is ``StartFailed``) and a passing
-condition as an event; an exception it raises from a call about one job fails that job alone (the
-controller stops it and frees its placement), never the reconcile cycle. Every backend declares its
-:class:`Capability` set so callers can ask before they use an optional operation. Implementations:
-``backends.local`` (OS processes on virtual nodes of this machine) and ``backends.kubernetes`` (a
-TrainingJob custom resource per job, made into Pods by an operator; docs/kubernetes.md).
+scheduling and the database. Backends are found by name in ``backends.registry`` (an entry: its
+settings dataclass, a lazily imported factory taking a :class:`BackendSetup`); the controller never
+names one.
+
+Trouble. What goes wrong with one job's workers is reported in its status (``failure``,
+``failure_reason``: a worker that cannot be started is ``StartFailed``) and a passing condition as
+an event. A call that cannot be done raises a ``backends.errors.BackendError`` of the kind that says
+what the controller should do: ``BackendUnavailable`` (transient: the job is kept and the call tried
+again next cycle, bounded), ``JobRejected`` (the job fails with the engine's message),
+``NotSupported`` (outside the backend's capabilities). Anything else raised fails that job alone,
+never the reconcile cycle.
+
+Capabilities. Every backend declares its :class:`Capability` set; the controller calls an optional
+operation only when it is declared (``adopt``, ``add_trainer``/``remove_trainer``, ``read_log``
+with ``previous`` or ``follow``), and a backend raises ``NotSupported`` for one it did not declare.
+``shared-capacity``: ``nodes()`` reports other work's load (``NodeInfo.foreign``).
+``fetch-package``: workers fetch the package with ``JobLaunch.package_url`` and the job token, since
+``JobLaunch.package`` is a path on the server's machine. Endpoints are known before start, or, where
+the engine chooses hosts, resolved by the workers at run time (``Topology.at_run_time`` and
+``WorkerContext.endpoints_dir`` in ``core.envcontract``; ``runtime.endpoints``).
+
+Implementations: ``backends.local`` (OS processes on virtual nodes of this machine),
+``backends.kubernetes`` (a TrainingJob custom resource per job, made into Pods by an operator;
+docs/kubernetes.md) and ``backends.memory`` (workers a test drives, no processes). Every one passes
+``tests/conformance``. docs/architecture.md, "The backend contract", has the whole contract.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.core.phases import WorkerState
@@ -32,6 +50,7 @@ from paddlecloud.scheduler import WorkerPlacement
 __all__ = [
     "Backend",
     "BackendEvent",
+    "BackendSetup",
     "Capability",
     "JobLaunch",
     "JobStatus",
@@ -50,13 +69,51 @@ class Capability(StrEnum):
     #: the nodes are all there is (no autoscaling): a job no node could ever hold is refused at submit
     #: unless its spec says ``queue_anyway``
     FIXED_CAPACITY = "fixed-capacity"
+    #: the engine is shared with work that is not this platform's (other users of a Slurm cluster):
+    #: ``nodes()`` reports what that work holds on each node (``NodeInfo.foreign``), and the
+    #: controller's snapshot counts it as allocated besides its own placements
+    SHARED_CAPACITY = "shared-capacity"
+    #: the workers fetch the job package themselves, over the platform's API with the job's token
+    #: (``JobLaunch.package_url``; ``python -m paddlecloud.runtime.bootstrap fetch``), because
+    #: ``JobLaunch.package`` (a path on the server's machine) is not readable where they run. The
+    #: platform then needs an ``api_url`` the workers reach (``up --api-url``)
+    FETCH_PACKAGE = "fetch-package"
+
+
+@dataclass(frozen=True)
+class BackendSetup:
+    """What a backend is made from: its own settings plus what every backend may need."""
+
+    settings: Any
+    #: the platform's data dir (database, PFS under ``pfs/``, the backends' files under ``cluster/``)
+    data_dir: Path
+    #: this datacenter's name (PFS paths are /pfs/<datacenter>/...)
+    datacenter: str = "local"
+    #: the platform's clock (seconds)
+    now: Callable[[], float] = field(default=lambda: 0.0)
+    #: wake the reconcile loop early (something worth a cycle happened)
+    wake: Callable[[], None] = field(default=lambda: None)
+
+    @property
+    def cluster_dir(self) -> Path:
+        """Where a backend keeps its own files (job directories, logs, environments)."""
+        return self.data_dir / "cluster"
 
 
 @dataclass(frozen=True)
 class NodeInfo:
     name: str
+    #: what the node has for jobs (a node that takes no work now, down or drained: leave it out, or
+    #: report it with its ``note``)
     capacity: Resources
     gpus: tuple[int, ...] = ()
+    #: ``SHARED_CAPACITY`` backends: what work that is not this platform's holds here now (never
+    #: this platform's own workers: the controller counts those from its placements)
+    foreign: Resources = field(default_factory=Resources)
+    #: ... and the GPU indices it holds
+    foreign_gpus: tuple[int, ...] = ()
+    #: what the engine says about the node, for a waiting job's reason ("drained: disk"); "" none
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,7 +125,9 @@ class JobLaunch:
     name: str
     framework: str
     entry: str
-    package: Path  # the job package archive (tar.gz)
+    #: the job package archive (tar.gz) on the server's machine: backends whose workers run there
+    #: (local) read it; the others declare ``FETCH_PACKAGE`` and hand workers ``package_url``
+    package: Path
     output_dir: Path
     placement: tuple[WorkerPlacement, ...]
     env: dict[str, str] = field(default_factory=dict)
@@ -88,6 +147,11 @@ class JobLaunch:
     resources: Mapping[str, Resources] = field(default_factory=dict)
     #: the package's PFS path (backends whose workers fetch it over the API: Kubernetes)
     package_path: str = ""
+    #: where a worker GETs the package with ``Authorization: Bearer <api.token>`` (the job token
+    #: reads its own package and nothing else): ``<api.url>/api/v1/pfs/file?path=<package_path>``;
+    #: "" when the platform has no ``api_url``. For ``FETCH_PACKAGE`` backends: give it to the
+    #: worker as ``PADDLECLOUD_PACKAGE_URL`` and run ``runtime.bootstrap fetch`` before the entry
+    package_url: str = ""
     #: the owner's PFS home and the public area on this machine (local file stores): what a
     #: sandboxed worker sees read-write and read-only (``backends/local/sandbox.py``); None: unknown
     home_dir: Path | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ssl
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -131,11 +132,10 @@ def _datacenter(name: str) -> str:
 )
 @click.option(
     "--backend",
-    type=click.Choice(["local", "kubernetes", "slurm"]),
     default="local",
     show_default=True,
-    help="what runs the jobs: processes on this machine, Pods on Kubernetes (docs/kubernetes.md), or "
-    "Slurm batch jobs (docs/slurm.md; the data dir must be on a file system every node sees)",
+    help="what runs the jobs: local (processes on this machine), kubernetes (Pods; docs/kubernetes.md), "
+    "slurm (Slurm batch jobs; docs/slurm.md); an unknown name lists the known ones",
 )
 @click.option("--slurm-partition", help="slurm: the partition jobs run in (default: the cluster's default)")
 @click.option("--slurm-account", help="slurm: the account jobs are charged to (default: the user's default)")
@@ -194,71 +194,22 @@ def _datacenter(name: str) -> str:
     "('none': no cap)",
 )
 def up(
-    host: str, port: int, data_dir: Path, database: str | None, nodes: int, node_cpu: str | None,
-    node_memory: str | None, node_gpu: int | None, policy: str, max_package_size: str, max_request_size: str,
-    datacenter: str,
-    storage_quota: str, default_quota: str, backend: str, kubeconfig: Path | None, image: str | None,
-    kube_image: str | None, kube_namespace: str | None, kube_storage_claim: str | None, api_url: str | None,
-    tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, env_cache_size: str, isolation: str,
-    pass_env: tuple[str, ...], slurm_partition: str | None, slurm_account: str | None, slurm_qos: str | None,
-    slurm_sbatch_arg: tuple[str, ...],
+    host: str, port: int, data_dir: Path, database: str | None, policy: str, max_package_size: str,
+    max_request_size: str, datacenter: str, storage_quota: str, default_quota: str, backend: str,
+    api_url: str | None, tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None,
+    **backend_options: Any,
 ) -> None:  # fmt: skip
     """Run the platform in the foreground (Ctrl-C stops it; jobs keep running). Jobs run on this
     machine, or with --backend kubernetes as TrainingJobs on a cluster (see: paddlecloud operator)."""
-    from paddlecloud.server.main import (
-        ComputeLimits,
-        IsolationError,
-        KubeSettings,
-        NodeShape,
-        PlatformConfig,
-        SlurmSettings,
-        prepare,
-        serve,
-    )
+    from paddlecloud.server.main import ComputeLimits, IsolationError, PlatformConfig, prepare, serve
 
-    kube_options = {
-        "--kubeconfig": kubeconfig,
-        "--image": image,
-        "--kube-image": kube_image,
-        "--kube-namespace": kube_namespace,
-        "--kube-storage-claim": kube_storage_claim,
-    }
-    given = [flag for flag, value in kube_options.items() if value is not None]
-    if given and backend != "kubernetes":
-        raise click.UsageError(f"{', '.join(given)} need(s) --backend kubernetes")
-    slurm_options = {
-        "--slurm-partition": slurm_partition,
-        "--slurm-account": slurm_account,
-        "--slurm-qos": slurm_qos,
-        "--slurm-sbatch-arg": slurm_sbatch_arg or None,
-    }
-    given = [flag for flag, value in slurm_options.items() if value is not None]
-    if given and backend != "slurm":
-        raise click.UsageError(f"{', '.join(given)} need(s) --backend slurm")
-    if backend != "local" and (isolation != "auto" or pass_env):
-        raise click.UsageError(
-            "--isolation and --pass-env are for the local backend; Kubernetes jobs run in pods, Slurm "
-            "jobs as Slurm confines them (docs/security.md)"
-        )
-    kube = KubeSettings(
-        kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
-        namespace=kube_namespace or None,
-        image=image or KubeSettings.image,
-        platform_image=kube_image or "",
-        storage_claim=kube_storage_claim or "",
-    )
+    settings = _backend_settings(backend, backend_options)
     tls = _tls(tls_cert, tls_key, tls_ca)
     scheme = "https" if tls else "http"
     endpoint = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
     config = PlatformConfig(
         data_dir=data_dir.expanduser().resolve(),
         database_url=database,
-        nodes=NodeShape(
-            count=nodes,
-            cpu_m=_quantity(parse_cpu, node_cpu, "--node-cpu"),
-            memory=_quantity(parse_memory, node_memory, "--node-memory"),
-            gpu=node_gpu,
-        ),
         policy=policy,
         max_package_bytes=_quantity(parse_memory, max_package_size, "--max-package-size") or 0,
         max_request_bytes=_request_size(max_request_size),
@@ -267,22 +218,10 @@ def up(
         if storage_quota == "none"
         else _quantity(parse_memory, storage_quota, "--storage-quota"),
         default_quota=ComputeLimits(**_limits(default_quota)),
-        env_cache_bytes=None
-        if env_cache_size == "none"
-        else _quantity(parse_memory, env_cache_size, "--env-cache-size"),
         api_url=api_url or endpoint,  # the workers' PADDLECLOUD_API (their task master)
         api_ca=tls[2] if tls else "",  # ... and PADDLECLOUD_API_CA
         backend=backend,
-        kube=kube,
-        slurm=SlurmSettings(
-            root=data_dir.expanduser().resolve() / "slurm",
-            partition=slurm_partition or "",
-            account=slurm_account or "",
-            qos=slurm_qos or "",
-            sbatch_args=slurm_sbatch_arg,
-        ),
-        isolation=isolation,
-        pass_env=pass_env,
+        backend_settings=settings,
     )
     try:
         ready = prepare(config, _known_tokens(config.default_user))
@@ -310,6 +249,33 @@ _UNCONFINED = """WARNING: isolation: {why}
   read and change every other user's files, the database and the admin's client config (its token
   makes anyone an admin). Use this only where every user trusts every other. To confine jobs,
   install bubblewrap (Debian: apt-get install bubblewrap) and start with --isolation sandbox."""
+
+
+def _backend_settings(name: str, options: dict[str, Any]) -> object:
+    """The settings of backend ``name`` from the ``up`` options it reads (its registry entry: every
+    option of ``up`` that is not the platform's own is a backend's); an unknown name, another
+    backend's option or a bad value is a usage error saying what to change."""
+    from click.core import ParameterSource
+
+    from paddlecloud.server.main import OptionError, UnknownBackend, backend_entries, backend_entry
+
+    try:
+        chosen = backend_entry(name)
+    except UnknownBackend as exc:
+        raise click.BadParameter(str(exc), param_hint="--backend") from None
+    ctx = click.get_current_context()
+    for other in backend_entries():
+        for option in other.options:
+            given = ctx.get_parameter_source(option) not in (ParameterSource.DEFAULT, None)
+            if given and option not in chosen.options:
+                flag = "--" + option.replace("_", "-")
+                raise click.UsageError(
+                    f"{flag} is an option of the {other.name} backend (--backend {other.name})"
+                )
+    try:
+        return chosen.settings(options)
+    except OptionError as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from None
 
 
 def _known_tokens(user: str) -> list[str]:

@@ -6,17 +6,28 @@ not available"), the submit is refused instead (422 ``exceeds_capacity``), with 
 message and what to change, unless the spec says ``queue_anyway`` (``submit --queue-anyway``): the
 job then waits with ``ExceedsNodeCapacity``. Clusters that may grow (Kubernetes with an autoscaler)
 queue it as before. The decision is ``scheduler.never_placeable`` on the nodes as they are when idle.
+
+On an engine shared with other work (``Capability.SHARED_CAPACITY``: Slurm), :func:`name_foreign_load`
+adds to the reason of each job waiting for capacity what that work holds ("node n1: 3 of 4 CPUs held
+by other users' jobs") and what the engine says about its nodes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 from paddlecloud.api.errors import ErrorCode, InvalidInput
 from paddlecloud.api.models import JobSpec
-from paddlecloud.backends.base import Capability
+from paddlecloud.backends.base import Capability, NodeInfo
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.scheduler import JobRequest, NodeState, never_placeable
+from paddlecloud.core.quantity import format_cpu, format_memory
+from paddlecloud.scheduler import JobRequest, NodeState, Plan, Wait, WaitReason, never_placeable
 
-__all__ = ["check_capacity"]
+__all__ = ["check_capacity", "foreign_load", "name_foreign_load"]
+
+#: the waits that are about capacity held by others
+_CAPACITY_WAITS = (WaitReason.INSUFFICIENT_RESOURCES, WaitReason.LOWER_PRIORITY, WaitReason.FAIR_SHARE)
 
 
 def check_capacity(ctx: Context, user: str, spec: JobSpec) -> None:
@@ -47,3 +58,37 @@ def check_capacity(ctx: Context, user: str, spec: JobSpec) -> None:
         code=ErrorCode.EXCEEDS_CAPACITY,
         field=f"{role}s",
     )
+
+
+def foreign_load(nodes: Sequence[NodeInfo]) -> str:
+    """What work that is not ours holds on each node, and what the engine says about it; "" none."""
+    parts = []
+    for n in nodes:
+        f, cap = n.foreign, n.capacity
+        held = [
+            text
+            for amount, text in (
+                (f.cpu_m, f"{format_cpu(f.cpu_m)} of {format_cpu(cap.cpu_m)} CPUs"),
+                (f.memory, f"{format_memory(f.memory)} of {format_memory(cap.memory)} memory"),
+                (f.gpu, f"{f.gpu} of {cap.gpu} GPUs"),
+            )
+            if amount
+        ]
+        said = [", ".join(held) + " held by other users' jobs"] if held else []
+        if n.note:
+            said.append(n.note)
+        if said:
+            parts.append(f"node {n.name}: {'; '.join(said)}")
+    return "; ".join(parts)
+
+
+def name_foreign_load(plan: Plan, nodes: Sequence[NodeInfo]) -> Plan:
+    """``plan`` with the foreign load added to the message of each job waiting for capacity."""
+    note = foreign_load(nodes)
+    if not note:
+        return plan
+    waits = [
+        Wait(w.job, w.reason, f"{w.message} ({note})") if w.reason in _CAPACITY_WAITS else w
+        for w in plan.wait
+    ]
+    return dataclasses.replace(plan, wait=waits)

@@ -1,13 +1,14 @@
-"""Settings of the platform core, grouped (``paddlecloud up`` fills them from its options)."""
+"""Settings of the platform core, grouped (``paddlecloud up`` fills them from its options).
+
+What runs the jobs is a backend name and that backend's own settings object, opaque here: the
+backend registry (``backends.registry``) makes it from ``up``'s options and makes the backend from it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from paddlecloud.backends.kubernetes.settings import KubeSettings
-from paddlecloud.backends.local import NodeShape
-from paddlecloud.backends.slurm.settings import SlurmSettings
+from typing import Any
 
 __all__ = ["ComputeLimits", "PlatformConfig"]
 
@@ -26,7 +27,6 @@ class PlatformConfig:
     data_dir: Path
     #: SQLAlchemy URL; default: SQLite in WAL mode at ``<data_dir>/paddlecloud.db``.
     database_url: str | None = None
-    nodes: NodeShape = field(default_factory=NodeShape)
     #: scheduling policy (``scheduler.policy``): elastic, tiresias, edl, fifo, fifo-backfill
     policy: str = "elastic"
     max_package_bytes: int = 100 * 2**20
@@ -46,25 +46,20 @@ class PlatformConfig:
     datacenter: str = "local"
     #: Default per-user PFS storage limit in bytes (None: unlimited); users.storage_quota overrides.
     storage_quota: int | None = 100 * 2**30
-    #: local backend: cap of the job environment cache (``<data>/cluster/envs``; None: no cap)
-    env_cache_bytes: int | None = 20 * 2**30
     #: compute limits given to each new non-admin user (``admin set-quota`` changes them later)
     default_quota: ComputeLimits = field(default_factory=ComputeLimits)
     #: this server's URL as workers reach it (``PADDLECLOUD_API``: the task master); "" unknown
     api_url: str = ""
     #: the CA bundle workers verify an https ``api_url`` with (``PADDLECLOUD_API_CA``); "": the system's
     api_ca: str = ""
-    #: what runs the jobs: "local" (processes on this machine's virtual nodes) or "kubernetes"
+    #: how long a job is kept while its backend calls meet transient errors (the engine unreachable)
+    #: before it fails (``backends.errors.BackendUnavailable``)
+    backend_retry_s: float = 300.0
+    #: what runs the jobs: a name in the backend registry ("local", "kubernetes", ...)
     backend: str = "local"
-    #: the Kubernetes backend's settings (``backend="kubernetes"``; docs/kubernetes.md)
-    kube: KubeSettings = field(default_factory=KubeSettings)
-    #: the Slurm backend's settings (``backend="slurm"``; docs/slurm.md); None: the defaults, with
-    #: its files under ``<data>/slurm``
-    slurm: SlurmSettings | None = None
-    #: local backend: auto | sandbox | none, how each worker is confined (docs/security.md)
-    isolation: str = "auto"
-    #: local backend: server environment variables workers get besides the defaults
-    pass_env: tuple[str, ...] = ()
+    #: that backend's settings (``LocalSettings``, ``KubeSettings``, ...: its registry entry's
+    #: ``settings_type``); None: its defaults
+    backend_settings: Any = None
 
     @property
     def db_url(self) -> str:

@@ -12,12 +12,15 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session, object_session
 
+from paddlecloud.api import API_PREFIX
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Backend, JobLaunch
+from paddlecloud.backends.errors import BackendError
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.jobtokens import issue_job_token
@@ -28,13 +31,20 @@ from paddlecloud.scheduler import WorkerPlacement
 from paddlecloud.store.db import Database
 from paddlecloud.store.tables import EventRow, JobRow
 
-__all__ = ["Context", "job_key"]
+__all__ = ["Context", "job_key", "package_url"]
 
 log = logging.getLogger("paddlecloud.controller")
 
 
 def job_key(user: str, name: str) -> str:
     return f"{user}/{name}"
+
+
+def package_url(api_url: str, pfs_path: str) -> str:
+    """Where a worker fetches its job's package with the job token (``Capability.FETCH_PACKAGE``)."""
+    if not api_url:
+        return ""
+    return f"{api_url.rstrip('/')}{API_PREFIX}/pfs/file?path={quote(pfs_path, safe='/')}"
 
 
 def _trainer_range(spec: dict[str, Any]) -> tuple[int, int] | None:
@@ -53,8 +63,12 @@ class Context:
     files: FileService
     mutex: threading.RLock = field(default_factory=threading.RLock)
     wake_event: threading.Event = field(default_factory=threading.Event)
-    #: jobs whose ``stop_in_background`` raised, by key: the reconciler fails them (StopFailed)
+    #: jobs whose ``stop_in_background`` raised, by key: the reconciler fails them (StopFailed), or
+    #: stops them again when the error was transient
     stop_failures: dict[str, BaseException] = field(default_factory=dict)
+    #: jobs whose backend calls meet transient errors, by key: when the streak began
+    #: (``controller.confine.backend_trouble``)
+    retrying: dict[str, float] = field(default_factory=dict)
     #: stored specs parsed once per job (every cycle reads every queued and running job's)
     specs: SpecCache = field(default_factory=SpecCache)
 
@@ -68,8 +82,11 @@ class Context:
         def run() -> None:
             try:
                 self.backend.stop(key, grace)
-            except Exception as exc:  # the job fails (the reconciler sees it); never kill the thread
-                log.exception("stopping %s failed", key)
+            except Exception as exc:  # the reconciler fails the job or, if transient, stops it again
+                if isinstance(exc, BackendError):
+                    log.warning("stopping %s failed: %s", key, exc)
+                else:
+                    log.exception("stopping %s failed", key)
                 self.stop_failures[key] = exc
             finally:
                 self.wake()
@@ -118,6 +135,7 @@ class Context:
             trainer_range=_trainer_range(spec),
             resources={"pserver": parsed.pservers.resources(), "trainer": parsed.trainers.resources()},
             package_path=row.package_id,
+            package_url=package_url(self.config.api_url, row.package_id),
             home_dir=self._area(f"/pfs/{self.config.datacenter}/home/{row.user}"),
             public_dir=self._area(f"/pfs/{self.config.datacenter}/public"),
         )

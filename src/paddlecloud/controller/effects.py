@@ -17,7 +17,10 @@ Order within a cycle (the plan was computed assuming it):
 Every decision that changes a job is a job event, so ``describe`` shows the job's scheduling history.
 A backend call that raises fails that job alone (``controller.confine``: ``StartFailed`` for a start,
 ``StopFailed`` for a preemption or a shrink, its processes stopped and its placement freed); a grow
-that raises leaves the job as it was (a ``ResizeFailed`` event) with the trainers it did get.
+that raises leaves the job as it was (a ``ResizeFailed`` event) with the trainers it did get. A
+transient backend error (``BackendUnavailable``: the engine unreachable) keeps the job instead: a
+start is undone (the job Queued again, admitted by a later cycle), a shrink not done, within
+``backend_retry_s``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from paddlecloud.backends.base import JobStatus
-from paddlecloud.controller.confine import FailReason, fail_job
+from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.records import record_workers, trainer_names
 from paddlecloud.core.phases import JobPhase, WorkerState
@@ -71,7 +74,8 @@ def apply_plan(ctx: Context, s: Session, plan: Plan, rows: dict[str, JobRow]) ->
             try:
                 _shrink(ctx, rows[r.job], r)
             except Exception as exc:  # as for a preemption: the plan counted on what it gives back
-                fail_job(ctx, rows[r.job], FailReason.STOP_FAILED, "retiring a trainer", exc)
+                # (an engine unreachable for now: the job keeps its trainers, the next plan decides)
+                backend_trouble(ctx, rows[r.job], FailReason.STOP_FAILED, "retiring a trainer", exc)
         else:
             grows.append(r)
     waits, held = list(plan.wait), frozenset[str]()
@@ -118,9 +122,22 @@ def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
     s.commit()  # the decision is durable before any process starts
     try:
         ctx.backend.start(ctx.launch(row))
-    except Exception as exc:  # the backend could not even begin: the job fails with its reason
-        fail_job(ctx, row, FailReason.START_FAILED, "starting the job", exc)
+    except Exception as exc:  # the backend could not even begin: the job fails with its reason ...
+        if backend_trouble(ctx, row, FailReason.START_FAILED, "starting the job", exc):
+            _unadmit(ctx, row)  # ... or, the engine unreachable for now, waits to be admitted again
         s.commit()
+        return
+    backend_recovered(ctx, row)
+
+
+def _unadmit(ctx: Context, row: JobRow) -> None:
+    """A start the engine could not take now (transient): Queued again, admitted by a later cycle."""
+    try:  # whatever the engine may have taken of it before it failed
+        ctx.backend.stop(job_key(row.user, row.name), 0.0)
+    except Exception:
+        log.exception("job %s/%s: cleaning up after a failed start", row.user, row.name)
+    row.phase, row.placement, row.attempts = JobPhase.QUEUED, None, row.attempts - 1
+    row.reason, row.message = "BackendUnavailable", "the backend could not start it now; queued again"
 
 
 def _preempt(ctx: Context, row: JobRow, p: Preempt) -> None:

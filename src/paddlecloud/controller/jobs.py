@@ -30,7 +30,7 @@ from paddlecloud.api.models import (
     ResourceView,
     WorkerView,
 )
-from paddlecloud.backends.base import LogRequest
+from paddlecloud.backends.base import Capability, LogRequest
 from paddlecloud.controller.capacity import check_capacity
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.jobtokens import JobIdentity
@@ -359,6 +359,23 @@ class JobService:
             names = [worker]
         if tail is not None and tail < 0:
             raise InvalidInput("tail must be >= 0", field="tail")
+        self._check_log_capabilities(follow=follow, previous=previous)
         return self.ctx.backend.read_log(
             LogRequest(key=key, workers=tuple(names), tail=tail, follow=follow, previous=previous)
         )
+
+    def _check_log_capabilities(self, *, follow: bool, previous: bool) -> None:
+        """``--previous`` and ``-f`` only where the backend declares them (422 ``not_supported``)."""
+        backend = self.ctx.backend
+        for asked, capability, flag in (
+            (previous, Capability.LOGS_PREVIOUS, "previous"),
+            (follow, Capability.LOGS_FOLLOW, "follow"),
+        ):
+            if asked and capability not in backend.capabilities:
+                what = "keep the logs of earlier runs" if flag == "previous" else "follow logs"
+                raise InvalidInput(
+                    f"the {backend.name} backend does not {what} (no {capability} capability): "
+                    f"ask without --{flag}",
+                    code=ErrorCode.NOT_SUPPORTED,
+                    field=flag,
+                )

@@ -1,7 +1,7 @@
 """Assemble the platform core from a :class:`PlatformConfig`: database, backend, services, loop.
 
     Platform.open(config) ─┬─ store.open_database(url)   (Alembic upgrade to head)
-                           ├─ LocalBackend(nodes, data dir) or KubernetesBackend(config.kube)
+                           ├─ registry.entry(config.backend).create(settings, data dir, ...)
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
                            ├─ TaskService (the jobs' data task masters)
                            └─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
@@ -16,8 +16,9 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from paddlecloud.backends.base import Backend
-from paddlecloud.backends.local import LocalBackend, LocalConfig
+from paddlecloud.backends import registry
+from paddlecloud.backends.base import Backend, BackendSetup, Capability
+from paddlecloud.backends.registry import BackendConfigError
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
@@ -36,25 +37,9 @@ __all__ = ["Platform"]
 
 
 def _backend(config: PlatformConfig, clock: Clock, wake: Callable[[], None]) -> Backend:
-    if config.backend == "kubernetes":
-        try:  # the optional extra "kubernetes"
-            from paddlecloud.backends.kubernetes.backend import KubernetesBackend
-        except ImportError as exc:
-            raise RuntimeError(
-                f"the Kubernetes backend needs pip install 'paddlecloud[kubernetes]' ({exc})"
-            ) from None
-        return KubernetesBackend(config.kube, config.datacenter, wake)
-    if config.backend == "slurm":
-        from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
-
-        return SlurmBackend(config.slurm or SlurmSettings(root=config.data_dir / "slurm"), clock.now, wake)
-    if config.backend != "local":
-        raise ValueError(f"unknown backend {config.backend!r} (local, kubernetes, slurm)")
-    local = LocalConfig(
-        root=config.cluster_dir, nodes=config.nodes, env_cache_bytes=config.env_cache_bytes,
-        isolation=config.isolation, pass_env=config.pass_env, private=(config.data_dir,),
-    )  # fmt: skip
-    return LocalBackend(local, clock.now, wake)
+    """The configured backend, made by its registry entry (``UnknownBackend`` for an unknown name)."""
+    setup = BackendSetup(config.backend_settings, config.data_dir, config.datacenter, clock.now, wake)
+    return registry.entry(config.backend).create(setup)
 
 
 @dataclass
@@ -79,15 +64,21 @@ class Platform:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         # the real path: sandboxes reach PFS paths without following links (backends/local/sandbox.py)
         config = dataclasses.replace(config, data_dir=config.data_dir.resolve())
-        db = open_database(config.db_url)
         holder: list[Context] = []
 
         def wake() -> None:
             if holder:
                 holder[0].wake()
 
-        if backend is None:
+        if backend is None:  # first: an unknown or unusable backend leaves nothing open
             backend = _backend(config, clock, wake)
+        if Capability.FETCH_PACKAGE in backend.capabilities and not config.api_url:
+            backend.close()
+            raise BackendConfigError(
+                f"the {backend.name} backend's workers fetch their job package over the API: "
+                "give the server's URL as they reach it (up --api-url)"
+            )
+        db = open_database(config.db_url)
 
         def quota_of(user: str) -> int | None:
             with db.session() as s:

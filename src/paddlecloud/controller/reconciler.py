@@ -20,9 +20,14 @@ preempt again). Then it is Queued again.
 
 A backend call about one job that raises (``adopt``, ``sync``, ``stop``, also a preemption's stop in
 the background) fails that job alone (``controller.confine``), as does a queued job whose stored spec
-cannot be read: the cycle goes on with the other jobs.
+cannot be read: the cycle goes on with the other jobs. A transient error (``BackendUnavailable``)
+keeps the job instead and the call is tried again next cycle, for at most ``backend_retry_s``: a job
+not re-adopted yet is not synced until it is. After a restart, a backend that does not declare
+``adopt`` is not asked to: its started jobs are queued again (``NotAdopted``).
 
-Elastic bounds reach the policy only when the backend declares the ``resize`` capability.
+Elastic bounds reach the policy only when the backend declares the ``resize`` capability. On an
+engine shared with other work (``shared-capacity``) the snapshot's nodes also count what the engine
+says that work holds, and a job waiting for capacity is told whose load it waits behind.
 
 The loop runs in a thread, every ``tick_seconds`` or at once when something calls ``Context.wake``.
 """
@@ -37,8 +42,9 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from paddlecloud.backends.base import Capability, JobStatus
-from paddlecloud.controller.confine import FailReason, fail_job
+from paddlecloud.backends.base import Capability, JobStatus, NodeInfo
+from paddlecloud.controller.capacity import name_foreign_load
+from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
 from paddlecloud.controller.quotas import compute_quotas
@@ -84,6 +90,8 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         #: queued jobs whose admission waits for preempted jobs to stop (``effects.apply_plan``)
         self._held: frozenset[str] = frozenset()
+        #: started jobs not yet re-adopted after a restart (the backend was unavailable): by key
+        self._unadopted: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -120,19 +128,53 @@ class Reconciler:
                 .options(selectinload(JobRow.workers), selectinload(JobRow.events))
             ).all()
             for row in rows:
-                if row.phase != JobPhase.QUEUED:
-                    try:
-                        self.ctx.backend.adopt(self.ctx.launch(row))
-                    except Exception as exc:  # this job alone fails; the others are adopted
-                        fail_job(self.ctx, row, FailReason.ADOPT_FAILED, "re-adopting the job", exc)
-                        s.commit()
-                        continue
-                    self.ctx.event(row, "Normal", "Adopted", "server restarted; job re-adopted")
-                if row.stop_requested:  # the server stopped in the middle of a kill: finish it
-                    self._finish_kill(row)
-                elif row.phase == JobPhase.PREEMPTING:  # ... or of a preemption: stop it again
-                    self.ctx.stop_in_background(job_key(row.user, row.name), self.ctx.config.shrink_grace)
+                self._adopt(row)
                 s.commit()
+
+    def _adopt(self, row: JobRow) -> bool:
+        """Hand one job back to the backend (and finish its interrupted kill or preemption). False
+        while the backend is unavailable (the job is kept and tried again next cycle) or when it
+        failed the job."""
+        key = job_key(row.user, row.name)
+        if row.phase != JobPhase.QUEUED:
+            if not self._can_adopt(row):
+                return False
+            try:
+                self.ctx.backend.adopt(self.ctx.launch(row))
+            except Exception as exc:  # this job alone fails (or waits); the others are adopted
+                if backend_trouble(self.ctx, row, FailReason.ADOPT_FAILED, "re-adopting the job", exc):
+                    self._unadopted.add(key)
+                else:
+                    self._unadopted.discard(key)
+                return False
+            self._unadopted.discard(key)
+            backend_recovered(self.ctx, row)
+            self.ctx.event(row, "Normal", "Adopted", "server restarted; job re-adopted")
+        if row.stop_requested:  # the server stopped in the middle of a kill: finish it
+            self._finish_kill(row)
+        elif row.phase == JobPhase.PREEMPTING:  # ... or of a preemption: stop it again
+            self.ctx.stop_in_background(key, self.ctx.config.shrink_grace)
+        return True
+
+    def _can_adopt(self, row: JobRow) -> bool:
+        """A backend that does not declare ``adopt`` lost its started jobs with the server: such a
+        job is queued again (started from scratch by a later cycle), or, in the middle of a kill,
+        Killed."""
+        if Capability.ADOPT in self.ctx.backend.capabilities:
+            return True
+        name = self.ctx.backend.name
+        if row.stop_requested:
+            row.phase, row.reason = JobPhase.KILLED, "Killed"
+            row.message = f"kill completed after a server restart (the {name} backend keeps no jobs)"
+            row.finished_at = self.ctx.clock.now()
+        else:
+            row.phase, row.reason, row.placement = JobPhase.QUEUED, "NotAdopted", None
+            row.message = (
+                f"the server restarted and the {name} backend cannot take over started jobs "
+                "(it does not declare adopt): queued again"
+            )
+        self.ctx.event(row, "Warning", row.reason, row.message)
+        return False
 
     def _finish_kill(self, row: JobRow) -> None:
         key = job_key(row.user, row.name)
@@ -165,15 +207,21 @@ class Reconciler:
         now = self.ctx.clock.now()
         for row in rows:
             key = job_key(row.user, row.name)
-            try:
-                status = self.ctx.backend.sync(key)
-            except Exception as exc:  # this job alone fails; the cycle goes on
-                fail_job(self.ctx, row, FailReason.OBSERVE_FAILED, "observing the job", exc)
+            if key in self._unadopted and not self._adopt(row):
                 s.commit()
                 continue
+            try:
+                status = self.ctx.backend.sync(key)
+            except Exception as exc:  # this job alone fails (or, the engine unreachable, waits)
+                backend_trouble(self.ctx, row, FailReason.OBSERVE_FAILED, "observing the job", exc)
+                s.commit()
+                continue
+            backend_recovered(self.ctx, row)
             if row.phase == JobPhase.PREEMPTING:
                 if (failed := self.ctx.stop_failures.pop(key, None)) is not None:
-                    fail_job(self.ctx, row, FailReason.STOP_FAILED, "stopping the job to preempt it", failed)
+                    what = "stopping the job to preempt it"
+                    if backend_trouble(self.ctx, row, FailReason.STOP_FAILED, what, failed):
+                        self.ctx.stop_in_background(key, self.ctx.config.shrink_grace)  # again
                 elif status.finished:
                     requeue_preempted(self.ctx, row, status)
                 s.commit()
@@ -225,10 +273,11 @@ class Reconciler:
             return
         waiting = self._requests(s, queued, elastic)
         queued = [r for r in queued if r.phase == JobPhase.QUEUED]
+        nodes = self.ctx.backend.nodes()
         snap = Snapshot(
             cycle=self.cycle,
             now=self.ctx.clock.now(),
-            nodes=self._nodes(holding),
+            nodes=self._nodes(holding, nodes),
             queue=waiting,
             running=tuple(
                 job_request(r, elastic, self.ctx.specs)
@@ -238,6 +287,8 @@ class Reconciler:
             quotas=compute_quotas(s),
         )
         plan = self.policy.schedule(snap)
+        if Capability.SHARED_CAPACITY in self.ctx.backend.capabilities:
+            plan = name_foreign_load(plan, nodes)
         self.last = (snap, plan)
         rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
         self._held |= apply_plan(self.ctx, s, plan, rows)
@@ -253,7 +304,10 @@ class Reconciler:
                 s.commit()
         return tuple(out)
 
-    def _nodes(self, active: Sequence[JobRow]) -> tuple[NodeState, ...]:
+    def _nodes(self, active: Sequence[JobRow], nodes: Sequence[NodeInfo]) -> tuple[NodeState, ...]:
+        """The nodes as the policy sees them: what this platform's started jobs hold by their
+        placements, plus, on a shared engine (``SHARED_CAPACITY``), what the engine reports that
+        other work holds."""
         used: dict[str, Resources] = {}
         gpus_used: dict[str, set[int]] = {}
         for row in active:
@@ -262,12 +316,11 @@ class Reconciler:
                 need = req.pserver if p["role"] == "pserver" else req.trainer
                 used[p["node"]] = used.get(p["node"], Resources()) + need
                 gpus_used.setdefault(p["node"], set()).update(p.get("gpus", []))
-        return tuple(
-            NodeState(
-                name=n.name,
-                capacity=n.capacity,
-                allocated=used.get(n.name, Resources()),
-                free_gpus=tuple(g for g in n.gpus if g not in gpus_used.get(n.name, set())),
-            )
-            for n in self.ctx.backend.nodes()
-        )
+        shared = Capability.SHARED_CAPACITY in self.ctx.backend.capabilities
+        out = []
+        for n in nodes:
+            held = used.get(n.name, Resources()) + (n.foreign if shared else Resources())
+            taken = gpus_used.get(n.name, set()) | (set(n.foreign_gpus) if shared else set())
+            free_gpus = tuple(g for g in n.gpus if g not in taken)
+            out.append(NodeState(name=n.name, capacity=n.capacity, allocated=held, free_gpus=free_gpus))
+        return tuple(out)

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from pydantic import ValidationError
+
+from paddlecloud.api.errors import Conflict, ErrorCode
 from paddlecloud.api.models import (
     EventView,
     Framework,
@@ -90,11 +93,22 @@ def worker_view(w: WorkerRow) -> WorkerView:
 
 
 def detail_view(row: JobRow, spec: JobSpec | None = None) -> JobDetail:
-    """The job in full; ``spec``: the row's spec already parsed (a submit has it), else read back."""
+    """The job in full; ``spec``: the row's spec already parsed (a submit has it), else read back
+    (``Conflict`` with code ``spec_unreadable`` when the stored one no longer passes the rules)."""
     base = job_view(row, tally(row.workers))
+    if spec is None:
+        try:
+            spec = JobSpec.from_stored(row.spec)
+        except ValidationError as exc:
+            first = exc.errors()[0] if exc.errors() else {"msg": str(exc)}
+            raise Conflict(
+                f"the stored spec of job {row.name!r} cannot be read ({first['msg']}); "
+                f"`paddlecloud kill --rm {row.name}` removes it, then submit it again",
+                code=ErrorCode.SPEC_UNREADABLE,
+            ) from None
     return JobDetail(
         **base.model_dump(),
-        spec=spec if spec is not None else JobSpec.from_stored(row.spec),
+        spec=spec,
         output_dir=row.output_dir,
         events=[
             EventView(

@@ -3,6 +3,11 @@
 Backends compute the endpoints (the local backend allocates loopback ports; Kubernetes uses pod
 addresses), fill a :class:`WorkerContext` and call :func:`worker_env`. The result is layered, later
 layers winning: platform variables, framework variables, then the user's ``--env``.
+
+A backend whose engine chooses hosts only when it starts a worker (Slurm) builds its topology with
+:meth:`Topology.at_run_time` (ports it chose, hosts as ``@<worker>@`` placeholders) and sets
+``WorkerContext.endpoints_dir``: the worker then publishes its host and resolves the others at run
+time (``runtime.endpoints``; ``ENDPOINTS_WAIT`` names whose hosts it waits for).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass, field
 
 from paddlecloud.runtime import contract as c
 from paddlecloud.runtime import torchelastic
+from paddlecloud.runtime.endpoints import PLACEHOLDER, placeholder
 
 __all__ = ["ApiAccess", "JobFiles", "Topology", "WorkerContext", "worker_env"]
 
@@ -26,6 +32,20 @@ class Topology:
     gloo_endpoint: str = ""
     #: Collective jobs (torch, paddle-collective): the rendezvous store, on trainer 0's host.
     master_endpoint: str = ""
+
+    @classmethod
+    def at_run_time(
+        cls, pserver_ports: Sequence[int], trainer_ports: Sequence[int], *, gloo_port: int = 0,
+        master: tuple[str, int] | None = None,
+    ) -> Topology:  # fmt: skip
+        """Endpoints whose hosts the workers resolve at run time (``runtime.endpoints``): ports the
+        backend chose, hosts ``@<worker>@``; the gloo store beside pserver 0, the master on
+        ``master`` = (worker, port) (default: trainer 0)."""
+        ps = [f"{placeholder(f'pserver-{i}')}:{p}" for i, p in enumerate(pserver_ports)]
+        tr = [f"{placeholder(f'trainer-{i}')}:{p}" for i, p in enumerate(trainer_ports)]
+        gloo = f"{placeholder('pserver-0')}:{gloo_port}" if gloo_port and ps else ""
+        who, port = master or ("trainer-0", trainer_ports[0] if trainer_ports else 0)
+        return cls(ps, tr, gloo, f"{placeholder(who)}:{port}" if port else "")
 
 
 @dataclass(frozen=True)
@@ -67,6 +87,9 @@ class WorkerContext:
     api: ApiAccess = field(default_factory=lambda: ApiAccess())
     #: where the backend publishes the job's current membership (``runtime.membership``); "" none
     membership_file: str = ""
+    #: endpoints resolved at run time: the job's directory (shared by its workers) where each
+    #: publishes its host (``runtime.endpoints``); "": every endpoint is known at start
+    endpoints_dir: str = ""
 
     @property
     def endpoint(self) -> str:
@@ -232,4 +255,17 @@ def worker_env(ctx: WorkerContext) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in ctx.gpus)
         env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"] or "none"
     env.update(ctx.user_env)
+    if ctx.endpoints_dir:
+        env[c.ENDPOINTS_DIR] = ctx.endpoints_dir
+        env[c.ENDPOINTS_WAIT] = ",".join(_waits_for(ctx, env))
     return env
+
+
+def _waits_for(ctx: WorkerContext, env: dict[str, str]) -> list[str]:
+    """The workers whose hosts this one must know before its program starts: every one named in
+    its variables, but never a trainer for a pserver (trainers start once pservers listen) nor for
+    a trainer of an elastic job (trainers come and go; they meet through the rendezvous)."""
+    named = {m.group(1) for v in env.values() if "@" in v for m in PLACEHOLDER.finditer(v)}
+    skip_trainers = ctx.role != "trainer" or ctx.trainer_range is not None
+    me = f"{ctx.role}-{ctx.index}"
+    return sorted(w for w in named if w != me and not (skip_trainers and w.startswith("trainer-")))

@@ -1,4 +1,5 @@
-"""What a Kubernetes worker pod's init containers run before the entry starts.
+"""What a worker that fetches its job (Kubernetes pods' init containers; any backend that declares
+``fetch-package``) runs before the entry starts.
 
     fetch    [PaddleCloud image]  copy paddlecloud.runtime to DEST/lib; GET $PADDLECLOUD_PACKAGE_URL
                                   (Bearer $PADDLECLOUD_JOB_TOKEN, retried) and unpack it into DEST/job
@@ -23,6 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from paddlecloud.runtime import contract as c
 from paddlecloud.runtime.torchelastic import install_entry_point
 
 __all__ = ["fetch", "install", "main", "unpack", "wait_for"]
@@ -82,7 +84,7 @@ def _copy_runtime(lib: Path) -> None:
 def fetch(dest: Path, url: str, token: str, attempts: int = 8, delay: float = 1.0) -> None:
     """``DEST/lib`` (the runtime) and ``DEST/job`` (the unpacked package)."""
     if not url:
-        raise BootstrapError("PADDLECLOUD_PACKAGE_URL is not set")
+        raise BootstrapError(f"{c.PACKAGE_URL} is not set")
     _copy_runtime(dest / "lib")
     archive = dest / "package.tar.gz"
     _download(url, token, archive, attempts, delay)
@@ -163,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.step == "fetch":
-            url = os.environ.get("PADDLECLOUD_PACKAGE_URL", "")
-            fetch(args.dest, url, os.environ.get("PADDLECLOUD_JOB_TOKEN", ""))
+            url = os.environ.get(c.PACKAGE_URL, "")
+            fetch(args.dest, url, os.environ.get(c.JOB_TOKEN, ""))
         elif args.step == "install":
             install(args.dest)
         else:

@@ -12,6 +12,9 @@ __all__ = [
     "API_CA",
     "CHECKPOINT_DIR",
     "CURRENT_ENDPOINT",
+    "ENDPOINTS_DIR",
+    "ENDPOINTS_TIMEOUT",
+    "ENDPOINTS_WAIT",
     "INPUT",
     "INPUT_DIR",
     "JOB_NAME",
@@ -20,10 +23,12 @@ __all__ = [
     "MEMBERSHIP_FILE",
     "OUTPUT",
     "OUTPUT_DIR",
+    "PACKAGE_URL",
     "POD_IP",
     "PORT",
     "PSERVERS",
     "PSERVER_ENDPOINTS",
+    "PUBLISH_HOST",
     "RESTART",
     "ROLE",
     "TRAINERS",
@@ -59,3 +64,13 @@ API_CA = PREFIX + "API_CA"
 #: the job's current membership (trainers and endpoints now), rewritten on every resize
 #: (``runtime.membership``); empty where the backend does not publish it
 MEMBERSHIP_FILE = PREFIX + "MEMBERSHIP_FILE"
+#: endpoints resolved at run time (``runtime.endpoints``): where workers publish their hosts, whose
+#: hosts this worker waits for before its program starts, for how long (seconds), and the host this
+#: worker publishes (default: the hostname); unset where every endpoint is known at start
+ENDPOINTS_DIR = PREFIX + "ENDPOINTS_DIR"
+ENDPOINTS_WAIT = PREFIX + "ENDPOINTS_WAIT"
+ENDPOINTS_TIMEOUT = PREFIX + "ENDPOINTS_TIMEOUT"
+PUBLISH_HOST = PREFIX + "PUBLISH_HOST"
+#: backends whose workers fetch the job package (``FETCH_PACKAGE``): its URL, read with JOB_TOKEN
+#: by ``runtime.bootstrap fetch``
+PACKAGE_URL = PREFIX + "PACKAGE_URL"

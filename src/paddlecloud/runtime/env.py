@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from paddlecloud.runtime import contract as c
+from paddlecloud.runtime import endpoints
 
 __all__ = ["WorkerEnv", "env"]
 
@@ -33,8 +34,13 @@ def _split(value: str) -> tuple[str, ...]:
 
 
 def env(environ: Mapping[str, str] | None = None) -> WorkerEnv:
-    """Return the contract of the current worker; raises ``KeyError`` outside a PaddleCloud worker."""
+    """Return the contract of the current worker; raises ``KeyError`` outside a PaddleCloud worker.
+    Endpoints still written as placeholders (a program started without ``runtime.launcher`` on a
+    backend that resolves them at run time) are resolved first: this waits, bounded, for the hosts
+    of the workers it must know (``runtime.endpoints``)."""
     e = os.environ if environ is None else environ
+    if e.get(c.ENDPOINTS_DIR) and "@" in e.get(c.CURRENT_ENDPOINT, ""):
+        e = endpoints.resolve(e)
     return WorkerEnv(
         job_name=e[c.JOB_NAME],
         role=e[c.ROLE],

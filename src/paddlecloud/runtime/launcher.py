@@ -2,7 +2,10 @@
 
     platform ──spawn (own session)──▶ launcher ──/bin/sh -c ENTRY──▶ training program
 
-The launcher runs the worker's entry command in the worker's directory, waits for it and writes its
+Where endpoints are resolved at run time (``PADDLECLOUD_ENDPOINTS_DIR``, ``runtime.endpoints``) the
+launcher first publishes this worker's host and waits, bounded, for the hosts the worker must know;
+the program starts with every endpoint variable resolved (a timeout: exit status 1, the reason on
+stderr). The launcher runs the worker's entry command in the worker's directory, waits for it and writes its
 exit status atomically to ``--status`` (``{"exit_code": int, "signal": int|null, "finished_at": float}``).
 It runs in its own session and process group, so it outlives a restart of the platform server; the
 server re-adopts it from its pid file and later reads the status file. SIGTERM and SIGINT are passed
@@ -22,6 +25,8 @@ import subprocess
 import sys
 import time
 from types import FrameType
+
+from paddlecloud.runtime import endpoints
 
 __all__ = ["main", "write_json_atomic"]
 
@@ -57,7 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     # was started with SIGTERM / SIGINT ignored (a sandbox's outer process ignores them).
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    child = subprocess.Popen(["/bin/sh", "-c", args.entry], cwd=args.cwd)
+    try:  # endpoints resolved at run time: publish this worker's host, learn the others'
+        environ = endpoints.resolve(os.environ)
+    except endpoints.EndpointsTimeout as exc:
+        print(f"paddlecloud: {exc}", file=sys.stderr, flush=True)
+        write_json_atomic(args.status, {"exit_code": 1, "signal": None, "finished_at": time.time()})
+        return 1
+    child = subprocess.Popen(["/bin/sh", "-c", args.entry], cwd=args.cwd, env=environ)
     for signum in early:
         forward(signum, None)
     rc = child.wait()

@@ -22,21 +22,23 @@ import uvicorn
 from fastapi import FastAPI
 
 from paddlecloud.api.errors import PaddleCloudError
-from paddlecloud.backends.kubernetes.settings import KubeSettings
-from paddlecloud.backends.local import LocalBackend, NodeShape
+from paddlecloud.backends.local import LocalBackend
 from paddlecloud.backends.local.sandbox import IsolationError
-from paddlecloud.backends.slurm.settings import SlurmSettings
+from paddlecloud.backends.options import OptionError
+from paddlecloud.backends.registry import BackendEntry, UnknownBackend, backend_names
+from paddlecloud.backends.registry import entry as backend_entry
 from paddlecloud.controller import ComputeLimits, Platform, PlatformConfig
 from paddlecloud.server.app import create_app
 
 __all__ = [
     "ComputeLimits",
     "IsolationError",
-    "KubeSettings",
-    "NodeShape",
+    "OptionError",
     "PlatformConfig",
     "Prepared",
-    "SlurmSettings",
+    "UnknownBackend",
+    "backend_entries",
+    "backend_entry",
     "prepare",
     "run_operator",
     "serve",
@@ -92,6 +94,11 @@ def prepare(config: PlatformConfig, known_tokens: Sequence[str] = ()) -> Prepare
     else:
         isolation, confined = KUBERNETES_ISOLATION, True
     return Prepared(create_app(platform), token, isolation, confined)
+
+
+def backend_entries() -> tuple[BackendEntry, ...]:
+    """Every backend ``up --backend`` knows (the backend registry)."""
+    return tuple(backend_entry(n) for n in backend_names())
 
 
 def serve(app: FastAPI, host: str, port: int, tls: tuple[str, str] | None = None) -> None:

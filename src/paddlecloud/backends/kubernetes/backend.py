@@ -30,14 +30,23 @@ from urllib3.exceptions import HTTPError
 
 from paddlecloud.backends.base import (
     BackendEvent,
+    BackendSetup,
     Capability,
     JobLaunch,
     JobStatus,
     LogRequest,
     NodeInfo,
 )
+from paddlecloud.backends.errors import JobRejected, NotSupported
 from paddlecloud.backends.kubernetes import crd
-from paddlecloud.backends.kubernetes.kube import Kube, api_message, api_status, connect, retry_conflict
+from paddlecloud.backends.kubernetes.kube import (
+    Kube,
+    api_message,
+    api_status,
+    backend_error,
+    connect,
+    retry_conflict,
+)
 from paddlecloud.backends.kubernetes.launch import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_KEY,
@@ -52,7 +61,7 @@ from paddlecloud.backends.kubernetes.report import Seen, report
 from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.scheduler import WorkerPlacement
 
-__all__ = ["KubernetesBackend"]
+__all__ = ["KubernetesBackend", "create"]
 
 log = logging.getLogger("paddlecloud.backends.kubernetes")
 
@@ -81,7 +90,19 @@ class _Job:
 
 class KubernetesBackend:
     name = "kubernetes"
-    capabilities = frozenset({Capability.GPU, Capability.RESIZE, Capability.ADOPT, Capability.LOGS_FOLLOW})
+    #: fetch-package: the pods' fetch init container GETs the package (the TrainingJob names its
+    #: PFS path and the API; ``pods._package_url``) with the job token from the job's Secret.
+    #: logs-previous: the container's previous log when the kubelet restarted it in place (a pod
+    #: made anew by the operator has none: an empty answer)
+    capabilities = frozenset(
+        {
+            Capability.GPU,
+            Capability.RESIZE,
+            Capability.ADOPT,
+            Capability.LOGS_FOLLOW,
+            Capability.LOGS_PREVIOUS,
+        }
+    )
 
     def __init__(
         self,
@@ -123,8 +144,8 @@ class KubernetesBackend:
                 self._ensure_namespace(ns)
             with job.lock:
                 self._create(job)
-        except _API_ERRORS as exc:  # the job fails to start, with what Kubernetes said
-            raise RuntimeError(f"creating TrainingJob {ns}/{name} failed: {api_message(exc)}") from None
+        except _API_ERRORS as exc:  # the job fails to start with what Kubernetes said, or waits
+            raise backend_error(exc, f"creating TrainingJob {ns}/{name}") from None
 
     def adopt(self, launch: JobLaunch) -> None:
         ns, name = placed(self.settings, launch)
@@ -134,16 +155,16 @@ class KubernetesBackend:
         with job.lock:
             try:
                 tj = self.kube.get_job(ns, name)
-            except client.ApiException as exc:
+            except _API_ERRORS as exc:
                 if api_status(exc) != 404:
-                    raise
-                self._create(job)  # gone while the server was down: start it again
+                    raise backend_error(exc, f"reading TrainingJob {ns}/{name}") from None
+                self._create_or_raise(job)  # gone while the server was down: start it again
                 return
             job.created = self._ours(job, tj)
             runs = (tj.get("status") or {}).get("workerRuns") or {}
             job.seen.runs = {str(k): int(v) for k, v in runs.items()}  # restarts already reported
             if not job.created:
-                self._create(job)
+                self._create_or_raise(job)
 
     def sync(self, key: str) -> JobStatus:
         job = self._get(key)
@@ -175,9 +196,14 @@ class KubernetesBackend:
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
         job = self._get(key)
-        if job is None or placement.role != "trainer":
-            raise ValueError(f"cannot add {placement.role}-{placement.index} to {key}")
-        self._scale(job, lambda n: max(n, placement.index + 1), "TrainerAdded")
+        if placement.role != "trainer":
+            raise NotSupported(self.name, f"adding a {placement.role} to a running job")
+        if job is None:
+            raise JobRejected(f"cannot add trainer-{placement.index} to {key}: no such job here")
+        try:
+            self._scale(job, lambda n: max(n, placement.index + 1), "TrainerAdded")
+        except _API_ERRORS as exc:
+            raise backend_error(exc, f"scaling TrainingJob {job.namespace}/{job.name}") from None
 
     def remove_trainer(self, key: str, grace: float) -> None:
         job = self._get(key)
@@ -237,6 +263,12 @@ class KubernetesBackend:
             and notes.get(ANNOTATION_ATTEMPT) == str(job.launch.attempt)
             and not (tj.get("metadata") or {}).get("deletionTimestamp")
         )
+
+    def _create_or_raise(self, job: _Job) -> None:
+        try:
+            self._create(job)
+        except _API_ERRORS as exc:
+            raise backend_error(exc, f"creating TrainingJob {job.namespace}/{job.name}") from None
 
     def _create(self, job: _Job) -> None:
         """Create the TrainingJob and its token Secret, unless an older one of the same name is in
@@ -354,3 +386,9 @@ class KubernetesBackend:
                     BackendEvent("Normal", reason, f"trainers {have} -> {want} (scale subresource)")
                 )
             self._wake()
+
+
+def create(setup: BackendSetup) -> KubernetesBackend:
+    """The registry's factory: a Kubernetes backend from :class:`KubeSettings` (``backends.registry``)."""
+    settings: KubeSettings = setup.settings
+    return KubernetesBackend(settings, setup.datacenter, setup.wake)

@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 
 from paddlecloud._version import __version__
+from paddlecloud.backends.errors import BackendError, BackendUnavailable, JobRejected
 from paddlecloud.backends.kubernetes import crd
 
-__all__ = ["Kube", "api_message", "api_status", "connect", "retry_conflict"]
+__all__ = ["Kube", "api_message", "api_status", "backend_error", "connect", "retry_conflict"]
 
 log = logging.getLogger("paddlecloud.kubernetes")
 
@@ -38,6 +39,18 @@ CONFLICT_ATTEMPTS = 5
 def api_status(exc: BaseException) -> int | None:
     """The HTTP status of a failed API call, or None when it was not an answer from the server."""
     return int(exc.status) if isinstance(exc, client.ApiException) and exc.status else None
+
+
+def backend_error(exc: BaseException, what: str) -> BackendError:
+    """A failed API call as the backend contract's error: no answer, a timeout, 429 or a 5xx is
+    transient (``BackendUnavailable``: the server is tried again next cycle); any other answer is the
+    cluster refusing the job (``JobRejected``: 400 invalid, 403 forbidden or over a ResourceQuota,
+    422 ...), with what the API server said."""
+    status = api_status(exc)
+    message = f"{what}: {api_message(exc)}"
+    if status is None or status in (408, 429) or status >= 500:
+        return BackendUnavailable(message)
+    return JobRejected(message)
 
 
 def api_message(exc: BaseException) -> str:

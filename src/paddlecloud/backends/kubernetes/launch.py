@@ -15,6 +15,7 @@ import base64
 from typing import Any
 
 from paddlecloud.backends.base import JobLaunch
+from paddlecloud.backends.errors import JobRejected
 from paddlecloud.backends.kubernetes import crd
 from paddlecloud.backends.kubernetes.settings import KubeSettings, user_namespace
 from paddlecloud.core.quantity import format_cpu, format_memory
@@ -43,11 +44,11 @@ Placed = tuple[str, str]  # (namespace, TrainingJob name)
 
 
 def job_name(settings: KubeSettings, user: str, name: str) -> str:
-    """The TrainingJob's name; ``ValueError`` when it cannot name pods and Services."""
+    """The TrainingJob's name; ``JobRejected`` when it cannot name pods and Services."""
     tj = f"{user}-{name}" if settings.namespace else name
     why = crd.check_job_name(tj)
     if why:
-        raise ValueError(f"cannot run on Kubernetes: {why}")
+        raise JobRejected(f"cannot run on Kubernetes: {why}")
     return tj
 
 

@@ -6,7 +6,10 @@ machine without the optional ``kubernetes`` extra.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
 
 __all__ = ["KubeSettings", "user_namespace"]
 
@@ -33,6 +36,22 @@ class KubeSettings:
     follow_wait_s: float = 600.0
     #: how long ``nodes()`` reuses the last node list
     nodes_ttl_s: float = 5.0
+
+    #: the ``up`` options these settings are made from (``backends.registry``)
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "kubeconfig", "image", "kube_image", "kube_namespace", "kube_storage_claim",
+    )  # fmt: skip
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> KubeSettings:
+        kubeconfig = options.get("kubeconfig")
+        return cls(
+            kubeconfig=str(Path(kubeconfig).resolve()) if kubeconfig else None,
+            namespace=options.get("kube_namespace") or None,
+            image=options.get("image") or cls.image,
+            platform_image=options.get("kube_image") or "",
+            storage_claim=options.get("kube_storage_claim") or "",
+        )
 
 
 def user_namespace(settings: KubeSettings, user: str) -> str:

@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from paddlecloud.backends.local.backend import LocalBackend, LocalConfig
 from paddlecloud.backends.local.nodes import NodeShape
+from paddlecloud.backends.local.settings import LocalSettings
 
-__all__ = ["LocalBackend", "LocalConfig", "NodeShape"]
+__all__ = ["LocalBackend", "LocalConfig", "LocalSettings", "NodeShape"]

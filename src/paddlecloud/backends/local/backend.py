@@ -51,6 +51,7 @@ from pathlib import Path
 
 from paddlecloud.backends.base import (
     BackendEvent,
+    BackendSetup,
     Capability,
     JobLaunch,
     JobStatus,
@@ -58,6 +59,7 @@ from paddlecloud.backends.base import (
     NodeInfo,
     WorkerStatus,
 )
+from paddlecloud.backends.errors import JobRejected, NotSupported
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.nodes import NodeShape, make_nodes
@@ -72,6 +74,7 @@ from paddlecloud.backends.local.sandbox import (
     open_file_nofollow,
     worker_base_env,
 )
+from paddlecloud.backends.local.settings import LocalSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
@@ -79,7 +82,7 @@ from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
 
-__all__ = ["LocalBackend", "LocalConfig"]
+__all__ = ["LocalBackend", "LocalConfig", "create"]
 
 log = logging.getLogger("paddlecloud.backends.local")
 
@@ -241,6 +244,12 @@ class LocalBackend:
             return JobStatus(failure="the backend has no record of this job", finished=True)
         with job.lock:
             self._advance(job)
+            # a worker that ended badly after its check in this pass would be reported Failed although
+            # the next pass restarts it: check again so the report and the decision agree
+            for _ in range(2):
+                if not self._unhandled_end(job):
+                    break
+                self._advance(job)
             events, job.events = tuple(job.events), []
             return JobStatus(
                 workers=self._statuses(job),
@@ -263,8 +272,10 @@ class LocalBackend:
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
         job = self._get(key)
-        if job is None or placement.role != "trainer":
-            raise ValueError(f"cannot add {placement.role}-{placement.index} to {key}")
+        if placement.role != "trainer":
+            raise NotSupported(self.name, f"adding a {placement.role} to a running job")
+        if job is None:
+            raise JobRejected(f"cannot add trainer-{placement.index} to {key}: no such job here")
         with job.lock:
             if job.stage in (Stage.STOPPING, Stage.DONE):
                 return  # the job is ending: nothing to grow
@@ -473,6 +484,16 @@ class LocalBackend:
         if job.stage == Stage.STOPPING and job.stopper is not None and not job.stopper.is_alive():
             self._finish(job)
 
+    def _unhandled_end(self, job: _Job) -> bool:
+        """A worker of a running job ended badly and no restart or failure was decided for it yet."""
+        if job.failure is not None or job.stage not in (Stage.PSERVERS, Stage.TRAINERS):
+            return False
+        now = self._now()
+        return any(
+            w.name not in job.retired and w.state(now) in (WorkerState.FAILED, WorkerState.LOST)
+            for w in job.workers.values()
+        )
+
     def _check_pservers(self, job: _Job) -> None:
         now = self._now()
         for w in job.servers():
@@ -640,3 +661,13 @@ class LocalBackend:
     @staticmethod
     def _install_runtime_shim(target: Path) -> Path:
         return install_runtime_shim(target)
+
+
+def create(setup: BackendSetup) -> LocalBackend:
+    """The registry's factory: a local backend from :class:`LocalSettings` (``backends.registry``)."""
+    settings: LocalSettings = setup.settings
+    config = LocalConfig(
+        root=setup.cluster_dir, nodes=settings.nodes, env_cache_bytes=settings.env_cache_bytes,
+        isolation=settings.isolation, pass_env=settings.pass_env, private=(setup.data_dir,),
+    )  # fmt: skip
+    return LocalBackend(config, setup.now, setup.wake)

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from paddlecloud.backends.base import (
     BackendEvent,
+    BackendSetup,
     Capability,
     JobLaunch,
     JobStatus,
@@ -54,6 +55,7 @@ from paddlecloud.backends.base import (
     NodeInfo,
     WorkerStatus,
 )
+from paddlecloud.backends.errors import JobRejected, NotSupported
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.sandbox import ConfinementError, make_dirs
@@ -68,7 +70,7 @@ from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
 
-__all__ = ["SlurmBackend"]
+__all__ = ["SlurmBackend", "create"]
 
 log = logging.getLogger("paddlecloud.backends.slurm")
 
@@ -151,8 +153,10 @@ class SlurmBackend:
             Capability.ADOPT,
             Capability.LOGS_PREVIOUS,
             Capability.LOGS_FOLLOW,
+            Capability.FIXED_CAPACITY,
+            Capability.SHARED_CAPACITY,
         }
-    )  # not FIXED_CAPACITY: nodes() is net of other users' load, which comes and goes
+    )
 
     def __init__(self, settings: SlurmSettings, clock: Callable[[], float], wake: Callable[[], None]) -> None:
         self.settings = settings
@@ -162,19 +166,22 @@ class SlurmBackend:
         self._lock = threading.Lock()
         self._addresses: dict[str, str] = {}
         self._last_nodes: tuple[NodeInfo, ...] = ()
-        settings.root.mkdir(parents=True, exist_ok=True)
+        if settings.root is None:
+            raise ValueError("SlurmSettings.root: the shared directory is not set (create() sets it)")
+        self.root: Path = settings.root
+        self.root.mkdir(parents=True, exist_ok=True)
         #: job environments (one per distinct requirements.txt) and the worker runtime for them,
         #: on the shared directory
-        self._envs = EnvCache(settings.root / "envs", settings.env_cache_bytes)
-        self._pythonpath = install_runtime_shim(settings.root / "pythonpath")
+        self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes)
+        self._pythonpath = install_runtime_shim(self.root / "pythonpath")
 
     # -- contract -------------------------------------------------------------------------------
 
     def nodes(self) -> tuple[NodeInfo, ...]:
-        """Usable nodes (not down, drained or unresponsive) and what of them is ours to place on:
-        their size less what Slurm has allocated there, plus what our running workers asked for
-        (the controller subtracts that itself). So other users' jobs are seen, and so is Slurm's
-        rounding of our requests (a 250m worker holds a whole CPU)."""
+        """Usable nodes (not down, drained or unresponsive) with their size and, as ``foreign``
+        (capability ``shared-capacity``), what Slurm has allocated there beyond what our running
+        workers asked for: other users' jobs, and Slurm's rounding of our requests (a 250m worker
+        holds a whole CPU); the controller counts our own placements itself."""
         try:
             found = sc.cluster_nodes(self.settings.command_timeout, self.settings.partition)
         except sc.SlurmCommandError as exc:  # Slurm busy or down: the last snapshot, no cycle lost
@@ -187,14 +194,11 @@ class SlurmBackend:
             if not n.usable:
                 continue
             ours = mine.get(n.name, Resources())
-            free = Resources(
-                (n.cpus - n.alloc_cpus) * 1000 + ours.cpu_m,
-                (n.memory_mib - n.alloc_memory_mib) * _MIB + ours.memory,
+            foreign = Resources(
+                max(n.alloc_cpus * 1000 - ours.cpu_m, 0), max(n.alloc_memory_mib * _MIB - ours.memory, 0)
             )
-            capacity = Resources(
-                min(free.cpu_m, n.cpus * 1000), min(free.memory, n.memory_mib * _MIB), n.gpus
-            )
-            out.append(NodeInfo(n.name, capacity, tuple(range(n.gpus))))
+            size = Resources(n.cpus * 1000, n.memory_mib * _MIB, n.gpus)
+            out.append(NodeInfo(n.name, size, tuple(range(n.gpus)), foreign=foreign))
         self._last_nodes = tuple(out)
         return self._last_nodes
 
@@ -320,8 +324,10 @@ class SlurmBackend:
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
         job = self._get(key)
-        if job is None or placement.role != "trainer":
-            raise ValueError(f"cannot add {placement.role}-{placement.index} to {key}")
+        if placement.role != "trainer":
+            raise NotSupported(self.name, f"adding a {placement.role} to a running job")
+        if job is None:
+            raise JobRejected(f"cannot add trainer-{placement.index} to {key}: no such job here")
         with job.lock:
             if job.stage in (Stage.STOPPING, Stage.DONE):
                 return  # the job is ending: nothing to grow
@@ -680,7 +686,7 @@ class SlurmBackend:
         for job in jobs:
             with job.lock:
                 for w in job.workers.values():  # not retired ones: the controller no longer counts them
-                    if w.state == WorkerState.RUNNING and w.ran_on and w.role != RENDEZVOUS:
+                    if w.state == WorkerState.RUNNING and w.ran_on and w.role != RENDEZVOUS:  # store: foreign
                         need = job.launch.resources.get(w.role, _DEFAULT_NEED)
                         out[w.ran_on] = out.get(w.ran_on, Resources()) + Resources(need.cpu_m, need.memory)
         return out
@@ -693,7 +699,7 @@ class SlurmBackend:
         lo, hi = self.settings.ports
         free = [p for p in range(lo, hi + 1) if p not in used]
         if len(free) < n:
-            raise RuntimeError(f"no {n} free ports left in {lo}-{hi}")
+            raise JobRejected(f"no {n} free ports left in {lo}-{hi} (SlurmSettings.ports)")
         return free[:n]
 
     def _get(self, key: str) -> _Job | None:
@@ -702,7 +708,7 @@ class SlurmBackend:
 
     def _job_dir(self, key: str) -> Path:
         user, _, name = key.partition("/")
-        return self.settings.root / "jobs" / user / name
+        return self.root / "jobs" / user / name
 
 
 def _command(w: _Worker, entry: str) -> str:
@@ -725,3 +731,12 @@ def _listening(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def create(setup: BackendSetup) -> SlurmBackend:
+    """The registry's factory: a Slurm backend from :class:`SlurmSettings`, its files under
+    ``<data>/slurm`` unless the settings name another shared directory (``backends.registry``)."""
+    settings: SlurmSettings = setup.settings
+    if settings.root is None:
+        settings = dataclasses.replace(settings, root=setup.data_dir / "slurm")
+    return SlurmBackend(settings, setup.now, setup.wake)

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from paddlecloud.backends.errors import BackendUnavailable
+
 __all__ = [
     "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "queue", "submit",
 ]  # fmt: skip
@@ -31,8 +33,9 @@ ENDED_STATES = frozenset(
 )  # fmt: skip
 
 
-class SlurmCommandError(RuntimeError):
-    """A Slurm command failed or took too long; the message has the command and its error."""
+class SlurmCommandError(BackendUnavailable):
+    """A Slurm command failed or took too long; the message has the command and its error
+    (transient: slurmctld busy, restarting or unreachable; the controller tries again)."""
 
 
 @dataclass(frozen=True)

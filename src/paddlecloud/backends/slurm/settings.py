@@ -1,14 +1,17 @@
 """The Slurm backend's settings (``paddlecloud up --backend slurm --slurm-...``).
 
-Everything Slurm-specific the server is told lives here, so the platform's own configuration only
-carries one :class:`SlurmSettings` value through to :class:`~paddlecloud.backends.slurm.SlurmBackend`.
+Made by the backend registry (``backends.registry``) from ``up``'s ``--slurm-*`` options; the
+platform's own configuration holds them as an opaque object and hands them back to
+:func:`~paddlecloud.backends.slurm.backend.create`.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 __all__ = ["SlurmSettings"]
 
@@ -16,8 +19,8 @@ __all__ = ["SlurmSettings"]
 @dataclass(frozen=True)
 class SlurmSettings:
     #: the backend's files (job packages, logs, exit statuses, records): must be on a file system
-    #: every Slurm node sees at the same path (the data dir's ``slurm/``)
-    root: Path
+    #: every Slurm node sees at the same path (None: the data dir's ``slurm/``)
+    root: Path | None = None
     partition: str = ""  # sbatch --partition ("" : the cluster's default partition)
     account: str = ""  # sbatch --account ("" : the submitting Unix user's default account)
     qos: str = ""  # sbatch --qos
@@ -35,3 +38,15 @@ class SlurmSettings:
     env_cache_bytes: int | None = 20 * 2**30
     #: seconds a Slurm command may take before the call is given up (the controller retries)
     command_timeout: float = 30.0
+
+    #: the ``up`` options these settings are made from
+    OPTIONS: ClassVar[tuple[str, ...]] = ("slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SlurmSettings:
+        return cls(
+            partition=options.get("slurm_partition") or "",
+            account=options.get("slurm_account") or "",
+            qos=options.get("slurm_qos") or "",
+            sbatch_args=tuple(options.get("slurm_sbatch_arg") or ()),
+        )

@@ -1,0 +1,30 @@
+"""What backend settings are made from: ``paddlecloud up``'s option values, checked.
+
+A backend's settings class has ``OPTIONS`` (the Click parameter names it reads) and
+``from_options(values)``, which raises :class:`OptionError` naming the flag of a bad value; the
+helpers here parse the common kinds of values. The CLI turns an ``OptionError`` into a usage error.
+"""
+
+from __future__ import annotations
+
+from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
+
+__all__ = ["OptionError", "quantity"]
+
+
+class OptionError(ValueError):
+    """A backend option's value is not usable; ``option`` is its flag (``--node-cpu``)."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def quantity(kind: str, value: object, option: str) -> int | None:
+    """``value`` as millicores (``kind`` "cpu") or bytes ("memory"); None stays None."""
+    if value is None:
+        return None
+    try:
+        return parse_cpu(value) if kind == "cpu" else parse_memory(value)  # type: ignore[arg-type]
+    except QuantityError as exc:
+        raise OptionError(option, str(exc)) from None
