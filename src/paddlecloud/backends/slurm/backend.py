@@ -370,8 +370,13 @@ class SlurmBackend:
             if job is None:
                 return True
             with job.lock:
-                w = job.workers.get(worker)
-                return w is None or job.stage == Stage.DONE or (w.state in _ENDED and w.restart_at is None)
+                w = job.workers.get(worker) or job.retired.get(worker)
+                if w is None or job.stage == Stage.DONE:
+                    return True
+                if w.state in _ENDED:
+                    return w.restart_at is None
+                # between two syncs: the run's launcher has written its exit status
+                return (job.dir / "run" / f"{w.name}.{w.run}.exit.json").exists()
 
         return read_logs(self._job_dir(req.key) / "logs", req, ended)
 
