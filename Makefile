@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint unit e2e bench clean
+.PHONY: install demo demo-slurm test lint unit e2e bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,9 @@ install: $(VENV)/.installed
 
 demo: install           ## start the platform, run examples/fit_a_line (2 pservers + 2 trainers), stop
 	bash scripts/demo.sh
+
+demo-slurm: install     ## the same demo on a private Slurm cluster (scripts/ensure-slurm.sh; root + apt-get)
+	bash scripts/demo.sh --backend slurm
 
 lint: install           ## ruff, mypy --strict, import-linter layer contracts
 	$(VENV)/bin/ruff check src tests bench examples

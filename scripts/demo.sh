@@ -4,8 +4,13 @@
 # trainers lease the shards from the job's task master for 5 passes, follow it to the end, show the
 # task master's record and where the model is, stop.
 # Exits 0 only if the job Succeeded and reported its final loss.
+#
+#   scripts/demo.sh                  # the local backend (make demo)
+#   scripts/demo.sh --backend slurm  # on the private Slurm cluster of scripts/ensure-slurm.sh (make demo-slurm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BACKEND=local
+if [ "${1:-}" = "--backend" ]; then BACKEND=${2:?"--backend local|slurm"}; fi
 PC=.venv/bin/paddlecloud
 DEMO=$PWD/.demo
 rm -rf "$DEMO" && mkdir -p "$DEMO"
@@ -15,15 +20,19 @@ start=$SECONDS
 
 # jobs run in a bubblewrap sandbox (docs/security.md); install it where we can (root + apt-get);
 # auto: the sandbox where bubblewrap works, else none (the server's log then says why)
-if bash scripts/ensure-system-packages.sh bubblewrap; then
-  ISOLATION=auto
+if [ "$BACKEND" = slurm ]; then
+  echo "== starting the private Slurm cluster (scripts/ensure-slurm.sh: slurmctld + nodes n1..n3)"
+  eval "$(bash scripts/ensure-slurm.sh start)"
+  UP_ARGS=(--backend slurm)
+elif bash scripts/ensure-system-packages.sh bubblewrap; then
+  UP_ARGS=(--isolation auto)
 else
-  ISOLATION=none
+  UP_ARGS=(--isolation none)
   echo "== bubblewrap is not available: the demo runs its job without isolation (--isolation none)"
 fi
 
 echo "== starting PaddleCloud on 127.0.0.1:$PORT (data: $DEMO/data, log: $DEMO/server.log)"
-$PC up --port "$PORT" --data-dir "$DEMO/data" --isolation "$ISOLATION" >"$DEMO/server.log" 2>&1 &
+$PC up --port "$PORT" --data-dir "$DEMO/data" "${UP_ARGS[@]}" >"$DEMO/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do

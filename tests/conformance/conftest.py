@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from paddlecloud.backends.base import Capability
-from tests.conformance.harness import Harness, KubeHarness, LocalHarness, MemoryHarness
+from tests.conformance.harness import Harness, KubeHarness, LocalHarness, MemoryHarness, SlurmHarness
 
 
 @contextlib.contextmanager
@@ -68,12 +68,27 @@ def kubernetes(tmp_path: Path) -> Iterator[Harness]:
             assert kubelet.errors == []
 
 
+@contextlib.contextmanager
+def slurm(tmp_path: Path) -> Iterator[Harness]:
+    from tests.slurm.conftest import ensure_cluster
+
+    ensure_cluster()
+    h = SlurmHarness(tmp_path)
+    try:
+        yield h
+    finally:
+        for key in h.sizes:
+            with contextlib.suppress(Exception):
+                h.backend.stop(key, 0.0)
+
+
 #: every backend the contract is checked against; a new backend joins with one line
 HARNESSES: dict[str, Callable[[Path], contextlib.AbstractContextManager[Harness]]] = {
     "memory": memory,
     "memory-minimal": memory_minimal,
     "local": local,
     "kubernetes": kubernetes,
+    "slurm": slurm,  # a private cluster from scripts/ensure-slurm.sh
 }
 
 

@@ -237,3 +237,29 @@ class KubeHarness:
             KubeSettings(grace_s=1), kube=kube_client(self.kube, "paddlecloud-server")
         )
         return self.backend
+
+
+# -- Slurm: the private cluster of scripts/ensure-slurm.sh (tests/slurm) --------------------------
+
+
+@dataclass
+class SlurmHarness(LocalHarness):
+    """The local harness's worker program, each worker a Slurm job on node n1 of the real cluster."""
+
+    def _open(self) -> Backend:
+        from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
+
+        return SlurmBackend(SlurmSettings(root=self.root / "slurm", cleanup_grace=1), time.time, lambda: None)
+
+    def launch(self, name: str, pservers: int = 0, trainers: int = 1) -> JobLaunch:
+        from dataclasses import replace
+
+        return replace(
+            super().launch(name, pservers, trainers), placement=placement("n1", pservers, trainers)
+        )
+
+    def leftovers(self, key: str) -> list[str]:
+        import subprocess
+
+        out = subprocess.run(["squeue", "-h", "-o", "%i %T %k"], capture_output=True, text=True, check=True)
+        return [ln for ln in out.stdout.splitlines() if ln.endswith(f"paddlecloud:{key}")]

@@ -83,6 +83,7 @@ class BackendEntry:
 def _builtin() -> dict[str, BackendEntry]:
     from paddlecloud.backends.kubernetes.settings import KubeSettings
     from paddlecloud.backends.local.settings import LocalSettings
+    from paddlecloud.backends.slurm.settings import SlurmSettings
 
     return {
         e.name: e
@@ -101,6 +102,13 @@ def _builtin() -> dict[str, BackendEntry]:
                 factory="paddlecloud.backends.kubernetes.backend:create",
                 options=KubeSettings.OPTIONS,
                 extra="kubernetes",
+            ),
+            BackendEntry(
+                name="slurm",
+                description="a Slurm batch job per worker on a Slurm cluster; docs/slurm.md",
+                settings_type=SlurmSettings,
+                factory="paddlecloud.backends.slurm.backend:create",
+                options=SlurmSettings.OPTIONS,
             ),
         )
     }

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from paddlecloud.api.models import JobDetail
+from paddlecloud.api.models import JobDetail, WorkerView
 from paddlecloud.cli.output import FORMATS, age, console, emit, jobs_table, print_table, role_cell
 from paddlecloud.cli.tasks import summary_line, task_options, task_spec
 from paddlecloud.client import Client
@@ -146,6 +146,12 @@ def _add_restart_spec(spec: dict[str, Any], opts: dict[str, Any]) -> None:
         spec["restart_backoff_reset_s"] = opts["restart_backoff_reset"]
 
 
+def _started(w: WorkerView) -> bool:
+    """Whether a worker has been started: a process (local) or a start time (Slurm, Kubernetes),
+    so it has a log to follow."""
+    return w.pid is not None or w.started_at is not None
+
+
 def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
     """Print phase changes and stream every worker's log until the job ends."""
     err = console(stderr=True)
@@ -158,12 +164,12 @@ def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
             err.print(f"[bold]{name}[/bold] {line}", markup=True)
             last = line
         if job.phase in TERMINAL_PHASES:
-            if not streamed and any(w.pid for w in job.workers):  # it ended between two polls
+            if not streamed and any(map(_started, job.workers)):  # it ended between two polls
                 for text in client.logs(name):
                     sys.stdout.write(text)
                 sys.stdout.flush()
             return job
-        if not streamed and any(w.pid for w in job.workers):
+        if not streamed and any(map(_started, job.workers)):
             for text in client.logs(name, follow=True):
                 sys.stdout.write(text)
                 sys.stdout.flush()
@@ -327,7 +333,7 @@ def logs(
     client = Client()
     if follow:  # a queued job has no workers yet: wait for them, bounded by the job's end
         while (d := client.job(job, user=user)).phase == JobPhase.QUEUED or (
-            d.phase == JobPhase.STARTING and not any(w.pid for w in d.workers) and worker != "prepare"
+            d.phase == JobPhase.STARTING and not any(map(_started, d.workers)) and worker != "prepare"
         ):
             time.sleep(0.5)
     for line in client.logs(job, worker=worker, tail=tail, follow=follow, previous=previous, user=user):

@@ -134,8 +134,17 @@ def _datacenter(name: str) -> str:
     "--backend",
     default="local",
     show_default=True,
-    help="what runs the jobs: local (processes on this machine), kubernetes (Pods; docs/kubernetes.md); "
-    "an unknown name lists the known ones",
+    help="what runs the jobs: local (processes on this machine), kubernetes (Pods; docs/kubernetes.md), "
+    "slurm (Slurm batch jobs; docs/slurm.md); an unknown name lists the known ones",
+)
+@click.option("--slurm-partition", help="slurm: the partition jobs run in (default: the cluster's default)")
+@click.option("--slurm-account", help="slurm: the account jobs are charged to (default: the user's default)")
+@click.option("--slurm-qos", help="slurm: the QOS of the jobs")
+@click.option(
+    "--slurm-sbatch-arg",
+    multiple=True,
+    metavar="ARG",
+    help="slurm: one more sbatch argument for every worker, e.g. --constraint=ib (repeatable)",
 )
 @click.option(
     "--kubeconfig",

@@ -1,6 +1,7 @@
 """The platform-hosted rendezvous store of an elastic PyTorch job.
 
-Run as ``python -m paddlecloud.runtime.rendezvous PORT``.
+Run as ``python -m paddlecloud.runtime.rendezvous PORT [HOST]`` (HOST: the address to listen on,
+127.0.0.1 by default; the Slurm backend, whose trainers run on other hosts, gives 0.0.0.0).
 
 torchrun's c10d rendezvous keeps its state in a ``TCPStore``; by default the agent whose address
 matches the endpoint hosts it, so losing that trainer kills the job. For elastic torch jobs the
@@ -33,6 +34,6 @@ def serve(port: int, host: str = "127.0.0.1") -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
-        sys.exit("usage: python -m paddlecloud.runtime.rendezvous PORT")
-    serve(int(sys.argv[1]))
+    if len(sys.argv) not in (2, 3) or not sys.argv[1].isdigit():
+        sys.exit("usage: python -m paddlecloud.runtime.rendezvous PORT [HOST]")
+    serve(int(sys.argv[1]), *sys.argv[2:])

@@ -60,7 +60,7 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.errors import JobRejected, NotSupported
-from paddlecloud.backends.local.envs import EnvBuildError, EnvCache
+from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.nodes import NodeShape, make_nodes
 from paddlecloud.backends.local.ports import PortAllocator, is_listening
@@ -78,7 +78,7 @@ from paddlecloud.backends.local.settings import LocalSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
-from paddlecloud.runtime import membership, torchelastic
+from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
 
@@ -660,16 +660,7 @@ class LocalBackend:
 
     @staticmethod
     def _install_runtime_shim(target: Path) -> Path:
-        """Put a stdlib-only copy of ``paddlecloud.runtime`` where worker programs can import it."""
-        import paddlecloud.runtime as runtime_pkg
-
-        src = Path(runtime_pkg.__file__).parent
-        pkg = target / "paddlecloud"
-        shutil.rmtree(pkg, ignore_errors=True)
-        shutil.copytree(src, pkg / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
-        (pkg / "__init__.py").write_text('"""PaddleCloud worker runtime (stdlib only)."""\n')
-        torchelastic.install_entry_point(target)  # torchrun's rendezvous backend "paddlecloud"
-        return target
+        return install_runtime_shim(target)
 
 
 def create(setup: BackendSetup) -> LocalBackend:

@@ -47,9 +47,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+import paddlecloud.runtime as runtime_pkg
 from paddlecloud.backends.local.sandbox import Command, Sandbox
+from paddlecloud.runtime import torchelastic
 
-__all__ = ["EnvBuildError", "EnvCache", "dir_size"]
+__all__ = ["EnvBuildError", "EnvCache", "dir_size", "install_runtime_shim"]
 
 READY = ".paddlecloud-ready"
 _TRASH = ".evicted-"
@@ -273,3 +275,15 @@ def _mark_ready(target: Path, requirements: str) -> None:
     fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "w") as f:
         f.write(requirements)
+
+
+def install_runtime_shim(target: Path) -> Path:
+    """Put a stdlib-only copy of ``paddlecloud.runtime`` where worker programs can import it (on
+    ``PYTHONPATH``: a job's environment does not have the platform installed)."""
+    src = Path(runtime_pkg.__file__).parent
+    pkg = target / "paddlecloud"
+    shutil.rmtree(pkg, ignore_errors=True)
+    shutil.copytree(src, pkg / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / "__init__.py").write_text('"""PaddleCloud worker runtime (stdlib only)."""\n')
+    torchelastic.install_entry_point(target)  # torchrun's rendezvous backend "paddlecloud"
+    return target

@@ -1,0 +1,747 @@
+"""The Slurm backend: every worker of a job is one Slurm batch job (docs/slurm.md).
+
+Per job, under ``<root>/jobs/<user>/<name>/`` (``root`` on a file system every node sees)::
+
+    record.json          ports, stage and, per worker, its current run and Slurm job id (adoption)
+    package/             the unpacked job package;  workers/<worker>/  a private copy per worker
+    logs/<worker>.<run>.log    one file per run (sbatch --output), kept across restarts
+    run/<worker>.<run>.exit.json   the launcher's exit status of that run
+    contract/membership.json   the job's trainers and endpoints now (``runtime.membership``)
+
+Each worker is ``sbatch --wrap "python -m paddlecloud.runtime.launcher ..."`` named
+``pc-<user>-<job>-<worker>-r<run>`` with ``-n1 -c CPUS --mem M [--gres=gpu:N] --nodelist NODE
+--no-requeue`` and the worker's environment (the env contract) exported to it. The node is the one
+our scheduler placed the worker on, from the snapshot :meth:`SlurmBackend.nodes` took of Slurm (what
+other users hold included); a restarted worker is submitted without a node and Slurm picks one, its
+endpoint then being resolved once it runs (``squeue`` names its node).
+
+Start sequence (driven by ``sync``)::
+
+    start ──submit pservers──▶ PSERVERS ──every pserver RUNNING and listening──▶ submit trainers ──▶
+    TRAINERS ──all trainers succeeded──▶ STOPPING (scancel pservers) ──▶ DONE
+        └──── a failure (no restart left) ────▶ STOPPING (scancel everything) ──▶ DONE
+
+Status comes from one ``squeue --json`` per ``sync`` for all the job's Slurm jobs, and the exit code
+from the launcher's status file; a Slurm job that ended without one (NODE_FAIL, TIMEOUT, PREEMPTED,
+CANCELLED by someone else) is reported as ``Lost`` with Slurm's state and reason, and restarted or
+fails the job per the restart policy (``core.restarts``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import shlex
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from paddlecloud.backends.base import (
+    BackendEvent,
+    BackendSetup,
+    Capability,
+    JobLaunch,
+    JobStatus,
+    LogRequest,
+    NodeInfo,
+    WorkerStatus,
+)
+from paddlecloud.backends.errors import JobRejected, NotSupported
+from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
+from paddlecloud.backends.local.logs import log_runs, read_logs
+from paddlecloud.backends.local.sandbox import ConfinementError, make_dirs
+from paddlecloud.backends.slurm import commands as sc
+from paddlecloud.backends.slurm.settings import SlurmSettings
+from paddlecloud.core.archive import ArchiveError, safe_extract
+from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.resources import Resources
+from paddlecloud.core.restarts import Exit, Restart, decide
+from paddlecloud.runtime import membership
+from paddlecloud.runtime.launcher import write_json_atomic
+from paddlecloud.scheduler import WorkerPlacement
+
+__all__ = ["SlurmBackend", "create"]
+
+log = logging.getLogger("paddlecloud.backends.slurm")
+
+_MIB = 1024 * 1024
+_ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
+#: what a worker needs when the launch does not say (one CPU, 512 MiB)
+_DEFAULT_NEED = Resources(cpu_m=1000, memory=512 * _MIB)
+
+
+RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store (``runtime.rendezvous``)
+#: what must listen before trainers start, and is stopped once they succeeded
+_SERVER_ROLES = ("pserver", RENDEZVOUS)
+
+
+class Stage(StrEnum):
+    PREPARING = "preparing"
+    PSERVERS = "pservers"
+    TRAINERS = "trainers"
+    STOPPING = "stopping"
+    DONE = "done"
+
+
+@dataclass
+class _Worker:
+    role: str
+    index: int
+    node: str  # planned node ("" : Slurm chooses, a restart)
+    port: int
+    run: int = 0
+    slurm_id: int | None = None
+    state: WorkerState = WorkerState.PENDING
+    ran_on: str = ""  # the node Slurm ran it on
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    restarts: int = 0
+    stopped: bool = False  # stopped by the platform
+    restart_at: float | None = None  # a restart is due then
+    reason: str = ""  # Slurm's pending reason, or how the run ended
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+@dataclass
+class _Job:
+    launch: JobLaunch
+    dir: Path
+    workers: dict[str, _Worker]
+    stores: tuple[int, int]  # gloo and master store ports
+    stage: Stage = Stage.PSERVERS
+    failure: str | None = None
+    failure_reason: str = "WorkerFailed"
+    job_restarts: int = 0
+    #: the environment built from the package's requirements.txt ("" : none, the server's Python)
+    env_dir: str = ""
+    #: trainers removed by a shrink (stopping or stopped), reported as Stopped
+    retired: dict[str, _Worker] = field(default_factory=dict)
+    events: list[BackendEvent] = field(default_factory=list)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def role(self, role: str) -> list[_Worker]:
+        return sorted((w for w in self.workers.values() if w.role == role), key=lambda w: w.index)
+
+    def servers(self) -> list[_Worker]:
+        return [w for role in _SERVER_ROLES for w in self.role(role)]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
+class SlurmBackend:
+    name = "slurm"
+    capabilities = frozenset(
+        {
+            Capability.GPU,
+            Capability.RESIZE,
+            Capability.ADOPT,
+            Capability.LOGS_PREVIOUS,
+            Capability.LOGS_FOLLOW,
+            Capability.FIXED_CAPACITY,
+            Capability.SHARED_CAPACITY,
+        }
+    )
+
+    def __init__(self, settings: SlurmSettings, clock: Callable[[], float], wake: Callable[[], None]) -> None:
+        self.settings = settings
+        self._now = clock
+        self._wake = wake
+        self._jobs: dict[str, _Job] = {}
+        self._lock = threading.Lock()
+        self._addresses: dict[str, str] = {}
+        self._last_nodes: tuple[NodeInfo, ...] = ()
+        if settings.root is None:
+            raise ValueError("SlurmSettings.root: the shared directory is not set (create() sets it)")
+        self.root: Path = settings.root
+        self.root.mkdir(parents=True, exist_ok=True)
+        #: job environments (one per distinct requirements.txt) and the worker runtime for them,
+        #: on the shared directory
+        self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes)
+        self._pythonpath = install_runtime_shim(self.root / "pythonpath")
+
+    # -- contract -------------------------------------------------------------------------------
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        """Usable nodes (not down, drained or unresponsive) with their size and, as ``foreign``
+        (capability ``shared-capacity``), what Slurm has allocated there beyond what our running
+        workers asked for: other users' jobs, and Slurm's rounding of our requests (a 250m worker
+        holds a whole CPU); the controller counts our own placements itself."""
+        try:
+            found = sc.cluster_nodes(self.settings.command_timeout, self.settings.partition)
+        except sc.SlurmCommandError as exc:  # Slurm busy or down: the last snapshot, no cycle lost
+            log.warning("sinfo failed, using the last node snapshot: %s", exc)
+            return self._last_nodes
+        self._addresses.update({n.name: n.address for n in found})
+        mine = self._requested_by_us()
+        out = []
+        for n in found:
+            if not n.usable:
+                continue
+            ours = mine.get(n.name, Resources())
+            foreign = Resources(
+                max(n.alloc_cpus * 1000 - ours.cpu_m, 0), max(n.alloc_memory_mib * _MIB - ours.memory, 0)
+            )
+            size = Resources(n.cpus * 1000, n.memory_mib * _MIB, n.gpus)
+            out.append(NodeInfo(n.name, size, tuple(range(n.gpus)), foreign=foreign))
+        self._last_nodes = tuple(out)
+        return self._last_nodes
+
+    def start(self, launch: JobLaunch) -> None:
+        jdir = self._job_dir(launch.key)
+        if launch.attempt == 0:
+            shutil.rmtree(jdir, ignore_errors=True)
+        else:
+            shutil.rmtree(jdir / "workers", ignore_errors=True)
+        for sub in ("logs", "run", "workers", "contract"):
+            (jdir / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            make_dirs(launch.output_dir)  # never through a link a job planted in its home
+        except (ConfinementError, OSError) as exc:
+            log.warning("%s: output not created: %s", launch.key, exc)
+        ports = self._allocate_ports(len(launch.placement) + 2)
+        workers = {}
+        for p, port in zip(launch.placement, ports, strict=False):
+            runs = log_runs(jdir / "logs", f"{p.role}-{p.index}")
+            w = _Worker(p.role, p.index, p.node, port, run=runs[-1] + 1 if runs else 0)
+            workers[w.name] = w
+        if launch.framework == "torch" and launch.trainer_range is not None:  # the store, first
+            runs = log_runs(jdir / "logs", f"{RENDEZVOUS}-0")
+            store = _Worker(
+                RENDEZVOUS, 0, launch.placement[0].node, ports[-1], run=runs[-1] + 1 if runs else 0
+            )
+            workers[store.name] = store
+        job = _Job(launch, jdir, workers, (ports[-2], ports[-1]))
+        with self._lock:
+            self._jobs[launch.key] = job
+        with job.lock:
+            try:
+                safe_extract(launch.package, jdir / "package")
+            except (ArchiveError, OSError) as exc:
+                self._fail(job, f"the job package could not be unpacked: {exc}", "StartFailed")
+                return
+            requirements = _requirements(jdir / "package")
+            if not requirements:
+                self._begin(job)
+                return
+            job.stage = Stage.PREPARING
+            job.events.append(
+                BackendEvent("Normal", "Preparing", "building its environment (logs -w prepare)")
+            )
+            self._record(job)
+        threading.Thread(target=self._prepare, args=(job, requirements), name=f"prepare-{launch.key}").start()
+
+    def _prepare(self, job: _Job, requirements: str) -> None:
+        """Build the job's environment on the shared directory (the server's host runs pip)."""
+        log_path = job.dir / "logs" / f"prepare.{len(log_runs(job.dir / 'logs', 'prepare'))}.log"
+        try:
+            env = self._envs.ensure(requirements, log_path, holder=job.launch.key)
+        except (EnvBuildError, OSError) as exc:
+            with job.lock:
+                self._fail(job, f"building the environment failed: {exc}", "StartFailed")
+        else:
+            with job.lock:
+                job.env_dir = str(env)
+                if job.stage == Stage.PREPARING:
+                    job.events.append(BackendEvent("Normal", "Prepared", "environment ready"))
+                    self._begin(job)
+        self._wake()
+
+    def _begin(self, job: _Job) -> None:
+        """Submit the first workers: the pservers, or the trainers of a job without any."""
+        first = job.servers() or job.role("trainer")
+        job.stage = Stage.PSERVERS if job.servers() else Stage.TRAINERS
+        self._submit(job, first)
+        self._record(job)
+
+    def adopt(self, launch: JobLaunch) -> None:
+        jdir = self._job_dir(launch.key)
+        try:
+            rec = json.loads((jdir / "record.json").read_text())
+            workers = {name: _Worker(**w) for name, w in rec["workers"].items()}
+            retired = {name: _Worker(**w) for name, w in rec.get("retired", {}).items()}
+            for w in [*workers.values(), *retired.values()]:
+                w.state = WorkerState(w.state)
+            job = _Job(launch, jdir, workers, tuple(rec["stores"]), Stage(rec["stage"]), retired=retired)
+            job.job_restarts = int(rec.get("job_restarts", 0))
+            job.env_dir = str(rec.get("env_dir", ""))
+        except (OSError, ValueError, KeyError, TypeError):
+            self.start(launch)  # never got as far as recording it: start afresh
+            return
+        job.events.append(
+            BackendEvent(
+                "Normal", "Adopted", f"re-adopted {len(workers)} workers' Slurm jobs after a restart"
+            )
+        )
+        with self._lock:
+            self._jobs[launch.key] = job
+
+    def sync(self, key: str) -> JobStatus:
+        job = self._get(key)
+        if job is None:
+            return JobStatus(failure="the backend has no record of this job", finished=True)
+        with job.lock:
+            self._advance(job)
+            events, job.events = tuple(job.events), []
+            return JobStatus(
+                workers=tuple(self._status(job, w) for w in [*job.workers.values(), *job.retired.values()]),
+                failure=job.failure,
+                failure_reason=job.failure_reason,
+                finished=job.stage == Stage.DONE,
+                events=events,
+            )
+
+    def stop(self, key: str, grace: float) -> None:
+        job = self._get(key)
+        if job is None:
+            return
+        with job.lock:
+            for w in job.workers.values():
+                w.restart_at = None
+                if w.state not in _ENDED:
+                    w.stopped = True
+            job.stage = Stage.STOPPING
+        self._cancel(job, [*job.workers.values(), *job.retired.values()], grace)
+        with job.lock:
+            self._refresh(job)
+            job.stage = Stage.DONE
+            self._record(job)
+
+    def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
+        job = self._get(key)
+        if placement.role != "trainer":
+            raise NotSupported(self.name, f"adding a {placement.role} to a running job")
+        if job is None:
+            raise JobRejected(f"cannot add trainer-{placement.index} to {key}: no such job here")
+        with job.lock:
+            if job.stage in (Stage.STOPPING, Stage.DONE):
+                return  # the job is ending: nothing to grow
+            old = job.retired.pop(f"trainer-{placement.index}", None)
+            (port,) = self._allocate_ports(1)
+            w = _Worker("trainer", placement.index, placement.node, port, run=old.run + 1 if old else 0)
+            job.workers[w.name] = w
+            job.events.append(BackendEvent("Normal", "TrainerAdded", f"{w.name} added on {placement.node}"))
+            if job.stage == Stage.TRAINERS:
+                self._submit(job, [w])  # every trainer gets the new membership too
+            else:
+                self._publish_membership(job, self._topology(job))
+            self._record(job)
+
+    def remove_trainer(self, key: str, grace: float) -> None:
+        job = self._get(key)
+        if job is None:
+            return
+        with job.lock:
+            trainers = job.role("trainer")
+            if len(trainers) <= 1 or job.stage in (Stage.STOPPING, Stage.DONE):
+                return  # never below one trainer; an ending job is stopped whole
+            w = trainers[-1]
+            del job.workers[w.name]
+            job.retired[w.name] = w
+            w.stopped, w.restart_at = True, None
+            self._publish_membership(job, self._topology(job))
+            job.events.append(BackendEvent("Normal", "TrainerRemoved", f"{w.name} retired (graceful stop)"))
+            self._record(job)
+
+        def run() -> None:
+            self._cancel(job, [w], grace)
+            self._wake()
+
+        threading.Thread(target=run, name=f"retire-{key}-{w.name}", daemon=True).start()
+
+    def read_log(self, req: LogRequest) -> Iterator[bytes]:
+        def ended(worker: str) -> bool:
+            job = self._get(req.key)
+            if job is None:
+                return True
+            with job.lock:
+                w = job.workers.get(worker) or job.retired.get(worker)
+                if w is None or job.stage == Stage.DONE:
+                    return True
+                if w.state in _ENDED:
+                    return w.restart_at is None
+                # between two syncs: the run's launcher has written its exit status
+                return (job.dir / "run" / f"{w.name}.{w.run}.exit.json").exists()
+
+        return read_logs(self._job_dir(req.key) / "logs", req, ended)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._jobs.pop(key, None)
+        requirements = _requirements(self._job_dir(key) / "package")
+        if requirements:
+            self._envs.release(requirements, key)
+        shutil.rmtree(self._job_dir(key), ignore_errors=True)
+
+    def close(self) -> None:
+        """Nothing to release: the Slurm jobs keep running without the server."""
+
+    # -- the start sequence ---------------------------------------------------------------------
+
+    def _advance(self, job: _Job) -> None:
+        if job.stage == Stage.DONE:
+            return
+        try:
+            self._refresh(job)
+        except sc.SlurmCommandError as exc:  # Slurm is busy or down: try again in the next sync
+            job.events.append(BackendEvent("Warning", "SlurmUnavailable", str(exc)))
+            return
+        now = self._now()
+        if job.stage in (Stage.PSERVERS, Stage.TRAINERS):
+            for w in list(job.workers.values()):
+                if w.role in _SERVER_ROLES and w.state == WorkerState.SUCCEEDED:
+                    self._fail(job, f"{w.name} exited before the trainers finished")
+                elif w.state in (WorkerState.FAILED, WorkerState.LOST) and w.restart_at is None:
+                    self._restart_or_fail(job, w, now)
+                if job.failure:
+                    return
+            due = [w for w in job.workers.values() if w.restart_at is not None and w.restart_at <= now]
+            if due:
+                for w in due:
+                    w.restart_at = None
+                    w.node = ""  # Slurm chooses: its node may be down
+                self._submit(job, due)
+        if job.stage == Stage.PSERVERS and self._servers_ready(job):
+            names = ", ".join(w.name for w in job.servers())
+            job.events.append(BackendEvent("Normal", "ServersReady", f"{names} run and listen"))
+            job.stage = Stage.TRAINERS
+            self._submit(job, job.role("trainer"))
+        if job.stage == Stage.TRAINERS:
+            trainers = job.role("trainer")
+            if trainers and all(w.state == WorkerState.SUCCEEDED for w in trainers):
+                job.stage = Stage.STOPPING
+                for w in job.servers():
+                    w.stopped = True
+                self._cancel_async(job, job.servers())
+        if job.stage == Stage.STOPPING and all(
+            w.state in _ENDED or w.slurm_id is None for w in job.workers.values()
+        ):
+            job.stage = Stage.DONE
+        self._record(job)
+
+    def _servers_ready(self, job: _Job) -> bool:
+        servers = job.servers()
+        return all(w.state == WorkerState.RUNNING and _listening(self._host(w), w.port) for w in servers)
+
+    def _restart_or_fail(self, job: _Job, w: _Worker, now: float) -> None:
+        ran = (w.finished_at - w.started_at) if w.finished_at and w.started_at else None
+        ended = Exit(code=w.exit_code, ran_s=ran)
+        lost = f" ({w.reason})" if w.reason else ""
+        verdict = decide(
+            job.launch.restarts.policy(w.role), job.launch.restarts, w.name + lost, ended,
+            job.job_restarts, w.run, w.restarts,
+        )  # fmt: skip
+        if isinstance(verdict, Restart):
+            job.job_restarts += 1
+            w.restarts = verdict.streak
+            w.restart_at = now + verdict.delay_s
+            job.events.append(BackendEvent("Warning", "WorkerRestarting", verdict.message))
+            self._wake()
+        else:
+            self._fail(job, verdict.message)
+
+    def _fail(self, job: _Job, message: str, reason: str = "WorkerFailed") -> None:
+        if job.failure is None:
+            job.failure, job.failure_reason = message, reason
+            job.events.append(BackendEvent("Warning", reason, message))
+        job.stage = Stage.STOPPING
+        live = [w for w in job.workers.values() if w.state not in _ENDED]
+        for w in live:
+            w.stopped = True
+            w.restart_at = None
+        self._cancel_async(job, live)
+
+    # -- Slurm ----------------------------------------------------------------------------------
+
+    def _submit(self, job: _Job, workers: list[_Worker]) -> None:
+        """sbatch each worker; one that Slurm refuses fails the job (``StartFailed``)."""
+        topology = self._topology(job)
+        self._publish_membership(job, topology)
+        for w in workers:
+            if w.slurm_id is not None and w.state not in _ENDED:
+                continue
+            if w.slurm_id is not None:  # a restart: its next run
+                w.run += 1
+            argv, env = self._sbatch(job, w, topology)
+            try:
+                w.slurm_id = sc.submit(argv, env, self.settings.command_timeout)
+            except sc.SlurmCommandError as exc:
+                self._fail(job, f"Slurm refused {w.name}: {exc}", "StartFailed")
+                return
+            w.state, w.exit_code, w.started_at, w.finished_at, w.stopped = (
+                WorkerState.PENDING,
+                None,
+                None,
+                None,
+                False,
+            )
+            job.events.append(BackendEvent("Normal", "Submitted", f"{w.name} is Slurm job {w.slurm_id}"))
+        self._record(job)
+
+    def _sbatch(self, job: _Job, w: _Worker, topology: Topology) -> tuple[list[str], dict[str, str]]:
+        launch, s = job.launch, self.settings
+        need = launch.resources.get(w.role, _DEFAULT_NEED)
+        cwd = job.dir / "workers" / w.name
+        if not cwd.exists():
+            shutil.copytree(job.dir / "package", cwd, symlinks=True)
+        status = job.dir / "run" / f"{w.name}.{w.run}.exit.json"
+        status.unlink(missing_ok=True)
+        wrap = " ".join(
+            shlex.quote(a)
+            for a in (s.python, "-m", "paddlecloud.runtime.launcher", "--status", str(status), "--cwd",
+                      str(cwd), _command(w, launch.entry))
+        )  # fmt: skip
+        argv = [
+            f"--job-name=pc-{_slug(launch.user)}-{_slug(launch.name)}-{w.name}-r{w.run}",
+            f"--comment=paddlecloud:{launch.key}",
+            f"--chdir={cwd}",
+            f"--output={job.dir / 'logs' / f'{w.name}.{w.run}.log'}",
+            "--open-mode=append",
+            "--ntasks=1",
+            f"--cpus-per-task={max(1, math.ceil(need.cpu_m / 1000))}",
+            f"--mem={max(1, math.ceil(need.memory / _MIB))}M",
+            "--no-requeue",
+            *([f"--nodelist={w.node}"] if w.node else []),
+            *([f"--gres=gpu:{need.gpu}"] if need.gpu else []),
+            *([f"--partition={s.partition}"] if s.partition else []),
+            *([f"--account={s.account}"] if s.account else []),
+            *([f"--qos={s.qos}"] if s.qos else []),
+            *s.sbatch_args,
+            f"--wrap=exec {wrap}",
+        ]
+        ctx = WorkerContext(
+            job_name=launch.name, user=launch.user, framework=launch.framework, role=w.role, index=w.index,
+            topology=topology, output_dir=str(launch.output_dir), restart=w.run, files=launch.files,
+            gpus=None, trainer_range=launch.trainer_range, user_env=launch.env, api=launch.api,
+            membership_file=str(job.dir / "contract" / "membership.json"),
+        )  # fmt: skip
+        bins = [f"{job.env_dir}/bin"] if job.env_dir else []
+        env = {
+            "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
+            **({"PYTHONPATH": str(self._pythonpath)} if job.env_dir else {}),
+            "HOME": str(cwd),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")},
+            **worker_env(ctx),
+        }
+        return argv, env
+
+    def _refresh(self, job: _Job) -> None:
+        """Every worker's state from one ``squeue --json`` and the launchers' status files."""
+        everyone = [*job.workers.values(), *job.retired.values()]
+        ids = [w.slurm_id for w in everyone if w.slurm_id is not None]
+        queued = sc.queue(ids, self.settings.command_timeout)
+        now = self._now()
+        for w in everyone:
+            if w.slurm_id is None or (w.state in _ENDED and w.slurm_id not in queued):
+                continue
+            sj = queued.get(w.slurm_id)
+            status = self._exit_status(job, w)
+            if sj is not None and sj.state == "PENDING":
+                if w.reason != sj.reason and sj.reason not in ("", "None"):  # None: not yet looked at
+                    w.reason = sj.reason
+                    job.events.append(BackendEvent("Normal", "Pending", self._why_pending(w, sj.reason)))
+                continue
+            if sj is not None and sj.nodes:
+                w.ran_on = sj.nodes
+            if sj is not None and sj.state in ("RUNNING", "COMPLETING", "CONFIGURING") and status is None:
+                if w.state != WorkerState.RUNNING:
+                    w.state, w.started_at, w.reason = WorkerState.RUNNING, now, ""
+                continue
+            self._ended(w, sj, status, now)
+
+    def _why_pending(self, w: _Worker, reason: str) -> str:
+        """``trainer-1 waits for n2 (Slurm: Resources); n2 is held by bob's job 12 (big, 4 CPUs)``."""
+        where = f" for {w.node}" if w.node else ""
+        text = f"{w.name} waits{where} (Slurm: {reason})"
+        if w.node and reason in ("Resources", "Priority", "ReqNodeNotAvail"):
+            try:
+                held = sc.holders(w.node, self.settings.command_timeout)
+            except sc.SlurmCommandError:
+                held = []
+            if held:
+                text += f"; {w.node} is held by {', '.join(held)}"
+        return text
+
+    def _ended(self, w: _Worker, sj: sc.SlurmJob | None, status: int | None, now: float) -> None:
+        if w.state in _ENDED:
+            return
+        w.finished_at = now
+        if w.started_at is None:
+            w.started_at = now
+        if w.stopped:
+            w.state, w.exit_code = WorkerState.STOPPED, status
+        elif status is not None:
+            w.exit_code = status
+            w.state = WorkerState.SUCCEEDED if status == 0 else WorkerState.FAILED
+        elif sj is None:
+            w.state, w.reason = WorkerState.LOST, "gone from Slurm without an exit status"
+        elif sj.ended:
+            w.state = WorkerState.LOST
+            w.reason = f"Slurm {sj.state}" + (f": {sj.reason}" if sj.reason not in ("", "None") else "")
+            w.reason += f" on {sj.nodes}" if sj.nodes else ""
+
+    def _exit_status(self, job: _Job, w: _Worker) -> int | None:
+        try:
+            raw = json.loads((job.dir / "run" / f"{w.name}.{w.run}.exit.json").read_text())
+            code = raw["exit_code"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return code if isinstance(code, int) else None
+
+    def _cancel(self, job: _Job, workers: list[_Worker], grace: float) -> None:
+        """SIGTERM to every process of the workers' Slurm jobs, ``grace`` seconds, then scancel
+        (Slurm's SIGKILL after KillWait); waits until Slurm reports them all ended (bounded)."""
+        ids = [w.slurm_id for w in workers if w.slurm_id is not None]
+        t = self.settings.command_timeout
+        try:
+            sc.cancel(ids, t, signal="TERM")
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and not self._all_ended(ids):
+                time.sleep(0.2)
+            sc.cancel(ids, t)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not self._all_ended(ids):
+                time.sleep(0.5)
+        except sc.SlurmCommandError as exc:
+            log.warning("%s: cancelling its Slurm jobs: %s", job.launch.key, exc)
+
+    def _cancel_async(self, job: _Job, workers: list[_Worker]) -> None:
+        def run() -> None:
+            self._cancel(job, workers, self.settings.cleanup_grace)
+            self._wake()
+
+        threading.Thread(target=run, name=f"scancel-{job.launch.key}", daemon=True).start()
+
+    def _all_ended(self, ids: list[int]) -> bool:
+        queued = sc.queue(ids, self.settings.command_timeout)
+        return all(j.ended for j in queued.values())
+
+    # -- endpoints, records ---------------------------------------------------------------------
+
+    def _host(self, w: _Worker) -> str:
+        node = w.ran_on or w.node
+        if node and node not in self._addresses:
+            self._addresses.update(
+                {n.name: n.address for n in sc.cluster_nodes(self.settings.command_timeout)}
+            )
+        return self._addresses.get(node, node)
+
+    def _topology(self, job: _Job) -> Topology:
+        def eps(role: str) -> list[str]:
+            return [f"{self._host(w)}:{w.port}" for w in job.role(role)]
+
+        ps, tr = eps("pserver"), eps("trainer")
+        gloo_host = ps[0].rpartition(":")[0] if ps else "127.0.0.1"
+        master = job.role(RENDEZVOUS) or job.role("trainer")  # the store, or trainer 0 (torchrun's)
+        master_host = self._host(master[0]) if master else "127.0.0.1"
+        return Topology(ps, tr, f"{gloo_host}:{job.stores[0]}", f"{master_host}:{job.stores[1]}")
+
+    @staticmethod
+    def _publish_membership(job: _Job, t: Topology) -> None:
+        m = membership.Membership(
+            version=membership.now_version(), trainers=len(t.trainer_endpoints),
+            trainer_endpoints=tuple(t.trainer_endpoints), pserver_endpoints=tuple(t.pserver_endpoints),
+        )  # fmt: skip
+        try:
+            membership.write(str(job.dir / "contract" / "membership.json"), m)
+        except OSError as exc:
+            log.warning("publishing the membership of %s failed: %s", job.launch.key, exc)
+
+    def _record(self, job: _Job) -> None:
+        workers = {name: dataclasses.asdict(w) for name, w in job.workers.items()}
+        data = {
+            "stage": job.stage,
+            "stores": job.stores,
+            "job_restarts": job.job_restarts,
+            "workers": workers,
+            "retired": {name: dataclasses.asdict(w) for name, w in job.retired.items()},
+            "env_dir": job.env_dir,
+        }
+        write_json_atomic(str(job.dir / "record.json"), data)
+
+    def _status(self, job: _Job, w: _Worker) -> WorkerStatus:
+        return WorkerStatus(
+            name=w.name, role=w.role, index=w.index, state=w.state, node=w.ran_on or w.node,
+            endpoint=f"{self._host(w)}:{w.port}", restarts=w.run, exit_code=w.exit_code,
+            started_at=w.started_at, finished_at=w.finished_at,
+            log_path=str(job.dir / "logs" / f"{w.name}.{w.run}.log"),
+        )  # fmt: skip
+
+    def _requested_by_us(self) -> dict[str, Resources]:
+        """What our running workers asked for, per node (the controller's own count of its load)."""
+        out: dict[str, Resources] = {}
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            with job.lock:
+                for w in job.workers.values():  # not retired ones: the controller no longer counts them
+                    if w.state == WorkerState.RUNNING and w.ran_on and w.role != RENDEZVOUS:  # store: foreign
+                        need = job.launch.resources.get(w.role, _DEFAULT_NEED)
+                        out[w.ran_on] = out.get(w.ran_on, Resources()) + Resources(need.cpu_m, need.memory)
+        return out
+
+    def _allocate_ports(self, n: int) -> list[int]:
+        """``n`` ports of the range that no live job of ours uses."""
+        with self._lock:
+            used = {w.port for j in self._jobs.values() for w in [*j.workers.values(), *j.retired.values()]}
+            used |= {p for j in self._jobs.values() for p in j.stores}
+        lo, hi = self.settings.ports
+        free = [p for p in range(lo, hi + 1) if p not in used]
+        if len(free) < n:
+            raise JobRejected(f"no {n} free ports left in {lo}-{hi} (SlurmSettings.ports)")
+        return free[:n]
+
+    def _get(self, key: str) -> _Job | None:
+        with self._lock:
+            return self._jobs.get(key)
+
+    def _job_dir(self, key: str) -> Path:
+        user, _, name = key.partition("/")
+        return self.root / "jobs" / user / name
+
+
+def _command(w: _Worker, entry: str) -> str:
+    """What the worker runs: the job's entry, or the platform's store for the rendezvous."""
+    return f"python -m paddlecloud.runtime.rendezvous {w.port} 0.0.0.0" if w.role == RENDEZVOUS else entry
+
+
+def _requirements(package: Path) -> str:
+    """The package's requirements.txt when it lists anything, else ""."""
+    try:
+        text = (package / "requirements.txt").read_text()
+    except OSError:
+        return ""
+    return text if any(ln.strip() and not ln.strip().startswith("#") for ln in text.splitlines()) else ""
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def create(setup: BackendSetup) -> SlurmBackend:
+    """The registry's factory: a Slurm backend from :class:`SlurmSettings`, its files under
+    ``<data>/slurm`` unless the settings name another shared directory (``backends.registry``)."""
+    settings: SlurmSettings = setup.settings
+    if settings.root is None:
+        settings = dataclasses.replace(settings, root=setup.data_dir / "slurm")
+    return SlurmBackend(settings, setup.now, setup.wake)

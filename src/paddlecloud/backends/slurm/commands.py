@@ -1,0 +1,191 @@
+"""The Slurm commands the backend uses, with their JSON output: ``sbatch``, ``squeue --json``,
+``sinfo --json``, ``scancel``.
+
+    backend ──submit(argv, env)──▶ sbatch --parsable ──▶ Slurm job id
+            ──queue(ids)─────────▶ squeue --json (one call for all) ──▶ {id: SlurmJob}
+            ──cluster_nodes()────▶ sinfo --json ──▶ nodes with capacity, allocation and state
+            ──cancel(ids, TERM)──▶ scancel --signal=TERM --full, later scancel (SIGKILL after KillWait)
+
+The commands are found on ``PATH`` and read ``SLURM_CONF`` from the environment like any Slurm
+client. A command that fails or hangs raises :class:`SlurmCommandError` with its stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from paddlecloud.backends.errors import BackendUnavailable
+
+__all__ = [
+    "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "queue", "submit",
+]  # fmt: skip
+
+#: Slurm job states after which the job's processes are gone
+ENDED_STATES = frozenset(
+    {
+        "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+        "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT",
+    }
+)  # fmt: skip
+
+
+class SlurmCommandError(BackendUnavailable):
+    """A Slurm command failed or took too long; the message has the command and its error
+    (transient: slurmctld busy, restarting or unreachable; the controller tries again)."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    id: int
+    name: str
+    state: str  # PENDING, RUNNING, COMPLETED, NODE_FAIL, ...
+    reason: str  # why it is pending or ended (``state_reason``), "None" when there is none
+    nodes: str  # where it runs: "n2"
+    exit_code: int | None
+    user: str = ""
+    cpus: int = 0
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    address: str
+    state: str  # idle, mixed, allocated, down, drained, ...
+    flags: tuple[str, ...]  # DRAIN, NOT_RESPONDING, ...
+    cpus: int
+    alloc_cpus: int
+    memory_mib: int
+    alloc_memory_mib: int
+    gpus: int
+    reason: str
+
+    @property
+    def usable(self) -> bool:
+        bad = {"DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "POWERED_DOWN"}
+        return self.state not in ("down", "drained", "draining", "fail", "unknown") and not bad & set(
+            self.flags
+        )
+
+
+def _run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> str:
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, check=False, env=env,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise SlurmCommandError(f"{argv[0]} took over {timeout:.0f} s") from None
+    except OSError as exc:
+        raise SlurmCommandError(f"{argv[0]}: {exc} (is Slurm installed on the server's host?)") from None
+    if proc.returncode != 0:
+        raise SlurmCommandError(f"{' '.join(argv[:2])}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
+    return proc.stdout
+
+
+def submit(argv: list[str], env: Mapping[str, str], timeout: float) -> int:
+    """``sbatch --parsable ARGV`` with the worker's environment (exported to the job); its id."""
+    out = _run(["sbatch", "--parsable", *argv], timeout, env).strip()
+    try:
+        return int(out.split(";")[0])
+    except ValueError:
+        raise SlurmCommandError(f"sbatch printed {out!r}, not a job id") from None
+
+
+def _exit_code(raw: Any) -> int | None:
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, dict):  # newer Slurm: {"status": ..., "return_code": n}
+        rc = raw.get("return_code")
+        return rc if isinstance(rc, int) else None
+    return None
+
+
+def _state(raw: Any) -> str:
+    return str(raw[0] if isinstance(raw, list) and raw else raw)
+
+
+def _job(j: dict[str, Any]) -> SlurmJob:
+    return SlurmJob(
+        id=int(j.get("job_id", -1)),
+        name=str(j.get("name", "")),
+        state=_state(j.get("job_state", "")),
+        reason=str(j.get("state_reason", "")),
+        nodes=str(j.get("nodes", "")),
+        exit_code=_exit_code(j.get("exit_code")),
+        user=str(j.get("user_name", "")),
+        cpus=int(j.get("cpus", 0) or 0),
+    )
+
+
+def queue(ids: Iterable[int], timeout: float) -> dict[int, SlurmJob]:
+    """The jobs among ``ids`` that Slurm still knows (ended ones for ``MinJobAge`` seconds)."""
+    wanted = set(ids)
+    if not wanted:
+        return {}
+    data = json.loads(_run(["squeue", "--json"], timeout))
+    jobs = (_job(j) for j in data.get("jobs", []))
+    return {j.id: j for j in jobs if j.id in wanted}
+
+
+def _gpus(gres: str) -> int:
+    """``gpu:2`` or ``gpu:a100:2(S:0-1)`` → 2 (0 when the node has no GPU GRES)."""
+    total = 0
+    for item in filter(None, gres.split(",")):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def _node(n: dict[str, Any]) -> SlurmNode:
+    return SlurmNode(
+        name=str(n["name"]),
+        address=str(n.get("address") or n["name"]),
+        state=_state(n.get("state", "")).lower(),
+        flags=tuple(map(str, n.get("state_flags", []))),
+        cpus=int(n.get("cpus", 0)),
+        alloc_cpus=int(n.get("alloc_cpus", 0)),
+        memory_mib=int(n.get("real_memory", 0)),
+        alloc_memory_mib=int(n.get("alloc_memory", 0)),
+        gpus=_gpus(str(n.get("gres", ""))),
+        reason=str(n.get("reason", "")),
+    )
+
+
+def cluster_nodes(timeout: float, partition: str = "") -> list[SlurmNode]:
+    """Every node (of ``partition`` when given) with what it has and what is allocated on it."""
+    data = json.loads(_run(["sinfo", "--json"], timeout))
+    nodes = data.get("nodes", [])
+    return [_node(n) for n in nodes if not partition or partition in n.get("partitions", [])]
+
+
+def holders(node: str, timeout: float) -> list[str]:
+    """Who holds ``node`` now: ``bob's job 12 (big, 3 CPUs)`` per running job, for why-pending messages."""
+    out = _run(["squeue", "-h", "-t", "RUNNING", "-w", node, "-o", "%u|%i|%j|%C"], timeout)
+    found = []
+    for line in out.splitlines():
+        user, jid, name, cpus = [*line.split("|"), "", "", ""][:4]
+        found.append(f"{user}'s job {jid} ({name}, {cpus} CPUs)")
+    return found
+
+
+def cancel(ids: Iterable[int], timeout: float, signal: str | None = None) -> None:
+    """``scancel``: with ``signal``, send it to every process of the jobs (the batch shell and its
+    children, ``--full``) and leave them running; without, end them (SIGTERM, KillWait, SIGKILL)."""
+    todo = [str(i) for i in ids]
+    if not todo:
+        return
+    argv = ["scancel", *([f"--signal={signal}", "--full"] if signal else []), *todo]
+    try:
+        _run(argv, timeout)
+    except SlurmCommandError as exc:
+        if "Invalid job id" not in str(exc) and "already completing" not in str(exc):
+            raise

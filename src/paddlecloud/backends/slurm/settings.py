@@ -1,0 +1,52 @@
+"""The Slurm backend's settings (``paddlecloud up --backend slurm --slurm-...``).
+
+Made by the backend registry (``backends.registry``) from ``up``'s ``--slurm-*`` options; the
+platform's own configuration holds them as an opaque object and hands them back to
+:func:`~paddlecloud.backends.slurm.backend.create`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+__all__ = ["SlurmSettings"]
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    #: the backend's files (job packages, logs, exit statuses, records): must be on a file system
+    #: every Slurm node sees at the same path (None: the data dir's ``slurm/``)
+    root: Path | None = None
+    partition: str = ""  # sbatch --partition ("" : the cluster's default partition)
+    account: str = ""  # sbatch --account ("" : the submitting Unix user's default account)
+    qos: str = ""  # sbatch --qos
+    #: more sbatch arguments, given as they are to every submission (e.g. ``--constraint=ib``)
+    sbatch_args: tuple[str, ...] = ()
+    #: the ports workers listen on, unique across every worker the server runs (emulated nodes share
+    #: one host; on a real cluster it keeps a job's ports clear of each other's)
+    ports: tuple[int, int] = (21000, 28999)
+    #: the interpreter that runs ``paddlecloud.runtime.launcher`` on the nodes (the server's own:
+    #: it must exist at the same path on every node)
+    python: str = sys.executable
+    #: seconds between SIGTERM and SIGKILL when the backend itself stops workers
+    cleanup_grace: float = 5.0
+    #: cap of the environments built from packages' requirements.txt (``<root>/envs``; None: none)
+    env_cache_bytes: int | None = 20 * 2**30
+    #: seconds a Slurm command may take before the call is given up (the controller retries)
+    command_timeout: float = 30.0
+
+    #: the ``up`` options these settings are made from
+    OPTIONS: ClassVar[tuple[str, ...]] = ("slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SlurmSettings:
+        return cls(
+            partition=options.get("slurm_partition") or "",
+            account=options.get("slurm_account") or "",
+            qos=options.get("slurm_qos") or "",
+            sbatch_args=tuple(options.get("slurm_sbatch_arg") or ()),
+        )
