@@ -197,6 +197,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.WORKER_NOT_FOUND: NotFound,
     ErrorCode.JOB_EXISTS: Conflict,
     ErrorCode.JOB_NOT_RUNNING: Conflict,
+    ErrorCode.SPEC_UNREADABLE: Conflict,
     ErrorCode.CLIENT_TOO_OLD: VersionMismatch,
     ErrorCode.SERVER_TOO_OLD: VersionMismatch,
     ErrorCode.SERVER_UNREACHABLE: ServerUnreachable,
