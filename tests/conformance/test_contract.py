@@ -26,6 +26,16 @@ def stopped(h: Harness, key: str) -> None:
     assert wait_for(f"nothing of {key} left", lambda: h.leftovers(key) == []), h.leftovers(key)
 
 
+def test_confinement_is_said_and_honest(harness: Harness) -> None:
+    """``up`` prints it: a backend whose workers run unsandboxed must not claim they are confined."""
+    c = harness.backend.confinement()
+    assert c.description.strip()
+    if harness.backend.name == "slurm":  # no sandbox on Slurm yet (docs/slurm.md)
+        assert not c.confined and c.description.startswith("none")
+    if harness.backend.name == "local":
+        assert c.confined == harness.backend.isolation.sandboxed  # type: ignore[attr-defined]
+
+
 def test_nodes_have_capacity(harness: Harness) -> None:
     nodes = harness.backend.nodes()
     assert nodes and all(n.capacity.cpu_m > 0 and n.capacity.memory > 0 for n in nodes)

@@ -52,6 +52,7 @@ __all__ = [
     "BackendEvent",
     "BackendSetup",
     "Capability",
+    "Confinement",
     "JobLaunch",
     "JobStatus",
     "LogRequest",
@@ -98,6 +99,15 @@ class BackendSetup:
     def cluster_dir(self) -> Path:
         """Where a backend keeps its own files (job directories, logs, environments)."""
         return self.data_dir / "cluster"
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What a backend's jobs are confined to, in words ``up`` prints, and whether at all (``up``
+    warns loudly when they are not: a job then sees what the server's user sees)."""
+
+    description: str
+    confined: bool
 
 
 @dataclass(frozen=True)
@@ -252,4 +262,8 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release resources held by the backend; running jobs keep running."""
+        ...
+
+    def confinement(self) -> Confinement:
+        """How this backend's jobs are kept from other users' data (docs/security.md)."""
         ...

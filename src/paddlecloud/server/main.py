@@ -22,7 +22,6 @@ import uvicorn
 from fastapi import FastAPI
 
 from paddlecloud.api.errors import PaddleCloudError
-from paddlecloud.backends.local import LocalBackend
 from paddlecloud.backends.local.sandbox import IsolationError
 from paddlecloud.backends.options import OptionError
 from paddlecloud.backends.registry import BackendEntry, UnknownBackend, backend_names
@@ -46,10 +45,6 @@ __all__ = [
 
 #: where earlier versions kept the default user's token (read once, then removed)
 LEGACY_TOKEN_FILE = "default-user.token"
-KUBERNETES_ISOLATION = (
-    "Kubernetes pods: no service-account token, PFS through per-user subPaths (home read-write, "
-    "public read-only), non-root, no privilege escalation, no capabilities, seccomp RuntimeDefault"
-)
 
 
 @dataclass(frozen=True)
@@ -88,11 +83,8 @@ def prepare(config: PlatformConfig, known_tokens: Sequence[str] = ()) -> Prepare
     default user's token (``known_tokens``: what the client config holds for it)."""
     platform = Platform.open(config)
     token = _default_token(platform, config, known_tokens)
-    backend = platform.ctx.backend
-    if isinstance(backend, LocalBackend):
-        isolation, confined = str(backend.isolation), backend.isolation.sandboxed
-    else:
-        isolation, confined = KUBERNETES_ISOLATION, True
+    confinement = platform.ctx.backend.confinement()
+    isolation, confined = confinement.description, confinement.confined
     return Prepared(create_app(platform), token, isolation, confined)
 
 

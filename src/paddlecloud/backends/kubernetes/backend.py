@@ -32,6 +32,7 @@ from paddlecloud.backends.base import (
     BackendEvent,
     BackendSetup,
     Capability,
+    Confinement,
     JobLaunch,
     JobStatus,
     LogRequest,
@@ -230,6 +231,13 @@ class KubernetesBackend:
             job = self._jobs.pop(key, None)
         if job is not None:
             self._delete_job(job, 0)
+
+    def confinement(self) -> Confinement:
+        return Confinement(
+            "Kubernetes pods: no service-account token, PFS through per-user subPaths (home read-write, "
+            "public read-only), non-root, no privilege escalation, no capabilities, seccomp RuntimeDefault",
+            True,
+        )
 
     def close(self) -> None:
         self.kube.api.close()  # type: ignore[no-untyped-call]

@@ -53,6 +53,7 @@ from paddlecloud.backends.base import (
     BackendEvent,
     BackendSetup,
     Capability,
+    Confinement,
     JobLaunch,
     JobStatus,
     LogRequest,
@@ -333,6 +334,9 @@ class LocalBackend:
         if job is not None:
             self._ports.release(job.ports)
         shutil.rmtree(self._job_dir(key), ignore_errors=True)
+
+    def confinement(self) -> Confinement:
+        return Confinement(str(self.isolation), self.isolation.sandboxed)
 
     def close(self) -> None:
         with self._lock:

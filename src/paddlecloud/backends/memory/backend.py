@@ -26,6 +26,7 @@ from paddlecloud.backends.base import (
     BackendEvent,
     BackendSetup,
     Capability,
+    Confinement,
     JobLaunch,
     JobStatus,
     LogRequest,
@@ -332,6 +333,9 @@ class MemoryBackend:
         with self.engine.lock:
             self.engine.jobs.pop(key, None)
             self._mine.discard(key)
+
+    def confinement(self) -> Confinement:
+        return Confinement("none: in-memory workers run no code", True)
 
     def close(self) -> None:
         """Nothing to release; the engine (and its jobs) lives on."""

@@ -49,6 +49,7 @@ from paddlecloud.backends.base import (
     BackendEvent,
     BackendSetup,
     Capability,
+    Confinement,
     JobLaunch,
     JobStatus,
     LogRequest,
@@ -387,6 +388,13 @@ class SlurmBackend:
         if requirements:
             self._envs.release(requirements, key)
         shutil.rmtree(self._job_dir(key), ignore_errors=True)
+
+    def confinement(self) -> Confinement:
+        return Confinement(
+            "none: Slurm workers run unsandboxed as the server's Unix user and can read what it reads "
+            "on the node (docs/slurm.md)",
+            False,
+        )
 
     def close(self) -> None:
         """Nothing to release: the Slurm jobs keep running without the server."""
