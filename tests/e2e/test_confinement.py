@@ -267,7 +267,14 @@ def test_without_bubblewrap_sandbox_refuses_and_auto_warns(tmp_path: Path) -> No
         while "WARNING" not in err.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
             time.sleep(0.2)
-        assert httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=5).status_code == 200
+        # the warning comes before the server listens: it serves once it is up (bounded wait)
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=5).status_code == 200
+                break
+            except httpx.ConnectError:
+                assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+                time.sleep(0.2)
         text = err.read_text()
         assert "WARNING: isolation: none (bubblewrap is not installed" in text
         assert "any user's job can" in text and "--isolation sandbox" in text
