@@ -179,10 +179,11 @@ class SlurmBackend:
     # -- contract -------------------------------------------------------------------------------
 
     def nodes(self) -> tuple[NodeInfo, ...]:
-        """Usable nodes (not down, drained or unresponsive) with their size and, as ``foreign``
+        """Nodes with their size and, as ``foreign``
         (capability ``shared-capacity``), what Slurm has allocated there beyond what our running
-        workers asked for: other users' jobs, and Slurm's rounding of our requests (a 250m worker
-        holds a whole CPU); the controller counts our own placements itself."""
+        workers asked for: other users' jobs (named in ``note``), and Slurm's rounding of our requests
+        (a 250m worker holds a whole CPU); the controller counts our own placements itself. A node
+        that is down, drained or not responding has no capacity until it is back, and says why."""
         try:
             found = sc.cluster_nodes(self.settings.command_timeout, self.settings.partition)
         except sc.SlurmCommandError as exc:  # Slurm busy or down: the last snapshot, no cycle lost
@@ -190,18 +191,44 @@ class SlurmBackend:
             return self._last_nodes
         self._addresses.update({n.name: n.address for n in found})
         mine = self._requested_by_us()
+        holders = self._foreign_holders() if any(n.alloc_cpus for n in found) else {}
         out = []
         for n in found:
-            if not n.usable:
+            if not n.usable:  # no capacity until it is back; its state named in wait reasons
+                state = "+".join([n.state, *(f.lower() for f in n.flags)])
+                why = f"Slurm: {state}" + (f" ({n.reason})" if n.reason else "") + ", takes no work"
+                out.append(NodeInfo(n.name, Resources(), note=why))
                 continue
             ours = mine.get(n.name, Resources())
             foreign = Resources(
                 max(n.alloc_cpus * 1000 - ours.cpu_m, 0), max(n.alloc_memory_mib * _MIB - ours.memory, 0)
             )
             size = Resources(n.cpus * 1000, n.memory_mib * _MIB, n.gpus)
-            out.append(NodeInfo(n.name, size, tuple(range(n.gpus)), foreign=foreign))
+            note = f"Slurm: {', '.join(holders[n.name])}" if foreign and holders.get(n.name) else ""
+            out.append(NodeInfo(n.name, size, tuple(range(n.gpus)), foreign=foreign, note=note))
         self._last_nodes = tuple(out)
         return self._last_nodes
+
+    def _foreign_holders(self) -> dict[str, list[str]]:
+        """Per node, the running Slurm jobs that are not our workers: ``bob's job 12 (big, 8 CPUs)``
+        (the wait reasons name them); {} when squeue fails (the reasons then say less)."""
+        with self._lock:
+            jobs_here = list(self._jobs.values())
+        ours: set[int | None] = set()
+        for job in jobs_here:
+            with job.lock:
+                ours |= {w.slurm_id for w in [*job.workers.values(), *job.retired.values()]}
+        try:
+            jobs = sc.running(self.settings.command_timeout)
+        except sc.SlurmCommandError:
+            return {}
+        out: dict[str, list[str]] = {}
+        for j in jobs:
+            if j.id in ours:
+                continue
+            for node in j.node_names:
+                out.setdefault(node, []).append(f"{j.user}'s job {j.id} ({j.name}, {j.cpus} CPUs)")
+        return out
 
     def start(self, launch: JobLaunch) -> None:
         jdir = self._job_dir(launch.key)
@@ -223,9 +250,8 @@ class SlurmBackend:
             workers[w.name] = w
         if launch.framework == "torch" and launch.trainer_range is not None:  # the store, first
             runs = log_runs(jdir / "logs", f"{RENDEZVOUS}-0")
-            store = _Worker(
-                RENDEZVOUS, 0, launch.placement[0].node, ports[-1], run=runs[-1] + 1 if runs else 0
-            )
+            node = self._store_node(launch)
+            store = _Worker(RENDEZVOUS, 0, node, ports[-1], run=runs[-1] + 1 if runs else 0)
             workers[store.name] = store
         job = _Job(launch, jdir, workers, (ports[-2], ports[-1]))
         with self._lock:
@@ -246,6 +272,22 @@ class SlurmBackend:
             )
             self._record(job)
         threading.Thread(target=self._prepare, args=(job, requirements), name=f"prepare-{launch.key}").start()
+
+    def _store_node(self, launch: JobLaunch) -> str:
+        """Where the rendezvous store of ``launch`` fits beside its planned trainers: the node with
+        the most CPUs left after them in the last snapshot ("" : none has room, Slurm chooses).
+        The scheduler does not count the store (it is small), but Slurm gives it a whole CPU: put
+        where Slurm likes (the first node), it could take a CPU that a trainer planned there needs."""
+        planned: dict[str, Resources] = {}
+        for p in launch.placement:
+            planned[p.node] = planned.get(p.node, Resources()) + launch.resources.get(p.role, _DEFAULT_NEED)
+        mine = self._requested_by_us()
+        room = {
+            n.name: n.capacity - n.foreign - mine.get(n.name, Resources()) - planned.get(n.name, Resources())
+            for n in self._last_nodes
+        }
+        fits = [(free.cpu_m, name) for name, free in room.items() if _DEFAULT_NEED.fits_in(free)]
+        return max(fits)[1] if fits else ""
 
     def _prepare(self, job: _Job, requirements: str) -> None:
         """Build the job's environment on the shared directory (the server's host runs pip)."""
@@ -527,7 +569,7 @@ class SlurmBackend:
             *([f"--nodelist={w.node}"] if w.node else []),
             *([f"--gres=gpu:{need.gpu}"] if need.gpu else []),
             *([f"--partition={s.partition}"] if s.partition else []),
-            *([f"--account={s.account}"] if s.account else []),
+            *([f"--account={s.account_of(launch.user)}"] if s.account else []),
             *([f"--qos={s.qos}"] if s.qos else []),
             *s.sbatch_args,
             f"--wrap=exec {wrap}",

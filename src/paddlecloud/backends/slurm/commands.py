@@ -21,7 +21,8 @@ from typing import Any
 from paddlecloud.backends.errors import BackendUnavailable
 
 __all__ = [
-    "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "queue", "submit",
+    "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "queue", "running",
+    "submit",
 ]  # fmt: skip
 
 #: Slurm job states after which the job's processes are gone
@@ -48,6 +49,9 @@ class SlurmJob:
     exit_code: int | None
     user: str = ""
     cpus: int = 0
+    comment: str = ""
+    #: the nodes it holds (``job_resources``: empty while pending)
+    node_names: tuple[str, ...] = ()
 
     @property
     def ended(self) -> bool:
@@ -122,7 +126,19 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         exit_code=_exit_code(j.get("exit_code")),
         user=str(j.get("user_name", "")),
         cpus=int(j.get("cpus", 0) or 0),
+        comment=str(j.get("comment", "") or ""),
+        node_names=tuple(
+            str(n.get("nodename", ""))
+            for n in ((j.get("job_resources") or {}).get("allocated_nodes") or [])
+            if isinstance(n, dict)
+        ),
     )
+
+
+def running(timeout: float) -> list[SlurmJob]:
+    """Every running job of the cluster, with the nodes it holds (one ``squeue --json``)."""
+    data = json.loads(_run(["squeue", "--json"], timeout))
+    return [j for j in map(_job, data.get("jobs", [])) if j.state == "RUNNING"]
 
 
 def queue(ids: Iterable[int], timeout: float) -> dict[int, SlurmJob]:
