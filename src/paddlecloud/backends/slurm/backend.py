@@ -201,11 +201,16 @@ class SlurmBackend:
                 continue
             ours = mine.get(n.name, Resources())
             foreign = Resources(
-                max(n.alloc_cpus * 1000 - ours.cpu_m, 0), max(n.alloc_memory_mib * _MIB - ours.memory, 0)
+                max(n.alloc_cpus * 1000 - ours.cpu_m, 0),
+                max(n.alloc_memory_mib * _MIB - ours.memory, 0),
+                max(n.alloc_gpus - ours.gpu, 0),
             )
             size = Resources(n.cpus * 1000, n.memory_mib * _MIB, n.gpus)
             note = f"Slurm: {', '.join(holders[n.name])}" if foreign and holders.get(n.name) else ""
-            out.append(NodeInfo(n.name, size, tuple(range(n.gpus)), foreign=foreign, note=note))
+            # Slurm picks the GPU indices: which ones other work holds is not ours to know, only how
+            # many (the highest indices stand for them)
+            held = tuple(range(n.gpus - foreign.gpu, n.gpus))
+            out.append(NodeInfo(n.name, size, tuple(range(n.gpus)), foreign, held, note))
         self._last_nodes = tuple(out)
         return self._last_nodes
 
@@ -577,9 +582,10 @@ class SlurmBackend:
         ctx = WorkerContext(
             job_name=launch.name, user=launch.user, framework=launch.framework, role=w.role, index=w.index,
             topology=topology, output_dir=str(launch.output_dir), restart=w.run, files=launch.files,
-            gpus=None, trainer_range=launch.trainer_range, user_env=launch.env, api=launch.api,
+            gpus=tuple(range(need.gpu)) if need.gpu else None, trainer_range=launch.trainer_range,
+            user_env=launch.env, api=launch.api,
             membership_file=str(job.dir / "contract" / "membership.json"),
-        )  # fmt: skip
+        )  # fmt: skip  (gpus: how many; Slurm picks which)
         bins = [f"{job.env_dir}/bin"] if job.env_dir else []
         env = {
             "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
@@ -589,6 +595,9 @@ class SlurmBackend:
             **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")},
             **worker_env(ctx),
         }
+        if need.gpu:  # Slurm sets them to the GPUs it gives the job (GRES), whatever the indices here
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            env.pop("NVIDIA_VISIBLE_DEVICES", None)
         return argv, env
 
     def _refresh(self, job: _Job) -> None:
@@ -743,7 +752,7 @@ class SlurmBackend:
                 for w in job.workers.values():  # not retired ones: the controller no longer counts them
                     if w.state == WorkerState.RUNNING and w.ran_on and w.role != RENDEZVOUS:  # store: foreign
                         need = job.launch.resources.get(w.role, _DEFAULT_NEED)
-                        out[w.ran_on] = out.get(w.ran_on, Resources()) + Resources(need.cpu_m, need.memory)
+                        out[w.ran_on] = out.get(w.ran_on, Resources()) + need
         return out
 
     def _allocate_ports(self, n: int) -> list[int]:

@@ -70,6 +70,7 @@ class SlurmNode:
     alloc_memory_mib: int
     gpus: int
     reason: str
+    alloc_gpus: int = 0
 
     @property
     def usable(self) -> bool:
@@ -152,7 +153,7 @@ def queue(ids: Iterable[int], timeout: float) -> dict[int, SlurmJob]:
 
 
 def _gpus(gres: str) -> int:
-    """``gpu:2`` or ``gpu:a100:2(S:0-1)`` → 2 (0 when the node has no GPU GRES)."""
+    """``gpu:2``, ``gpu:a100:2(S:0-1)`` or, in use, ``gpu:1(IDX:0)`` → 2, 2, 1 (0: no GPU GRES)."""
     total = 0
     for item in filter(None, gres.split(",")):
         parts = item.split("(")[0].split(":")
@@ -173,6 +174,7 @@ def _node(n: dict[str, Any]) -> SlurmNode:
         alloc_memory_mib=int(n.get("alloc_memory", 0)),
         gpus=_gpus(str(n.get("gres", ""))),
         reason=str(n.get("reason", "")),
+        alloc_gpus=_gpus(str(n.get("gres_used", ""))),
     )
 
 
