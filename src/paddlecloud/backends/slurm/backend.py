@@ -579,13 +579,14 @@ class SlurmBackend:
             *s.sbatch_args,
             f"--wrap=exec {wrap}",
         ]
+        # gpus: how many (the framework's settings); Slurm picks which (CUDA_VISIBLE_DEVICES below)
         ctx = WorkerContext(
             job_name=launch.name, user=launch.user, framework=launch.framework, role=w.role, index=w.index,
             topology=topology, output_dir=str(launch.output_dir), restart=w.run, files=launch.files,
             gpus=tuple(range(need.gpu)) if need.gpu else None, trainer_range=launch.trainer_range,
             user_env=launch.env, api=launch.api,
             membership_file=str(job.dir / "contract" / "membership.json"),
-        )  # fmt: skip  (gpus: how many; Slurm picks which)
+        )  # fmt: skip
         bins = [f"{job.env_dir}/bin"] if job.env_dir else []
         env = {
             "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
@@ -743,14 +744,18 @@ class SlurmBackend:
         )  # fmt: skip
 
     def _requested_by_us(self) -> dict[str, Resources]:
-        """What our running workers asked for, per node (the controller's own count of its load)."""
+        """What our running workers asked for, per node: the load the controller counts itself (from
+        its placements), so not the store (the scheduler does not count it), not retired trainers,
+        and not a worker that runs elsewhere than it was placed (a restart: Slurm chose its node; the
+        controller still counts it where it was placed, so it is counted twice rather than not at
+        all, which would let the scheduler plan onto what it holds)."""
         out: dict[str, Resources] = {}
         with self._lock:
             jobs = list(self._jobs.values())
         for job in jobs:
             with job.lock:
-                for w in job.workers.values():  # not retired ones: the controller no longer counts them
-                    if w.state == WorkerState.RUNNING and w.ran_on and w.role != RENDEZVOUS:  # store: foreign
+                for w in job.workers.values():
+                    if w.state == WorkerState.RUNNING and w.ran_on == w.node and w.role != RENDEZVOUS:
                         need = job.launch.resources.get(w.role, _DEFAULT_NEED)
                         out[w.ran_on] = out.get(w.ran_on, Resources()) + need
         return out
