@@ -1,7 +1,9 @@
 """The FastAPI application: ``create_app(platform)`` mounts the routers under ``/api/v1``.
 
-Request path: version check (middleware) → auth (dependency) → route → ``JobService`` → response
-model. The OpenAPI document is served at ``/api/v1/openapi.json`` and browsable at ``/docs``.
+Request path: request timing (middleware, the platform's metrics) → version check (middleware) → body
+limit (middleware) → auth (dependency) → route → ``JobService`` → response model. The OpenAPI
+document is served at ``/api/v1/openapi.json`` and browsable at ``/docs``; Prometheus metrics at
+``/metrics`` (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ from paddlecloud._version import API_VERSION, MIN_CLIENT_API_VERSION, __version_
 from paddlecloud.api import API_PREFIX, HEADER_API_VERSION, HEADER_MIN_API_VERSION
 from paddlecloud.api.errors import ErrorCode, VersionMismatch
 from paddlecloud.controller import Platform
-from paddlecloud.server import routes_jobs, routes_pfs, routes_system, routes_tasks, routes_users
+from paddlecloud.server import (
+    routes_jobs,
+    routes_metrics,
+    routes_pfs,
+    routes_system,
+    routes_tasks,
+    routes_users,
+)
 from paddlecloud.server.errors import install_error_handlers
 from paddlecloud.server.limits import BodyLimitMiddleware
+from paddlecloud.server.metrics import RequestMetricsMiddleware
 
 __all__ = ["ApiVersionMiddleware", "create_app"]
 
@@ -83,9 +93,12 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=platform.ctx.config.max_request_bytes)
     app.add_middleware(ApiVersionMiddleware)
+    app.add_middleware(RequestMetricsMiddleware, metrics=platform.ctx.metrics)  # outermost: times all
     app.include_router(routes_system.router, prefix=API_PREFIX)
     app.include_router(routes_jobs.router, prefix=API_PREFIX)
     app.include_router(routes_tasks.router, prefix=API_PREFIX)
     app.include_router(routes_pfs.router, prefix=API_PREFIX)
     app.include_router(routes_users.router, prefix=API_PREFIX)
+    app.include_router(routes_metrics.router, prefix=API_PREFIX)
+    app.include_router(routes_metrics.metrics_router)
     return app
