@@ -16,21 +16,32 @@ and prints requests/s and the latency percentiles for each. Goals (issue 11): th
 
 Needs Debian's ``wrk`` (``apt-get install wrk``). Submits go to a cluster made full by one long job
 first, so the queue grows but nothing starts: the figure is the API's, not the process spawner's.
+
+``--compare-request-metrics [--rounds 2]``: the cost of timing every request for ``/metrics``
+(``server/metrics.py``): ``GET /health`` and the job list, served by one server as it is and by one
+started without that middleware (a ``sitecustomize`` on the second server's ``PYTHONPATH`` leaves it
+out of the app), alternately in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -99,6 +110,80 @@ def package(base: Path) -> Path:
     return archive
 
 
+#: the second server's sitecustomize: RequestMetricsMiddleware "constructed" is the app it wraps
+WITHOUT_REQUEST_METRICS = """\
+import paddlecloud.server.app as _app
+
+
+class _Absent:
+    def __new__(cls, app, **_):
+        return app
+
+
+_app.RequestMetricsMiddleware = _Absent
+"""
+
+
+@contextlib.contextmanager
+def server(base: Path, jobs: int, request_metrics: bool = True) -> Iterator[tuple[str, str]]:
+    """``paddlecloud up`` on a fresh database with ``jobs`` finished jobs: (API URL, admin token)."""
+    run = base / f"run-{len(list(base.iterdir()))}"
+    (run / "home").mkdir(parents=True)
+    srv = Server(data_dir=run / "data", home=run / "home")
+    srv.up_args = ["--node-cpu", "1", "--node-memory", "4Gi"]
+    fill(srv.data_dir, jobs)
+    saved = os.environ.get("PYTHONPATH")
+    if not request_metrics:
+        (run / "site").mkdir()
+        (run / "site" / "sitecustomize.py").write_text(WITHOUT_REQUEST_METRICS)
+        os.environ["PYTHONPATH"] = str(run / "site")
+    try:
+        srv.start()
+    finally:
+        os.environ.pop("PYTHONPATH", None)
+        if saved is not None:
+            os.environ["PYTHONPATH"] = saved
+    try:
+        cfg = load_config(Path(srv.env["PADDLECLOUD_CONFIG"]))
+        assert cfg.current is not None
+        yield f"http://127.0.0.1:{srv.port}/api/v1", cfg.current.token
+    finally:
+        srv.stop()
+
+
+def timed_requests(api: str, token: str) -> int:
+    """How many requests the server's latency histogram has counted (0: the middleware is absent)."""
+    r = httpx.get(api.removesuffix("/api/v1") + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    r.raise_for_status()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in r.text.splitlines()
+        if line.startswith("paddlecloud_http_request_duration_seconds_count")
+    )
+
+
+def compare_request_metrics(args: argparse.Namespace, base: Path) -> None:
+    urls = {"health": "/health", f"jobs?all=true ({args.jobs})": "/jobs?all=true"}
+    rates: dict[tuple[str, bool], list[float]] = {}
+    for _ in range(args.rounds):
+        for timing in (True, False):
+            with server(base, args.jobs, request_metrics=timing) as (api, token):
+                for name, path in urls.items():
+                    rates.setdefault((name, timing), []).append(wrk(api + path, token, args)["rps"])
+                counted = timed_requests(api, token)
+                assert (counted > 0) == timing, f"request timing {'off' if timing else 'on'}: {counted}"
+    print(
+        f"wrk -t{args.threads} -c{args.connections} -d{args.seconds}s, {args.rounds} rounds, servers "
+        "with and without the request-timing middleware taking turns (req/s, median of the rounds)"
+    )
+    print(f"  {'request':<28} {'with':>8} {'without':>8} {'cost':>7}   rounds with / without")
+    for name in urls:
+        with_, without = rates[(name, True)], rates[(name, False)]
+        a, b = statistics.median(with_), statistics.median(without)
+        each = " ".join(f"{x:.0f}" for x in with_) + " / " + " ".join(f"{x:.0f}" for x in without)
+        print(f"  {name:<28} {a:>8.0f} {b:>8.0f} {(b - a) / b:>7.1%}   {each}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=100, help="finished jobs in the history")
@@ -106,9 +191,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--skip-submit", action="store_true")
+    ap.add_argument("--compare-request-metrics", action="store_true")
+    ap.add_argument("--rounds", type=int, default=2, help="with --compare-request-metrics")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("bench/api_load.py needs wrk: apt-get install wrk")
+    if args.compare_request_metrics:
+        with tempfile.TemporaryDirectory() as tmp:
+            compare_request_metrics(args, Path(tmp))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         (base / "home").mkdir()
