@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,10 +23,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._server import platform, token  # noqa: E402
 from bench.list_jobs import fill  # noqa: E402
-from tests.e2e.conftest import Server  # noqa: E402
 
-from paddlecloud.client import load_config  # noqa: E402
 from paddlecloud.store import JobRow, open_database  # noqa: E402
 
 #: routes called before the scrapes, so the latency histogram has series as on a server in use
@@ -68,36 +66,27 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=20)
     ap.add_argument("--runs", type=int, default=50)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp)
-        (base / "home").mkdir()
-        srv = Server(data_dir=base / "data", home=base / "home")
-        fill(srv.data_dir, args.jobs)
-        spread(srv.data_dir, args.users)
-        srv.start()
-        try:
-            cfg = load_config(Path(srv.env["PADDLECLOUD_CONFIG"]))
-            assert cfg.current is not None
-            headers = {"Authorization": f"Bearer {cfg.current.token}"}
-            with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as http:
-                for path in ROUTES:
-                    for _ in range(5):
-                        http.get(path)
-                timed(http, "/metrics", 5)  # warm-up
-                scrapes, last = timed(http, "/metrics", args.runs)
-                health, _ = timed(http, "/api/v1/health", args.runs)
-            samples = sum(1 for line in last.text.splitlines() if line and not line.startswith("#"))
-            ms = [t * 1000 for t in scrapes]
-            median, p90 = statistics.median(ms), statistics.quantiles(ms, n=10)[-1]
-            print(f"GET /metrics, {args.jobs} finished jobs of {args.users} users, {args.runs} scrapes")
-            print(
-                f"  scrape: median {median:.1f} ms, p90 {p90:.1f} ms; {len(last.content) / 1024:.0f} KiB, ",
-                end="",
-            )
-            print(f"{samples} samples")
-            print(f"  GET /api/v1/health (HTTP alone): median {statistics.median(health) * 1e3:.1f} ms")
-        finally:
-            srv.stop()
+
+    def prepare(data_dir: Path) -> None:
+        fill(data_dir, args.jobs)
+        spread(data_dir, args.users)
+
+    with platform(prepare=prepare) as (srv, _, _):
+        headers = {"Authorization": f"Bearer {token(srv)}"}
+        with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as http:
+            for path in ROUTES:
+                for _ in range(5):
+                    http.get(path)
+            timed(http, "/metrics", 5)  # warm-up
+            scrapes, last = timed(http, "/metrics", args.runs)
+            health, _ = timed(http, "/api/v1/health", args.runs)
+    samples = sum(1 for line in last.text.splitlines() if line and not line.startswith("#"))
+    ms = [t * 1000 for t in scrapes]
+    median, p90 = statistics.median(ms), statistics.quantiles(ms, n=10)[-1]
+    print(f"GET /metrics, {args.jobs} finished jobs of {args.users} users, {args.runs} scrapes")
+    print(f"  scrape: median {median:.1f} ms, p90 {p90:.1f} ms; {len(last.content) / 1024:.0f} KiB, ", end="")
+    print(f"{samples} samples")
+    print(f"  GET /api/v1/health (HTTP alone): median {statistics.median(health) * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":
