@@ -21,11 +21,13 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from task_helpers import HttpServer, free_port
+from task_helpers import Bench, HttpServer, free_port
 
+from paddlecloud.api.errors import Conflict
 from paddlecloud.api.models import JobDetail
 from paddlecloud.client import Client
 from paddlecloud.controller import MetricsAccess, Platform
+from paddlecloud.controller.metrics import LEASE_OUTCOMES
 from paddlecloud.core.clock import ManualClock
 from paddlecloud.core.phases import JobPhase, WorkerState
 from paddlecloud.server import create_app
@@ -222,6 +224,29 @@ def _run_and_check(
     assert value(m, "paddlecloud_http_request_duration_seconds_sum", route="/api/v1/jobs/{name}") > 0
     # the server process itself
     assert value(m, "paddlecloud_process_resident_memory_bytes") > 0
+
+
+def test_every_lease_outcome_is_counted(tmp_path: Path) -> None:
+    """The outcomes the real job above does not meet: failed, expired, lost (manual clock)."""
+    bench = Bench(tmp_path)
+    try:
+        bench.submit(bench.user("alice"), "tasks", {"items": ["a", "b"], "lease_timeout": 30})
+        w0, w1 = bench.worker("alice", "tasks"), bench.worker("alice", "tasks")
+        w0.tasks.lease("tasks", "lease-000001", "trainer-0")  # a
+        w0.tasks.fail("tasks", 0, "lease-000001", "bad shard")  # a: todo again
+        w0.tasks.lease("tasks", "lease-000002", "trainer-0")  # a again
+        bench.clock.advance(31)  # expired
+        w1.tasks.lease("tasks", "lease-000003", "trainer-1")  # reclaims a (expired), gets it
+        with pytest.raises(Conflict):
+            w0.tasks.done("tasks", 0, "lease-000002")  # lost
+        with pytest.raises(Conflict):
+            w0.tasks.renew("tasks", 0, "lease-000002")  # lost
+        w1.tasks.done("tasks", 0, "lease-000003")
+        m = parse(bench.platform.ctx.metrics.exposition().decode())
+        got = {o: value(m, "paddlecloud_task_leases_total", outcome=o) for o in LEASE_OUTCOMES}
+        assert got == {"granted": 3, "done": 1, "failed": 1, "expired": 1, "released": 0, "lost": 2}
+    finally:
+        bench.close()
 
 
 def test_who_may_read_the_metrics(platform_factory: Callable[..., Platform], tmp_path: Path) -> None:
