@@ -20,17 +20,20 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import APIRouter, FastAPI
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.staticfiles import StaticFiles
 from task_helpers import Bench, HttpServer, free_port
 
 from paddlecloud.api.errors import Conflict
 from paddlecloud.api.models import JobDetail
 from paddlecloud.client import Client
 from paddlecloud.controller import MetricsAccess, Platform
-from paddlecloud.controller.metrics import LEASE_OUTCOMES
+from paddlecloud.controller.metrics import LEASE_OUTCOMES, PlatformMetrics
 from paddlecloud.core.clock import ManualClock
 from paddlecloud.core.phases import JobPhase, WorkerState
 from paddlecloud.server import create_app
+from paddlecloud.server.metrics import RequestMetricsMiddleware
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -302,3 +305,44 @@ def test_the_dashboard_charts_only_metrics_that_exist(platform_factory: Callable
     assert len(exprs) >= 10
     used = {name for e in exprs for name in re.findall(r"\bpaddlecloud_[a-z_]+", e)}
     assert used and not used - exposed, sorted(used - exposed)
+
+
+def test_request_routes_are_templates_of_included_routers_mounts_and_the_unmatched(tmp_path: Path) -> None:
+    """The route label for a router included under two prefixes (the same route objects), a mount,
+    and a path nothing serves: never the raw path."""
+    router = APIRouter()
+
+    @router.get("/things/{name}")
+    def thing(name: str) -> dict[str, str]:
+        return {"name": name}
+
+    (tmp_path / "static").mkdir()
+    (tmp_path / "static" / "app.js").write_text("1;")
+    app = FastAPI()
+    app.include_router(router, prefix="/v1")
+    app.include_router(router, prefix="/v2/deep")
+    app.mount("/ui/static", StaticFiles(directory=tmp_path / "static"))
+    metrics = PlatformMetrics()
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    http = TestClient(app)
+    for path in (
+        "/v1/things/a",
+        "/v2/deep/things/b",
+        "/v1/things/c",
+        "/v2/deep/things/d",
+        "/ui/static/app.js",
+    ):
+        assert http.get(path).status_code == 200, path
+    assert http.get("/v3/things/e").status_code == 404
+    m = parse(metrics.exposition().decode())
+    counts = {
+        (ls["route"], ls["status"]): v
+        for n, ls, v in m
+        if n == "paddlecloud_http_request_duration_seconds_count"
+    }
+    assert counts == {
+        ("/v1/things/{name}", "200"): 2,
+        ("/v2/deep/things/{name}", "200"): 2,
+        ("/ui/static/{path}", "200"): 1,
+        ("<unmatched>", "404"): 1,
+    }

@@ -23,16 +23,22 @@ __all__ = ["UNMATCHED", "RequestMetricsMiddleware", "route_template"]
 UNMATCHED = "<unmatched>"
 
 
-def route_template(scope: Scope, root_path: str = "") -> str:
+def route_template(scope: Scope, root_path: str = "", prefixes: dict[int, str] | None = None) -> str:
     """The template of the route that served ``scope`` (after the app ran: routing records it in the
     scope). A route of an included router knows its path without the prefix it was included under:
-    the prefix is the part of the request's path before where the route's pattern matches."""
+    the prefix is the part of the request's path before where the route's pattern matches.
+    ``prefixes`` (route id -> prefix, as last found; checked on each use) saves the search."""
     route = scope.get("route")
     template, pattern = getattr(route, "path", None), getattr(route, "path_regex", None)
     if isinstance(template, str) and pattern is not None:
         path = str(scope.get("path", ""))
+        known = prefixes.get(id(route)) if prefixes is not None else None
+        if known is not None and path.startswith(known) and pattern.match(path[len(known) :]):
+            return known + template
         for i, ch in enumerate(path):
             if ch == "/" and pattern.match(path[i:]):
+                if prefixes is not None:
+                    prefixes[id(route)] = path[:i]
                 return path[:i] + template
         return template
     mounted = str(scope.get("root_path", ""))
@@ -45,6 +51,8 @@ class RequestMetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: PlatformMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        #: the app's routes' include prefixes (bounded by its routes)
+        self._prefixes: dict[int, str] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -64,4 +72,5 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, timed)
         finally:
             took = took or time.perf_counter() - started
-            self.metrics.request(str(scope["method"]), route_template(scope, root_path), status, took)
+            route = route_template(scope, root_path, self._prefixes)
+            self.metrics.request(str(scope["method"]), route, status, took)
