@@ -4,11 +4,11 @@
 middleware, but on a small shared machine its run-to-run noise is larger than the effect. This one
 calls the ASGI app in-process (no sockets, no client), ``--requests`` times per block, for two apps
 of one platform: as built, and built without the middleware; blocks alternate, ``--rounds`` of
-each, and the medians per request are compared, and the fastest blocks (on a busy machine the
-least disturbed: the closest to the intrinsic cost). Last, the middleware alone around an app that
-answers at once (a route of an included router, as the real ones), fastest of 5 blocks. Routes: ``GET /api/v1/health`` (no auth, no
-database) and ``GET /api/v1/jobs?all=true`` with ``--jobs`` finished jobs (the job list, answered
-from the server's read cache as under load).
+each. Routes: ``GET /api/v1/health`` (no auth, no database) and ``GET /api/v1/jobs?all=true`` with
+``--jobs`` finished jobs (the job list, answered from the server's read cache as under load). Printed:
+the median and the fastest block per request (on a busy machine the fastest is the least disturbed,
+the closest to the intrinsic cost); last, the middleware alone around an app that answers at once
+(a route of an included router, as the real ones), fastest of 5 blocks.
 
     .venv/bin/python bench/request_timing.py [--jobs 100] [--requests 2000] [--rounds 7]
 """
