@@ -163,8 +163,9 @@ def _datacenter(name: str) -> str:
     type=click.Choice(["auto", "sandbox", "none"]),
     default="auto",
     show_default=True,
-    help="local backend: confine each worker to its job's files with bubblewrap (sandbox; auto: where "
-    "it works) or not at all (none: any job can read every user's data); docs/security.md",
+    help="local and slurm backends: confine each worker to its job's files with bubblewrap (sandbox; "
+    "auto: where it works on this host; on Slurm every node needs it too) or not at all (none: any job "
+    "can read every user's data); docs/security.md",
 )
 @click.option(
     "--pass-env",
