@@ -270,9 +270,9 @@ def _backend_settings(name: str, options: dict[str, Any]) -> object:
             given = ctx.get_parameter_source(option) not in (ParameterSource.DEFAULT, None)
             if given and option not in chosen.options:
                 flag = "--" + option.replace("_", "-")
-                raise click.UsageError(
-                    f"{flag} is an option of the {other.name} backend (--backend {other.name})"
-                )
+                owners = [e.name for e in backend_entries() if option in e.options]
+                which = f"{' and '.join(owners)} backend{'s' if len(owners) > 1 else ''}"
+                raise click.UsageError(f"{flag} is an option of the {which} (--backend {'|'.join(owners)})")
     try:
         return chosen.settings(options)
     except OptionError as exc:
