@@ -80,8 +80,8 @@ def on_the_node(root: Path, mode: str, run: int) -> float:
     cwd, status = job / "workers" / "trainer-0", job / "run" / "trainer-0.0"
     cwd.mkdir(parents=True)
     status.mkdir(parents=True)
-    launcher = ["-m", "paddlecloud.runtime.launcher", "--status", str(status / "exit.json"), "--cwd", str(cwd),
-                "true"]  # fmt: skip
+    exit_json = status / "exit.json"
+    launcher = ["-m", "paddlecloud.runtime.launcher", "--status", str(exit_json), "--cwd", str(cwd), "true"]
     if mode == "sandbox":
         box, _ = choose("sandbox", shim, gpus=False)
         assert box is not None
