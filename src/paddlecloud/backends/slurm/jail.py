@@ -36,6 +36,7 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -116,32 +117,28 @@ class JailSpec:
         if not isinstance(raw, dict) or raw.get("version") != _VERSION:
             raise SpecError(f"{where}: not a version {_VERSION} jail spec")
 
-        def text(key: str) -> str:
+        def get(key: str, ok: Callable[[Any], bool], what: str) -> Any:
             value = raw.get(key)
-            if not isinstance(value, str):
-                raise SpecError(f"{where}: {key!r} is not a string")
+            if not ok(value):
+                raise SpecError(f"{where}: {key!r} is not {what}")
             return value
+
+        def text(key: str) -> str:
+            return str(get(key, lambda v: isinstance(v, str), "a string"))
 
         def texts(key: str) -> tuple[str, ...]:
-            value = raw.get(key)
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise SpecError(f"{where}: {key!r} is not a list of strings")
-            return tuple(value)
-
-        data = raw.get("data")
-        if not isinstance(data, list) or not all(
-            isinstance(d, list) and len(d) == 3 and d[0] in ("--bind-fd", "--ro-bind-fd")
-            and isinstance(d[1], str) and isinstance(d[2], bool)
-            for d in data
-        ):  # fmt: skip
-            raise SpecError(f"{where}: 'data' is not a list of [--bind-fd|--ro-bind-fd, path, is a folder]")
+            strings = lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)  # noqa: E731
+            return tuple(get(key, strings, "a list of strings"))
 
         def flag(key: str) -> bool:
-            value = raw.get(key)
-            if not isinstance(value, bool):
-                raise SpecError(f"{where}: {key!r} is not true or false")
-            return value
+            return bool(get(key, lambda v: isinstance(v, bool), "true or false"))
 
+        place = lambda d: (  # noqa: E731
+            isinstance(d, list) and len(d) == 3 and d[0] in ("--bind-fd", "--ro-bind-fd")
+            and isinstance(d[1], str) and isinstance(d[2], bool)
+        )  # fmt: skip
+        data = get("data", lambda v: isinstance(v, list) and all(map(place, v)),
+                   "a list of [--bind-fd|--ro-bind-fd, path, is a folder]")  # fmt: skip
         return cls(
             user=text("user"), env_dir=text("env_dir"), shim=text("shim"),
             data=tuple((d[0], d[1], d[2]) for d in data), shared=texts("shared"), cwd=text("cwd"),
