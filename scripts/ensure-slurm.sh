@@ -21,6 +21,9 @@
 #   PADDLECLOUD_SLURM_MEM      memory per node in MiB (default 4000)
 #   PADDLECLOUD_SLURM_PORT     slurmctld's port (default 16817); node i listens on PORT + 100 + i
 #   PADDLECLOUD_SLURM_TIMEOUT  SlurmdTimeout: seconds without an answer before a node is DOWN (default 10)
+#   PADDLECLOUD_SLURM_GPUS     GRES GPUs per node (default 0). No GPU here: each is emulated by a
+#                              character device (/dev/tty0..), so Slurm allocates and binds them
+#                              (CUDA_VISIBLE_DEVICES) as it would real ones; nothing can compute on them
 #
 # Accounting: none (no slurmdbd, no database): the backend reads `squeue --json` and
 # `scontrol show job --json`, and finished jobs stay visible for MinJobAge seconds (docs/slurm.md).
@@ -32,6 +35,7 @@ CPUS=${PADDLECLOUD_SLURM_CPUS:-4}
 MEM=${PADDLECLOUD_SLURM_MEM:-4000}
 PORT=${PADDLECLOUD_SLURM_PORT:-16817}
 TIMEOUT=${PADDLECLOUD_SLURM_TIMEOUT:-10}
+GPUS=${PADDLECLOUD_SLURM_GPUS:-0}
 CONF=$DIR/slurm.conf
 WAIT_S=60
 
@@ -81,7 +85,8 @@ ensure_munge() {
 # -- configuration --------------------------------------------------------------------------------
 
 write_conf() {
-  local last=$((PORT + 100 + NODES))
+  local last=$((PORT + 100 + NODES)) GRES="" GRES_TYPES=""
+  if [ "$GPUS" -gt 0 ]; then GRES=" Gres=gpu:$GPUS"; GRES_TYPES=$'GresTypes=gpu\n'; fi
   cat <<EOF
 # written by scripts/ensure-slurm.sh: a private cluster of $NODES emulated nodes on this machine
 ClusterName=paddlecloud
@@ -116,9 +121,14 @@ SlurmctldPidFile=$DIR/run/slurmctld.pid
 SlurmdPidFile=$DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd-%n.log
-NodeName=n[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT + 101))-$last CPUs=$CPUS RealMemory=$MEM State=UNKNOWN
+${GRES_TYPES}NodeName=n[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT + 101))-$last CPUs=$CPUS RealMemory=$MEM${GRES} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+}
+
+write_gres() {  # gres.conf (beside slurm.conf, where Slurm looks): emulated GPUs, see GPUS above
+  [ "$GPUS" -gt 0 ] || return 0
+  echo "NodeName=n[1-$NODES] Name=gpu File=/dev/tty[0-$((GPUS - 1))]"
 }
 
 # -- processes ------------------------------------------------------------------------------------
@@ -208,6 +218,7 @@ start() {
     stop_slurm
     write_conf >"$CONF"
   fi
+  write_gres >"$DIR/gres.conf"
   if ! ctld_pid >/dev/null; then
     # a fresh controller (no jobs of a dead run) and fresh nodes
     for node in $(node_names); do kill_node_procs "$node"; done

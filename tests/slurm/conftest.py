@@ -6,6 +6,9 @@
               ``os.environ`` (SLURM_CONF, ...); stopped when the process exits, only if it started
               it (the controller was not running). The conformance suite uses ``ensure_cluster`` too
     slurm_sh  runs ``scripts/ensure-slurm.sh`` with arguments (kill-node, revive-node, status)
+    slurm_gpu module-scoped: a second private cluster beside the first, 2 nodes with 2 emulated GRES
+              GPUs each (``PADDLECLOUD_SLURM_GPUS``), stopped after the module; its ``SLURM_CONF``
+              is for the test to put into ``os.environ`` (monkeypatch) while it uses it
 
 Where the cluster cannot exist (not root and the packages missing) the tests are skipped with that
 reason; any other failure to start it fails them.
@@ -17,7 +20,7 @@ import atexit
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,10 +30,13 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ensure-slurm.sh"
 START_TIMEOUT_S = 600
 
 
-def _sh(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _sh(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+        ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
 
 
 def parse_exports(text: str) -> dict[str, str]:
@@ -78,3 +84,22 @@ def slurm_sh(slurm: dict[str, str]) -> Callable[..., subprocess.CompletedProcess
         return proc
 
     return run
+
+
+#: the GPU cluster's settings: its own directory and ports, clear of the default cluster's
+GPU_CLUSTER = {
+    "PADDLECLOUD_SLURM_DIR": "/tmp/paddlecloud-slurm-gpu",
+    "PADDLECLOUD_SLURM_PORT": "17217",
+    "PADDLECLOUD_SLURM_NODES": "2",
+    "PADDLECLOUD_SLURM_GPUS": "2",
+}
+
+
+@pytest.fixture(scope="module")
+def slurm_gpu(slurm: dict[str, str]) -> Iterator[dict[str, str]]:
+    proc = _sh("start", timeout=START_TIMEOUT_S, env=GPU_CLUSTER)
+    assert proc.returncode == 0, f"ensure-slurm.sh start (GPUs) failed:\n{proc.stderr}"
+    try:
+        yield parse_exports(proc.stdout)
+    finally:
+        _sh("stop", env=GPU_CLUSTER)

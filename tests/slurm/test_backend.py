@@ -194,8 +194,12 @@ def test_killed_node_its_worker_restarts_elsewhere_and_the_job_finishes(
     try:
         slurm_sh("kill-node", "n3")
         seen = sync_until(backend, job.key, lambda s: s.finished, timeout=120)
+        down = {n.name: n for n in backend.nodes()}["n3"]  # not used again until it is back
+        assert down.capacity == Resources() and "takes no work" in down.note, down
     finally:
         slurm_sh("revive-node", "n3")
+    back = {n.name: n for n in backend.nodes()}["n3"]
+    assert back.capacity.cpu_m == 4000 and not back.note, back
     last = seen[-1]
     assert last.failure is None, last.failure
     restarted = [e.message for s in seen for e in s.events if e.reason == "WorkerRestarting"]

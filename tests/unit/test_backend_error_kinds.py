@@ -176,6 +176,31 @@ def test_a_shared_engines_foreign_load_is_counted_and_named(tmp_path: Path, pack
         world.close()
 
 
+def test_an_elastic_job_starts_smaller_beside_foreign_load_says_why_and_grows_back(
+    tmp_path: Path, package: Path
+) -> None:
+    nodes = (NodeInfo("n1", Resources(4000, 8 * GI)), NodeInfo("n2", Resources(4000, 8 * GI)))
+    world = MemoryWorld(tmp_path, capabilities=ALL | {Capability.SHARED_CAPACITY}, nodes=nodes)
+    try:
+        alice = world.client("alice")
+        world.engine.foreign["n1"] = Resources(4000, 2 * GI)  # another Slurm user's job
+        world.submit(alice, "a", package, trainers={"count": 3, "min": 1, "max": 3, "cpu": "2"})
+        world.tick(2)
+        a = world.job(alice, "a")
+        assert a.phase == "Running" and len(world.engine.running("alice/a")) == 2
+        admitted = next(e.message for e in a.events if e.reason == "Admitted")
+        assert "admitted with 2 trainers on n2, 3 wanted" in admitted, admitted
+        assert "node n1: 4 of 4 CPUs, 2Gi of 8Gi memory held by other users' jobs" in admitted
+        world.engine.foreign.clear()  # the other user's job ended
+        world.tick(2)
+        a = world.job(alice, "a")
+        assert len(world.engine.running("alice/a")) == 3
+        resized = next(e.message for e in a.events if e.reason == "Resized")
+        assert resized.startswith("trainers 2 -> 3") and "wanted" not in resized, resized
+    finally:
+        world.close()
+
+
 def test_foreign_load_is_ignored_without_the_capability(world: MemoryWorld, package: Path) -> None:
     alice = world.client("alice")
     world.engine.foreign["mem-0"] = Resources(4000, 8 * GI)  # never reported: no shared-capacity

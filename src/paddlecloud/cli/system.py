@@ -138,7 +138,11 @@ def _datacenter(name: str) -> str:
     "slurm (Slurm batch jobs; docs/slurm.md); an unknown name lists the known ones",
 )
 @click.option("--slurm-partition", help="slurm: the partition jobs run in (default: the cluster's default)")
-@click.option("--slurm-account", help="slurm: the account jobs are charged to (default: the user's default)")
+@click.option(
+    "--slurm-account",
+    help="slurm: the account jobs are charged to; {user} in it is the platform user (pc-{user}: one account "
+    "per user, so Slurm's fair share sees them; default: the server's Unix user's default account)",
+)
 @click.option("--slurm-qos", help="slurm: the QOS of the jobs")
 @click.option(
     "--slurm-sbatch-arg",

@@ -22,7 +22,7 @@ from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, NodeInfo
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.core.quantity import format_cpu, format_memory
-from paddlecloud.scheduler import JobRequest, NodeState, Plan, Wait, WaitReason, never_placeable
+from paddlecloud.scheduler import JobRequest, NodeState, Plan, Snapshot, Wait, WaitReason, never_placeable
 
 __all__ = ["check_capacity", "foreign_load", "name_foreign_load"]
 
@@ -82,8 +82,10 @@ def foreign_load(nodes: Sequence[NodeInfo]) -> str:
     return "; ".join(parts)
 
 
-def name_foreign_load(plan: Plan, nodes: Sequence[NodeInfo]) -> Plan:
-    """``plan`` with the foreign load added to the message of each job waiting for capacity."""
+def name_foreign_load(plan: Plan, nodes: Sequence[NodeInfo], snap: Snapshot) -> Plan:
+    """``plan`` with the foreign load added to the message of each job waiting for capacity, and
+    of each elastic job admitted or resized to fewer trainers than its maximum ("admitted with 2
+    trainers on n3, 3 wanted: node n1: 4 of 4 CPUs held by other users' jobs; Slurm: bob's job 12")."""
     note = foreign_load(nodes)
     if not note:
         return plan
@@ -91,4 +93,15 @@ def name_foreign_load(plan: Plan, nodes: Sequence[NodeInfo]) -> Plan:
         Wait(w.job, w.reason, f"{w.message} ({note})") if w.reason in _CAPACITY_WAITS else w
         for w in plan.wait
     ]
-    return dataclasses.replace(plan, wait=waits)
+    wanted = {j.key: j.hi for j in (*snap.queue, *snap.running)}
+
+    def short(job: str, trainers: int, message: str) -> str:
+        hi = wanted.get(job, 0)
+        return f"{message}, {hi} wanted ({note})" if trainers < hi else message
+
+    admits = [
+        dataclasses.replace(a, message=short(a.job, sum(p.role == "trainer" for p in a.placement), a.message))
+        for a in plan.admit
+    ]
+    resizes = [dataclasses.replace(r, message=short(r.job, r.trainers, r.message)) for r in plan.resize]
+    return dataclasses.replace(plan, wait=waits, admit=admits, resize=resizes)

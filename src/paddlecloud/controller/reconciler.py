@@ -288,7 +288,7 @@ class Reconciler:
         )
         plan = self.policy.schedule(snap)
         if Capability.SHARED_CAPACITY in self.ctx.backend.capabilities:
-            plan = name_foreign_load(plan, nodes)
+            plan = name_foreign_load(plan, nodes, snap)
         self.last = (snap, plan)
         rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
         self._held |= apply_plan(self.ctx, s, plan, rows)

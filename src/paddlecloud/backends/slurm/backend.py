@@ -206,10 +206,11 @@ class SlurmBackend:
     # -- contract -------------------------------------------------------------------------------
 
     def nodes(self) -> tuple[NodeInfo, ...]:
-        """Usable nodes (not down, drained or unresponsive) with their size and, as ``foreign``
+        """Nodes with their size and, as ``foreign``
         (capability ``shared-capacity``), what Slurm has allocated there beyond what our running
-        workers asked for: other users' jobs, and Slurm's rounding of our requests (a 250m worker
-        holds a whole CPU); the controller counts our own placements itself."""
+        workers asked for: other users' jobs (named in ``note``), and Slurm's rounding of our requests
+        (a 250m worker holds a whole CPU); the controller counts our own placements itself. A node
+        that is down, drained or not responding has no capacity until it is back, and says why."""
         try:
             found = sc.cluster_nodes(self.settings.command_timeout, self.settings.partition)
         except sc.SlurmCommandError as exc:  # Slurm busy or down: the last snapshot, no cycle lost
@@ -217,18 +218,49 @@ class SlurmBackend:
             return self._last_nodes
         self._addresses.update({n.name: n.address for n in found})
         mine = self._requested_by_us()
+        holders = self._foreign_holders() if any(n.alloc_cpus for n in found) else {}
         out = []
         for n in found:
-            if not n.usable:
+            if not n.usable:  # no capacity until it is back; its state named in wait reasons
+                state = "+".join([n.state, *(f.lower() for f in n.flags)])
+                why = f"Slurm: {state}" + (f" ({n.reason})" if n.reason else "") + ", takes no work"
+                out.append(NodeInfo(n.name, Resources(), note=why))
                 continue
             ours = mine.get(n.name, Resources())
             foreign = Resources(
-                max(n.alloc_cpus * 1000 - ours.cpu_m, 0), max(n.alloc_memory_mib * _MIB - ours.memory, 0)
+                max(n.alloc_cpus * 1000 - ours.cpu_m, 0),
+                max(n.alloc_memory_mib * _MIB - ours.memory, 0),
+                max(n.alloc_gpus - ours.gpu, 0),
             )
             size = Resources(n.cpus * 1000, n.memory_mib * _MIB, n.gpus)
-            out.append(NodeInfo(n.name, size, tuple(range(n.gpus)), foreign=foreign))
+            note = f"Slurm: {', '.join(holders[n.name])}" if foreign and holders.get(n.name) else ""
+            # Slurm picks the GPU indices: which ones other work holds is not ours to know, only how
+            # many (the highest indices stand for them)
+            held = tuple(range(n.gpus - foreign.gpu, n.gpus))
+            out.append(NodeInfo(n.name, size, tuple(range(n.gpus)), foreign, held, note))
         self._last_nodes = tuple(out)
         return self._last_nodes
+
+    def _foreign_holders(self) -> dict[str, list[str]]:
+        """Per node, the running Slurm jobs that are not our workers: ``bob's job 12 (big, 8 CPUs)``
+        (the wait reasons name them); {} when squeue fails (the reasons then say less)."""
+        with self._lock:
+            jobs_here = list(self._jobs.values())
+        ours: set[int | None] = set()
+        for job in jobs_here:
+            with job.lock:
+                ours |= {w.slurm_id for w in [*job.workers.values(), *job.retired.values()]}
+        try:
+            jobs = sc.running(self.settings.command_timeout)
+        except sc.SlurmCommandError:
+            return {}
+        out: dict[str, list[str]] = {}
+        for j in jobs:
+            if j.id in ours:
+                continue
+            for node in j.node_names:
+                out.setdefault(node, []).append(f"{j.user}'s job {j.id} ({j.name}, {j.cpus} CPUs)")
+        return out
 
     def start(self, launch: JobLaunch) -> None:
         jdir = self._job_dir(launch.key)
@@ -250,9 +282,8 @@ class SlurmBackend:
             workers[w.name] = w
         if launch.framework == "torch" and launch.trainer_range is not None:  # the store, first
             runs = log_runs(jdir / "logs", f"{RENDEZVOUS}-0")
-            store = _Worker(
-                RENDEZVOUS, 0, launch.placement[0].node, ports[-1], run=runs[-1] + 1 if runs else 0
-            )
+            node = self._store_node(launch)
+            store = _Worker(RENDEZVOUS, 0, node, ports[-1], run=runs[-1] + 1 if runs else 0)
             workers[store.name] = store
         job = _Job(launch, jdir, workers, (ports[-2], ports[-1]))
         with self._lock:
@@ -273,6 +304,22 @@ class SlurmBackend:
             )
             self._record(job)
         threading.Thread(target=self._prepare, args=(job, requirements), name=f"prepare-{launch.key}").start()
+
+    def _store_node(self, launch: JobLaunch) -> str:
+        """Where the rendezvous store of ``launch`` fits beside its planned trainers: the node with
+        the most CPUs left after them in the last snapshot ("" : none has room, Slurm chooses).
+        The scheduler does not count the store (it is small), but Slurm gives it a whole CPU: put
+        where Slurm likes (the first node), it could take a CPU that a trainer planned there needs."""
+        planned: dict[str, Resources] = {}
+        for p in launch.placement:
+            planned[p.node] = planned.get(p.node, Resources()) + launch.resources.get(p.role, _DEFAULT_NEED)
+        mine = self._requested_by_us()
+        room = {
+            n.name: n.capacity - n.foreign - mine.get(n.name, Resources()) - planned.get(n.name, Resources())
+            for n in self._last_nodes
+        }
+        fits = [(free.cpu_m, name) for name, free in room.items() if _DEFAULT_NEED.fits_in(free)]
+        return max(fits)[1] if fits else ""
 
     def _prepare(self, job: _Job, requirements: str) -> None:
         """Build the job's environment on the shared directory (the server's host runs pip)."""
@@ -560,18 +607,24 @@ class SlurmBackend:
             *([f"--nodelist={w.node}"] if w.node else []),
             *([f"--gres=gpu:{need.gpu}"] if need.gpu else []),
             *([f"--partition={s.partition}"] if s.partition else []),
-            *([f"--account={s.account}"] if s.account else []),
+            *([f"--account={s.account_of(launch.user)}"] if s.account else []),
             *([f"--qos={s.qos}"] if s.qos else []),
             *s.sbatch_args,
             f"--wrap=exec {wrap}",
         ]
+        # gpus: how many (the framework's settings); Slurm picks which (CUDA_VISIBLE_DEVICES below)
         ctx = WorkerContext(
             job_name=launch.name, user=launch.user, framework=launch.framework, role=w.role, index=w.index,
             topology=topology, output_dir=str(launch.output_dir), restart=w.run, files=launch.files,
-            gpus=None, trainer_range=launch.trainer_range, user_env=launch.env, api=launch.api,
+            gpus=tuple(range(need.gpu)) if need.gpu else None, trainer_range=launch.trainer_range,
+            user_env=launch.env, api=launch.api,
             membership_file=str(job.dir / "contract" / "membership.json"),
         )  # fmt: skip
-        return argv, {**base, **worker_env(ctx)}
+        env = {**base, **worker_env(ctx)}
+        if need.gpu:  # Slurm sets them to the GPUs it gives the job (GRES), whatever the indices here
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            env.pop("NVIDIA_VISIBLE_DEVICES", None)
+        return argv, env
 
     def _wrap(self, job: _Job, w: _Worker, cwd: Path, *, gpus: bool) -> tuple[str, dict[str, str]]:
         """The batch script's command for this run of ``w`` and its environment before the env
@@ -764,16 +817,20 @@ class SlurmBackend:
         )  # fmt: skip
 
     def _requested_by_us(self) -> dict[str, Resources]:
-        """What our running workers asked for, per node (the controller's own count of its load)."""
+        """What our running workers asked for, per node: the load the controller counts itself (from
+        its placements), so not the store (the scheduler does not count it), not retired trainers,
+        and not a worker that runs elsewhere than it was placed (a restart: Slurm chose its node; the
+        controller still counts it where it was placed, so it is counted twice rather than not at
+        all, which would let the scheduler plan onto what it holds)."""
         out: dict[str, Resources] = {}
         with self._lock:
             jobs = list(self._jobs.values())
         for job in jobs:
             with job.lock:
-                for w in job.workers.values():  # not retired ones: the controller no longer counts them
-                    if w.state == WorkerState.RUNNING and w.ran_on and w.role != RENDEZVOUS:  # store: foreign
+                for w in job.workers.values():
+                    if w.state == WorkerState.RUNNING and w.ran_on == w.node and w.role != RENDEZVOUS:
                         need = job.launch.resources.get(w.role, _DEFAULT_NEED)
-                        out[w.ran_on] = out.get(w.ran_on, Resources()) + Resources(need.cpu_m, need.memory)
+                        out[w.ran_on] = out.get(w.ran_on, Resources()) + need
         return out
 
     def _allocate_ports(self, n: int) -> list[int]:

@@ -22,7 +22,8 @@ from typing import Any
 from paddlecloud.backends.errors import BackendUnavailable
 
 __all__ = [
-    "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "queue", "submit",
+    "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "queue", "running",
+    "submit",
 ]  # fmt: skip
 
 #: Slurm job states after which the job's processes are gone
@@ -49,6 +50,9 @@ class SlurmJob:
     exit_code: int | None
     user: str = ""
     cpus: int = 0
+    comment: str = ""
+    #: the nodes it holds (``job_resources``: empty while pending)
+    node_names: tuple[str, ...] = ()
 
     @property
     def ended(self) -> bool:
@@ -67,6 +71,7 @@ class SlurmNode:
     alloc_memory_mib: int
     gpus: int
     reason: str
+    alloc_gpus: int = 0
 
     @property
     def usable(self) -> bool:
@@ -124,7 +129,19 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         exit_code=_exit_code(j.get("exit_code")),
         user=str(j.get("user_name", "")),
         cpus=int(j.get("cpus", 0) or 0),
+        comment=str(j.get("comment", "") or ""),
+        node_names=tuple(
+            str(n.get("nodename", ""))
+            for n in ((j.get("job_resources") or {}).get("allocated_nodes") or [])
+            if isinstance(n, dict)
+        ),
     )
+
+
+def running(timeout: float) -> list[SlurmJob]:
+    """Every running job of the cluster, with the nodes it holds (one ``squeue --json``)."""
+    data = json.loads(_run(["squeue", "--json"], timeout))
+    return [j for j in map(_job, data.get("jobs", [])) if j.state == "RUNNING"]
 
 
 def queue(ids: Iterable[int], timeout: float) -> dict[int, SlurmJob]:
@@ -138,7 +155,7 @@ def queue(ids: Iterable[int], timeout: float) -> dict[int, SlurmJob]:
 
 
 def _gpus(gres: str) -> int:
-    """``gpu:2`` or ``gpu:a100:2(S:0-1)`` → 2 (0 when the node has no GPU GRES)."""
+    """``gpu:2``, ``gpu:a100:2(S:0-1)`` or, in use, ``gpu:1(IDX:0)`` → 2, 2, 1 (0: no GPU GRES)."""
     total = 0
     for item in filter(None, gres.split(",")):
         parts = item.split("(")[0].split(":")
@@ -159,6 +176,7 @@ def _node(n: dict[str, Any]) -> SlurmNode:
         alloc_memory_mib=int(n.get("alloc_memory", 0)),
         gpus=_gpus(str(n.get("gres", ""))),
         reason=str(n.get("reason", "")),
+        alloc_gpus=_gpus(str(n.get("gres_used", ""))),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from paddlecloud.backends.options import isolation_mode
+from paddlecloud.backends.options import OptionError, isolation_mode
 
 __all__ = ["SlurmSettings"]
 
@@ -24,7 +24,10 @@ class SlurmSettings:
     #: every Slurm node sees at the same path (None: the data dir's ``slurm/``)
     root: Path | None = None
     partition: str = ""  # sbatch --partition ("" : the cluster's default partition)
-    account: str = ""  # sbatch --account ("" : the submitting Unix user's default account)
+    #: sbatch --account ("" : the submitting Unix user's default account); ``{user}`` in it is the
+    #: platform user, so ``pc-{user}`` charges each user's jobs to an account of their own and
+    #: Slurm's fair share and accounting see the real users (docs/slurm.md)
+    account: str = ""
     qos: str = ""  # sbatch --qos
     #: more sbatch arguments, given as they are to every submission (e.g. ``--constraint=ib``)
     sbatch_args: tuple[str, ...] = ()
@@ -48,6 +51,18 @@ class SlurmSettings:
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg", "isolation",
     )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        try:
+            self.account_of("x")
+        except (KeyError, IndexError, ValueError):
+            raise OptionError(
+                "--slurm-account", f"{self.account!r}: the only placeholder it may hold is {{user}}"
+            ) from None
+
+    def account_of(self, user: str) -> str:
+        """The Slurm account a platform user's jobs are charged to ("" : the default)."""
+        return self.account.format(user=user)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> SlurmSettings:

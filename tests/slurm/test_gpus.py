@@ -1,0 +1,84 @@
+"""GPUs through Slurm's GRES, on a second private cluster whose nodes have 2 emulated GPUs each
+(``PADDLECLOUD_SLURM_GPUS``: character devices stand for them, so Slurm allocates and binds them
+as it would real ones; nothing computes on them). The backend asks for ``--gres=gpu:N``, Slurm
+picks the GPUs and sets ``CUDA_VISIBLE_DEVICES``; ``nodes()`` counts the GPUs and what other
+users' jobs hold of them."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler import WorkerPlacement
+from tests.kube.conftest import wait_for
+from tests.slurm.test_backend import MI, contract_lines, launch, states, sync_until
+
+pytestmark = pytest.mark.slurm
+
+SHOW = """
+import json, os, time
+e = os.environ
+print(json.dumps({k: e.get(k) for k in (
+    "SLURMD_NODENAME", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "PADDLE_DISTRI_BACKEND")}), flush=True)
+time.sleep(3)
+"""
+
+
+def _package(tmp: Path) -> Path:
+    path = tmp / "gpu.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("work.py")
+        info.size = len(SHOW.encode())
+        tar.addfile(info, io.BytesIO(SHOW.encode()))
+    return path
+
+
+def test_trainers_get_the_gpus_slurm_gives_them_and_other_users_gpus_count(
+    slurm_gpu: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SLURM_CONF", slurm_gpu["SLURM_CONF"])
+    b = SlurmBackend(SlurmSettings(root=tmp_path / "slurm", cleanup_grace=1), time.time, lambda: None)
+    other = subprocess.run(
+        ["sbatch", "--parsable", "-w", "n2", "--gres=gpu:1", "--mem=100M", "-J", "their-gpu-job",
+         f"--chdir={tmp_path}", "-o", "/dev/null", "--wrap", "sleep 120"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        n2 = wait_for(
+            "their GPU counted", lambda: (n := {x.name: x for x in b.nodes()}["n2"]).foreign.gpu and n, 30
+        )
+        assert n2.capacity.gpu == 2 and n2.gpus == (0, 1) and n2.foreign_gpus == (1,), n2
+        assert f"job {other} (their-gpu-job" in n2.note, n2.note
+        trainers = (("n1", (0,)), ("n1", (1,)), ("n2", (0,)))
+        job = launch(
+            _package(tmp_path), tmp_path, framework="paddle-collective", entry="python work.py",
+            placement=tuple(WorkerPlacement("trainer", i, n, g) for i, (n, g) in enumerate(trainers)),
+            resources={"trainer": Resources(1000, 256 * MI, 1)},
+        )  # fmt: skip
+        b.start(job)
+        seen = sync_until(b, job.key, lambda s: s.finished, timeout=90)
+        assert seen[-1].failure is None and set(states(seen[-1]).values()) == {WorkerState.SUCCEEDED}
+        env = {f"trainer-{i}": contract_lines(b, job.key, f"trainer-{i}")[0] for i in range(3)}
+        print(json.dumps(env))
+        assert {w: e["SLURMD_NODENAME"] for w, e in env.items()} == {
+            "trainer-0": "n1", "trainer-1": "n1", "trainer-2": "n2"}  # fmt: skip
+        n1 = sorted(env[f"trainer-{i}"]["CUDA_VISIBLE_DEVICES"] for i in (0, 1))
+        assert n1 == ["0", "1"], env  # one GPU each, not the same one
+        detail = subprocess.run(
+            ["scontrol", "show", "job", "-d", other], capture_output=True, text=True
+        ).stdout
+        theirs = re.findall(r"IDX:(\d+)", detail)
+        assert len(theirs) == 1 and env["trainer-2"]["CUDA_VISIBLE_DEVICES"] in {"0", "1"} - set(theirs), env
+        assert {e["PADDLE_DISTRI_BACKEND"] for e in env.values()} == {"nccl"}
+    finally:
+        subprocess.run(["scancel", other], check=False)
