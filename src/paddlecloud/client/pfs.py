@@ -23,15 +23,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError
 from paddlecloud.api.files import FileInfo, FileList, StorageUsage, UploadView
+from paddlecloud.api.models import UserView, VersionView
+from paddlecloud.client.session import Session
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
 from paddlecloud.core.pfspath import expand_short, is_remote
-
-if TYPE_CHECKING:
-    from paddlecloud.client.client import Client
 
 __all__ = ["Pfs", "TransferStats"]
 
@@ -79,8 +78,8 @@ class TransferStats:
 
 
 class Pfs:
-    def __init__(self, client: Client, *, parallel: int = 4, chunk_size: int = 16 << 20) -> None:
-        self.client = client
+    def __init__(self, session: Session, *, parallel: int = 4, chunk_size: int = 16 << 20) -> None:
+        self.session = session
         self.parallel = parallel
         self.chunk_size = chunk_size
         self._me: tuple[str, str] | None = None
@@ -89,7 +88,9 @@ class Pfs:
 
     def home(self) -> str:
         if self._me is None:
-            self._me = (self.client.version().datacenter, self.client.whoami().name)
+            version = VersionView.model_validate_json(self.session.request("GET", "/version").content)
+            me = UserView.model_validate_json(self.session.request("GET", "/whoami").content)
+            self._me = (version.datacenter, me.name)
         dc, user = self._me
         return f"/pfs/{dc}/home/{user}"
 
@@ -103,7 +104,7 @@ class Pfs:
     # -- namespace ------------------------------------------------------------------------------
 
     def _get(self, endpoint: str, **params: Any) -> Any:
-        return self.client.request("GET", endpoint, params=params)
+        return self.session.request("GET", endpoint, params=params)
 
     def stat(self, path: str) -> FileInfo:
         return FileInfo.model_validate_json(self._get("/pfs/stat", path=self.full(path)).content)
@@ -121,14 +122,14 @@ class Pfs:
         return FileList.model_validate_json(r.content).items
 
     def mkdir(self, path: str, parents: bool = False) -> FileInfo:
-        r = self.client.request("POST", "/pfs/mkdir", json={"path": self.full(path), "parents": parents})
+        r = self.session.request("POST", "/pfs/mkdir", json={"path": self.full(path), "parents": parents})
         return FileInfo.model_validate_json(r.content)
 
     def rm(self, path: str, recursive: bool = False) -> None:
-        self.client.request("POST", "/pfs/remove", json={"path": self.full(path), "recursive": recursive})
+        self.session.request("POST", "/pfs/remove", json={"path": self.full(path), "recursive": recursive})
 
     def mv(self, src: str, dst: str) -> FileInfo:
-        r = self.client.request("POST", "/pfs/move", json={"src": self.full(src), "dst": self.full(dst)})
+        r = self.session.request("POST", "/pfs/move", json={"src": self.full(src), "dst": self.full(dst)})
         return FileInfo.model_validate_json(r.content)
 
     def usage(self) -> StorageUsage:
@@ -147,13 +148,13 @@ class Pfs:
             h.update(data)
             params = {"path": remote, "overwrite": str(overwrite).lower()}
             body, length = _body(data)
-            self.client.request(
+            self.session.request(
                 "PUT", "/pfs/file", params=params, content=body, headers={CHECKSUM: h.checksum(), **length}
             )
             progress(size)
             return TransferStats(files=1, bytes_sent=size)
         begin = {"path": remote, "size": size, "chunk_size": self.chunk_size, "overwrite": overwrite}
-        r = self.client.request("POST", "/pfs/uploads", json=begin)
+        r = self.session.request("POST", "/pfs/uploads", json=begin)
         up = UploadView.model_validate_json(r.content)
         digests: list[str] = [""] * up.chunks
         stats = TransferStats(files=1)
@@ -168,7 +169,7 @@ class Pfs:
                     stats.count(skipped=len(data))
                 else:
                     body, length = _body(data)
-                    self.client.request(
+                    self.session.request(
                         "PUT", f"/pfs/uploads/{up.id}/{i}", content=body, headers={DIGEST: digest, **length}
                     )
                     stats.count(sent=len(data))
@@ -178,7 +179,7 @@ class Pfs:
                 list(pool.map(send, range(up.chunks)))
         finally:
             os.close(fd)
-        self.client.request(
+        self.session.request(
             "POST",
             f"/pfs/uploads/{up.id}/complete",
             params={"overwrite": str(overwrite).lower()},
@@ -245,7 +246,7 @@ class Pfs:
 
         h = blake3.blake3()
         pos = off
-        for piece in self.client.stream_bytes(
+        for piece in self.session.stream_bytes(
             "/pfs/file", params={"path": remote, "offset": off, "length": n}
         ):
             h.update(piece)
