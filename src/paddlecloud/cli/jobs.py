@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,8 +18,12 @@ from paddlecloud.api.models import JobDetail, WorkerView
 from paddlecloud.cli.output import FORMATS, age, console, emit, jobs_table, print_table, role_cell
 from paddlecloud.cli.tasks import summary_line, task_options, task_spec
 from paddlecloud.client import Client
+from paddlecloud.core.lognoise import LogFilter
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 from paddlecloud.core.quantity import human_bytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["describe", "get", "kill", "logs", "submit"]
 
@@ -93,8 +98,18 @@ def _priority(text: str) -> int | str:
 )
 @task_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
+@click.option(
+    "-v",
+    "--verbose",
+    "--all-logs",
+    "verbose",
+    is_flag=True,
+    help="--wait: every log line, the frameworks' own chatter too (hidden by default; `logs` shows all)",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
-def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opts: Any) -> None:
+def submit(
+    package_dir: Path, name: str | None, wait: bool, verbose: bool, as_json: bool, **opts: Any
+) -> None:
     """Upload PACKAGE_DIR and submit it as a training job."""
     trainers: dict[str, Any] = {
         "count": opts["trainers"], "cpu": opts["cpu"], "memory": opts["memory"], "gpu": opts["gpu"],
@@ -128,7 +143,7 @@ def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opt
     else:
         click.echo(f"job {job.name} submitted ({job.phase}: {job.message})")
     if wait:
-        final = follow_job(client, job.name)
+        final = follow_job(client, job.name, verbose=verbose)
         sys.exit(0 if final.phase == JobPhase.SUCCEEDED else 1)
 
 
@@ -152,9 +167,11 @@ def _started(w: WorkerView) -> bool:
     return w.pid is not None or w.started_at is not None
 
 
-def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
-    """Print phase changes and stream every worker's log until the job ends."""
+def follow_job(client: Client, name: str, poll: float = 0.5, verbose: bool = False) -> JobDetail:
+    """Print phase changes and stream every worker's log until the job ends; the frameworks' own
+    chatter is left out unless ``verbose`` (core/lognoise.py), and how much was is said at the end."""
     err = console(stderr=True)
+    shown = _LogLines(LogFilter() if not verbose else None)
     last = ""
     streamed = False
     while True:
@@ -165,17 +182,39 @@ def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
             last = line
         if job.phase in TERMINAL_PHASES:
             if not streamed and any(map(_started, job.workers)):  # it ended between two polls
-                for text in client.logs(name):
-                    sys.stdout.write(text)
-                sys.stdout.flush()
+                shown.write(client.logs(name))
+            shown.close(err, name)
             return job
         if not streamed and any(map(_started, job.workers)):
-            for text in client.logs(name, follow=True):
-                sys.stdout.write(text)
-                sys.stdout.flush()
+            shown.write(client.logs(name, follow=True))
             streamed = True  # the workers ended; poll on to report the final phase
             continue
         time.sleep(poll)
+
+
+class _LogLines:
+    """Writes log lines to stdout as they come, through a LogFilter if there is one."""
+
+    def __init__(self, noise: LogFilter | None) -> None:
+        self.noise = noise
+
+    def write(self, lines: Iterable[str]) -> None:
+        for text in lines:
+            for out in self.noise.feed(text) if self.noise else (text,):
+                sys.stdout.write(out)
+            sys.stdout.flush()
+
+    def close(self, err: Console, name: str) -> None:
+        if self.noise is None:
+            return
+        sys.stdout.writelines(self.noise.flush())
+        sys.stdout.flush()
+        if self.noise.hidden:
+            err.print(
+                f"({self.noise.hidden} lines of framework output hidden; all of them: "
+                f"paddlecloud logs {name}, or submit --verbose)",
+                markup=False,
+            )
 
 
 @click.group()
