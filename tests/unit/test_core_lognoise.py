@@ -132,7 +132,7 @@ def test_a_blank_line_after_chatter_goes_with_it_but_the_programs_blank_lines_st
 
 def test_a_library_warnings_source_line_goes_with_it_but_the_programs_warning_stays() -> None:
     lines = [
-        "/env/lib/python3.11/site-packages/paddle/base/framework.py:688: UserWarning: gloo is not initialized",
+        "/env/lib/python3.11/site-packages/paddle/base/framework.py:688: UserWarning: gloo not initialized",
         "  warnings.warn(",
         "/work/job/train.py:12: UserWarning: mine",
         "  warnings.warn('mine')",
