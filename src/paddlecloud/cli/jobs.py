@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from paddlecloud.api.models import JobDetail, WorkerView
+from paddlecloud.api.models import JobDetail, ResourceView, WorkerView
 from paddlecloud.cli.output import FORMATS, age, console, emit, jobs_table, print_table, role_cell
 from paddlecloud.cli.tasks import summary_line, task_options, task_spec
 from paddlecloud.client import Client
 from paddlecloud.core.lognoise import LogFilter
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
-from paddlecloud.core.quantity import human_bytes
+from paddlecloud.core.quantity import human_memory, parse_memory
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -267,23 +267,24 @@ def get_quota(fmt: str) -> None:
     if fmt in ("json", "yaml"):
         emit(q, fmt)
         return
-    limit = q.limit
     rows = [
-        [
-            res,
-            str(getattr(q.used, res)),
-            "unlimited"
-            if limit is None or str(getattr(limit, res)) in ("-1", "unlimited")
-            else str(getattr(limit, res)),
-            str(getattr(q.cluster, res)),
-        ]
+        [res, _for_people(res, q.used), _for_people(res, q.limit), _for_people(res, q.cluster)]
         for res in ("cpu", "memory", "gpu")
     ]
     storage = client.pfs.usage()
-    limit_text = human_bytes(storage.limit) if storage.limit is not None else "unlimited"
-    rows.append(["storage", human_bytes(storage.used + storage.reserved), limit_text, "-"])
+    limit_text = human_memory(storage.limit) if storage.limit is not None else "unlimited"
+    rows.append(["storage", human_memory(storage.used + storage.reserved), limit_text, "-"])
     print_table(["RESOURCE", "USED", "LIMIT", "CLUSTER"], rows)
     click.echo(f"user {q.user}: {q.jobs_running} running, {q.jobs_queued} queued")
+
+
+def _for_people(res: str, view: ResourceView | None) -> str:
+    """One resource of a quota view as a person reads it: memory ``23.5Gi`` (the API's exact
+    ``24683656Ki`` rounded down), ``unlimited`` for no limit."""
+    value = None if view is None else str(getattr(view, res))
+    if value is None or value in ("-1", "unlimited"):
+        return "unlimited"
+    return human_memory(parse_memory(value)) if res == "memory" else value
 
 
 @click.command()
