@@ -125,6 +125,6 @@ def test_human_memory(nbytes: int, text: str) -> None:
 def test_human_memory_never_rounds_up_past_what_there_is() -> None:
     for n in (2**30 - 1, 24 * 2**30 - 1, 6 * 2**20 - 1, 24683656 * 2**10):
         shown = human_memory(n)
-        number, unit = shown[:-2], shown[-2:]
-        assert "." in number  # none of them is a whole number of a unit
-        assert float(number) * parse_memory("1" + unit) <= n < (float(number) + 0.1) * parse_memory("1" + unit)
+        number, unit = float(shown[:-2]), parse_memory("1" + shown[-2:])
+        assert "." in shown  # none of them is a whole number of a unit
+        assert number * unit <= n < (number + 0.1) * unit
