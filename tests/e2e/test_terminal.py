@@ -1,13 +1,21 @@
 """What a person sees in the terminal: ``submit --wait`` shows the program, not the frameworks'
-chatter (which ``logs`` and the log files keep)."""
+chatter (which ``logs`` and the log files keep); ``get jobs --watch`` / ``get workers -w``."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import Server, write_package
+from .conftest import PADDLECLOUD, ROOT, Server, write_package
 
 pytestmark = pytest.mark.e2e
 
@@ -57,3 +65,66 @@ def test_submit_wait_never_hides_a_traceback(server: Server, tmp_path: Path) -> 
     assert lines[-1] == "ValueError: bad shard"
     assert not any(word in r.stdout for word in NOISE)
     assert "Failed" in r.stderr
+
+
+# -- get jobs --watch / get workers -w -----------------------------------------------------------
+
+
+def _watch(server: Server, *args: str, stdout: int | None = subprocess.PIPE) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PADDLECLOUD, *args, "--interval", "0.5"],
+        stdout=stdout, stderr=subprocess.PIPE, text=True, env=server.env, cwd=ROOT,
+    )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Ctrl-C, then what it printed; it must have exited 0."""
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert "Traceback" not in err
+    return out, err
+
+
+def test_watch_json_prints_one_document_per_change_and_ctrl_c_exits_0(server: Server, tmp_path: Path) -> None:
+    pkg = write_package(tmp_path / "slow", {"main.py": "import time; time.sleep(3); print('done')\n"})
+    jobs = _watch(server, "get", "jobs", "-a", "--watch", "-o", "json")
+    time.sleep(1.5)  # it has printed its first document (without the job)
+    server.cli("submit", str(pkg), "--name", "watched", "--entry", "python main.py", "--cpu", "100m")
+    workers = _watch(server, "get", "workers", "watched", "-w", "-o", "json")
+    server.wait_phase("watched", {"Succeeded"})
+    time.sleep(1.5)  # the watchers see the end
+    out, _ = _stop(jobs)
+    docs = [json.loads(line) for line in out.splitlines()]  # one JSON document per line
+    assert all(a != b for a, b in itertools.pairwise(docs))  # printed on change only
+    phases = [next((j["phase"] for j in d["items"] if j["name"] == "watched"), None) for d in docs]
+    assert phases[0] is None and phases[-1] == "Succeeded"
+    assert "Running" in phases  # seen on its way, not only at the end
+    out, _ = _stop(workers)
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert all(a != b for a, b in itertools.pairwise(docs))
+    states = [{w["name"]: w["state"] for w in d["items"]} for d in docs]
+    assert {"trainer-0": "Running"} in states and states[-1] == {"trainer-0": "Succeeded"}
+
+
+def test_watch_in_a_terminal_redraws_the_table_and_ctrl_c_exits_0(server: Server) -> None:
+    primary, secondary = pty.openpty()
+    proc = _watch(server, "get", "jobs", "-a", "--watch", stdout=secondary)
+    os.close(secondary)
+    seen = b""
+    deadline = time.monotonic() + 20
+    while seen.count(b"every 0.5s") < 3 and time.monotonic() < deadline:
+        ready, _, _ = select.select([primary], [], [], 0.5)
+        if ready:
+            seen += os.read(primary, 65536)
+    _stop(proc)
+    os.close(primary)
+    assert seen.count(b"every 0.5s: paddlecloud get jobs") >= 3  # drawn again, in place
+    assert b"\x1b[" in seen and b"NAME" in seen  # cursor movement: Rich Live redrawing the table
+
+
+def test_watch_piped_prints_the_table_again_only_when_it_changes(server: Server) -> None:
+    proc = _watch(server, "get", "jobs", "-a", "--watch")
+    time.sleep(2.5)  # five polls of an unchanged list
+    out, _ = _stop(proc)
+    assert out.count("NAME") <= 1 and "\x1b[" not in out

@@ -8,15 +8,26 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from paddlecloud.api.models import JobDetail, ResourceView, WorkerView
-from paddlecloud.cli.output import FORMATS, age, console, emit, jobs_table, print_table, role_cell
+from paddlecloud.api.models import JobDetail, JobView, ResourceView, WorkerView
+from paddlecloud.cli.output import (
+    FORMATS,
+    age,
+    console,
+    emit,
+    format_table,
+    jobs_text,
+    print_table,
+    role_cell,
+)
 from paddlecloud.cli.tasks import summary_line, task_options, task_spec
+from paddlecloud.cli.watch import watch as watch_listing
+from paddlecloud.cli.watch import watch_options
 from paddlecloud.client import Client
 from paddlecloud.core.lognoise import LogFilter
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
@@ -227,36 +238,60 @@ def get() -> None:
 @click.option("--all-users", is_flag=True, help="admins: every user's jobs")
 @click.option("-u", "--user", metavar="NAME", help="admins: that user's jobs")
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def get_jobs(all_: bool, all_users: bool, user: str | None, fmt: str) -> None:
+@watch_options
+def get_jobs(all_: bool, all_users: bool, user: str | None, fmt: str, watch: bool, interval: float) -> None:
     if all_users and user:
         raise click.UsageError("--all-users and --user exclude each other")
-    jobs = Client().jobs(all=all_, all_users=all_users, user=user)
-    if fmt in ("json", "yaml"):
-        emit(jobs, fmt)
+    client = Client()
+
+    def fetch() -> list[JobView]:
+        return client.jobs(all=all_, all_users=all_users, user=user)
+
+    def table(jobs: Sequence[JobView]) -> str:
+        return jobs_text(list(jobs), wide=fmt == "wide", show_user=all_users)
+
+    if watch:
+        watch_listing(fetch, table, fmt, interval, "paddlecloud get jobs")
+    elif fmt in ("json", "yaml"):
+        emit(fetch(), fmt)
     else:
-        jobs_table(jobs, wide=fmt == "wide", show_user=all_users)
+        click.echo(table(fetch()))
+
+
+def _workers_text(workers: Sequence[WorkerView], wide: bool) -> str:
+    headers = ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "AGE"]
+    if wide:
+        headers += ["RESTARTS", "LOG"]
+    rows = []
+    for w in workers:
+        row = [w.name, str(w.state), w.node, w.endpoint, str(w.pid or "-"),
+               "-" if w.exit_code is None else str(w.exit_code), age(w.started_at)]  # fmt: skip
+        if wide:
+            row += [str(w.restarts), w.log]
+        rows.append(row)
+    return format_table(headers, rows)
 
 
 @get.command("workers")
 @click.argument("job")
 @user_option
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def get_workers(job: str, user: str | None, fmt: str) -> None:
-    workers = Client().workers(job, user=user)
-    if fmt in ("json", "yaml"):
-        emit(workers, fmt)
-        return
-    headers = ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "AGE"]
-    if fmt == "wide":
-        headers += ["RESTARTS", "LOG"]
-    rows = []
-    for w in workers:
-        row = [w.name, str(w.state), w.node, w.endpoint, str(w.pid or "-"),
-               "-" if w.exit_code is None else str(w.exit_code), age(w.started_at)]  # fmt: skip
-        if fmt == "wide":
-            row += [str(w.restarts), w.log]
-        rows.append(row)
-    print_table(headers, rows)
+@watch_options
+def get_workers(job: str, user: str | None, fmt: str, watch: bool, interval: float) -> None:
+    client = Client()
+
+    def fetch() -> list[WorkerView]:
+        return client.workers(job, user=user)
+
+    def table(workers: Sequence[WorkerView]) -> str:
+        return _workers_text(workers, wide=fmt == "wide")
+
+    if watch:
+        watch_listing(fetch, table, fmt, interval, f"paddlecloud get workers {job}")
+    elif fmt in ("json", "yaml"):
+        emit(fetch(), fmt)
+    else:
+        click.echo(table(fetch()))
 
 
 @get.command("quota")
