@@ -1,5 +1,6 @@
 """What a person sees in the terminal: ``submit --wait`` shows the program, not the frameworks'
-chatter (which ``logs`` and the log files keep); ``get jobs --watch`` / ``get workers -w``."""
+chatter (which ``logs`` and the log files keep); ``get jobs --watch`` / ``get workers -w``;
+``up --detach`` / ``down``; quantities written for people; no warnings from ``up``."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ import os
 import pty
 import select
 import signal
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from .conftest import PADDLECLOUD, ROOT, Server, write_package
+from .conftest import ISOLATION, PADDLECLOUD, ROOT, Server, free_port, write_package
 
 pytestmark = pytest.mark.e2e
 
@@ -128,3 +132,110 @@ def test_watch_piped_prints_the_table_again_only_when_it_changes(server: Server)
     time.sleep(2.5)  # five polls of an unchanged list
     out, _ = _stop(proc)
     assert out.count("NAME") <= 1 and "\x1b[" not in out
+
+
+# -- up --detach / down --------------------------------------------------------------------------
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLECLOUD_")}
+    env["PADDLECLOUD_CONFIG"] = str(tmp_path / "config")
+    env["HOME"] = str(tmp_path)
+    return env
+
+
+def _pc(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PADDLECLOUD, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_up_detach_serves_in_the_background_and_down_stops_it(tmp_path: Path) -> None:
+    env, data, port = _env(tmp_path), tmp_path / "data", free_port()
+    up = ["up", "--detach", "--port", str(port), "--data-dir", str(data), *ISOLATION,
+          "--node-cpu", "4", "--node-memory", "24683656Ki"]  # fmt: skip  # a machine's odd memory
+    started = time.monotonic()
+    r = _pc(env, *up)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - started < 60
+    assert f"at http://127.0.0.1:{port}" in r.stdout  # what up says in the foreground, then
+    assert f"stop it with: paddlecloud down --data-dir {data}" in r.stdout
+    pid = json.loads((data / "server.pid").read_text())["pid"]
+    server = psutil.Process(pid)
+    assert server.is_running() and os.getsid(pid) != os.getsid(0)  # its own session: no terminal
+    assert _pc(env, "version").returncode == 0  # it serves, and up wrote the client config
+
+    # it answers requests with bodies without printing a warning (checked in its log below)
+    pkg = write_package(tmp_path / "big", {"main.py": "print(1)\n"})
+    assert _pc(env, "pfs", "mkdir", "pfs:a/b").returncode == 0
+    refused = _pc(env, "submit", str(pkg), "--entry", "python main.py", "--memory", "24Gi")
+    assert refused.returncode == 1 and "memory 23.5Gi" in refused.stderr  # quantities for people
+    assert "Ki" not in refused.stderr
+    quota = _pc(env, "get", "quota").stdout
+    assert "23.5Gi" in quota and "24683656Ki" not in quota and "100Gi" in quota
+
+    again = _pc(env, *up)  # one server per data dir
+    assert again.returncode == 1 and f"already runs on {data}" in again.stderr
+
+    r = _pc(env, "down", "--data-dir", str(data))
+    assert r.returncode == 0 and "stopped" in r.stdout
+    assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
+    assert not (data / "server.pid").exists()
+    log = (data / "server.log").read_text()
+    assert "warning" not in log.lower(), log  # up prints no warnings (Pydantic's, before)
+    r = _pc(env, "down", "--data-dir", str(data))
+    assert r.returncode == 1 and "no PaddleCloud server is running" in r.stderr
+
+
+def test_a_stale_pid_file_is_handled(tmp_path: Path) -> None:
+    env, data = _env(tmp_path), tmp_path / "data"
+    data.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = {"pid": gone.pid, "started": 1.0, "url": "http://127.0.0.1:1", "log": "x"}
+    (data / "server.pid").write_text(json.dumps(stale))
+    r = _pc(env, "down", "--data-dir", str(data))
+    assert r.returncode == 1 and "stale" in r.stderr and not (data / "server.pid").exists()
+    # a live process of another program under a recycled pid is no server of ours either
+    (data / "server.pid").write_text(json.dumps({**stale, "pid": os.getpid()}))
+    r = _pc(env, "down", "--data-dir", str(data))
+    assert r.returncode == 1 and "stale" in r.stderr and psutil.Process().is_running()
+    # up replaces a stale file
+    (data / "server.pid").write_text(json.dumps(stale))
+    port = free_port()
+    r = _pc(env, "up", "-d", "--port", str(port), "--data-dir", str(data), *ISOLATION)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((data / "server.pid").read_text())["url"] == f"http://127.0.0.1:{port}"
+    assert _pc(env, "down", "--data-dir", str(data)).returncode == 0
+
+
+def test_down_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
+    env, data = _env(tmp_path), tmp_path / "data"
+    data.mkdir()
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+         "print('ready', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+    started = psutil.Process(stubborn.pid).create_time()
+    pid_file = {"pid": stubborn.pid, "started": started, "url": "u", "log": "l"}
+    (data / "server.pid").write_text(json.dumps(pid_file))
+    t0 = time.monotonic()
+    r = _pc(env, "down", "--data-dir", str(data), "--timeout", "1")
+    assert r.returncode == 0 and "SIGKILL" in r.stdout
+    assert stubborn.wait(10) == -signal.SIGKILL
+    assert time.monotonic() - t0 < 15
+
+
+def test_up_detach_that_cannot_start_says_why(tmp_path: Path) -> None:
+    env, data = _env(tmp_path), tmp_path / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = _pc(env, "up", "--detach", "--port", str(port), "--data-dir", str(data), *ISOLATION)
+    assert r.returncode == 1
+    assert "the server did not start" in r.stderr and "address already in use" in r.stderr.lower()
+    assert str(data / "server.log") in r.stderr and not (data / "server.pid").exists()
