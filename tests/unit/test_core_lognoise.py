@@ -33,6 +33,8 @@ PADDLE_NOISE = [
     "create c2c connection done",
     "entering self._init_all_params()",
     "save inference model scope idx: 0",
+    "Gloo init with HTTP: need_init_all: False, args: {'http.host': '127.0.0.1', 'http.port': '41605', "
+    "'store.prefix': '', 'start_http_server': False}",
     "I1125 19:08:04.123456 12345 brpc_ps_server.cc:67] running server with rank id: 0",
     "W1125 19:08:04.223456 12345 gpu_resources.cc:119] Please NOTE: device: 0, GPU Compute Capability: 8.0",
 ]

@@ -49,6 +49,7 @@ _NOISE = re.compile(
             r"create c2c connection done$",
             r"entering self\._init_all_params\(\)$",
             r"save inference model scope idx: ",
+            r"Gloo init with HTTP: ",
             r"(?:INFO|WARNING):torch\.distributed\.",
             r"\*{20,}$",  # torchrun's banner around the OMP_NUM_THREADS notice
             r"Setting OMP_NUM_THREADS environment variable for each process",
