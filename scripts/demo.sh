@@ -24,14 +24,16 @@ start=$SECONDS
 
 # jobs run in a bubblewrap sandbox (docs/security.md); install it where we can (root + apt-get);
 # auto: the sandbox where bubblewrap works, else none (the server's log then says why)
-if [ "$BACKEND" = slurm ]; then
+UP_ARGS=()
+if [ "$BACKEND" = slurm ]; then  # its workers get the same sandbox, made on their node (docs/slurm.md)
   echo "== starting the private Slurm cluster (scripts/ensure-slurm.sh: slurmctld + nodes n1..n3)"
   eval "$(bash scripts/ensure-slurm.sh start)"
   UP_ARGS=(--backend slurm)
-elif bash scripts/ensure-system-packages.sh bubblewrap; then
-  UP_ARGS=(--isolation auto)
+fi
+if bash scripts/ensure-system-packages.sh bubblewrap; then
+  UP_ARGS+=(--isolation auto)
 else
-  UP_ARGS=(--isolation none)
+  UP_ARGS+=(--isolation none)
   echo "== bubblewrap is not available: the demo runs its job without isolation (--isolation none)"
 fi
 

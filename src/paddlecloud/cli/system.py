@@ -173,8 +173,9 @@ data_dir_option = click.option(
     type=click.Choice(["auto", "sandbox", "none"]),
     default="auto",
     show_default=True,
-    help="local backend: confine each worker to its job's files with bubblewrap (sandbox; auto: where "
-    "it works) or not at all (none: any job can read every user's data); docs/security.md",
+    help="local and slurm backends: confine each worker to its job's files with bubblewrap (sandbox; "
+    "auto: where it works on this host; on Slurm every node needs it too) or not at all (none: any job "
+    "can read every user's data); docs/security.md",
 )
 @click.option(
     "--pass-env",
@@ -319,9 +320,9 @@ def _backend_settings(name: str, options: dict[str, Any]) -> object:
             given = ctx.get_parameter_source(option) not in (ParameterSource.DEFAULT, None)
             if given and option not in chosen.options:
                 flag = "--" + option.replace("_", "-")
-                raise click.UsageError(
-                    f"{flag} is an option of the {other.name} backend (--backend {other.name})"
-                )
+                owners = [e.name for e in backend_entries() if option in e.options]
+                which = f"{' and '.join(owners)} backend{'s' if len(owners) > 1 else ''}"
+                raise click.UsageError(f"{flag} is an option of the {which} (--backend {'|'.join(owners)})")
     try:
         return chosen.settings(options)
     except OptionError as exc:

@@ -5,7 +5,10 @@ Per job, under ``<root>/jobs/<user>/<name>/`` (``root`` on a file system every n
     record.json          ports, stage and, per worker, its current run and Slurm job id (adoption)
     package/             the unpacked job package;  workers/<worker>/  a private copy per worker
     logs/<worker>.<run>.log    one file per run (sbatch --output), kept across restarts
-    run/<worker>.<run>.exit.json   the launcher's exit status of that run
+    run/<worker>.<run>/exit.json   the launcher's exit status of that run (the only folder of
+                         run/ a sandboxed worker can write)
+    run/<worker>.<run>.jail.json   isolation sandbox: that run's confinement (``jail.py``)
+    tmp/<worker>/        a sandboxed worker's /tmp
     contract/membership.json   the job's trainers and endpoints now (``runtime.membership``)
 
 Each worker is ``sbatch --wrap "python -m paddlecloud.runtime.launcher ..."`` named
@@ -25,6 +28,13 @@ Status comes from one ``squeue --json`` per ``sync`` for all the job's Slurm job
 from the launcher's status file; a Slurm job that ended without one (NODE_FAIL, TIMEOUT, PREEMPTED,
 CANCELLED by someone else) is reported as ``Lost`` with Slurm's state and reason, and restarted or
 fails the job per the restart policy (``core.restarts``).
+
+Isolation (``SlurmSettings.isolation``, docs/security.md): with ``sandbox`` (``auto``: where
+bubblewrap works on the server's host) the batch script runs ``python -I -m
+paddlecloud.backends.slurm.jail run/<worker>.<run>.jail.json`` instead of the launcher: on its node
+it builds the local backend's bubblewrap jail (``backends/local/sandbox.py``) from that spec and
+execs ``bwrap``, which runs the launcher under the job's own interpreter and sees only the job's
+places; the worker's environment is the local backend's whitelist plus the env contract.
 """
 
 from __future__ import annotations
@@ -38,8 +48,10 @@ import re
 import shlex
 import shutil
 import socket
+import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -59,8 +71,17 @@ from paddlecloud.backends.base import (
 from paddlecloud.backends.errors import JobRejected, NotSupported
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.logs import log_runs, read_logs
-from paddlecloud.backends.local.sandbox import ConfinementError, make_dirs
+from paddlecloud.backends.local.sandbox import (
+    ConfinementError,
+    JobJail,
+    WorkerDirs,
+    choose,
+    make_dirs,
+    read_status,
+    worker_base_env,
+)
 from paddlecloud.backends.slurm import commands as sc
+from paddlecloud.backends.slurm.jail import JailSpec
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
@@ -69,6 +90,7 @@ from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import Exit, Restart, decide
 from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
+from paddlecloud.runtime.torchelastic import RUN_TAG_VAR
 from paddlecloud.scheduler import WorkerPlacement
 
 __all__ = ["SlurmBackend", "create"]
@@ -175,6 +197,11 @@ class SlurmBackend:
         #: on the shared directory
         self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes)
         self._pythonpath = install_runtime_shim(self.root / "pythonpath")
+        #: probed on this host at start (IsolationError: ``sandbox`` asked for and bwrap cannot run);
+        #: the nodes need bubblewrap too (docs/security.md)
+        self._sandbox, self.isolation = choose(
+            settings.isolation, self._pythonpath, gpus=False, private=(self.root,)
+        )
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -312,6 +339,13 @@ class SlurmBackend:
 
     def _begin(self, job: _Job) -> None:
         """Submit the first workers: the pservers, or the trainers of a job without any."""
+        jail = self._jail(job)
+        try:
+            if jail is not None:
+                jail.check()  # every place the workers will see can be bound (and the home exists)
+        except (ConfinementError, OSError) as exc:
+            self._fail(job, f"the job's files cannot be confined: {exc}", "StartFailed")
+            return
         first = job.servers() or job.role("trainer")
         job.stage = Stage.PSERVERS if job.servers() else Stage.TRAINERS
         self._submit(job, first)
@@ -424,7 +458,7 @@ class SlurmBackend:
                 if w.state in _ENDED:
                     return w.restart_at is None
                 # between two syncs: the run's launcher has written its exit status
-                return (job.dir / "run" / f"{w.name}.{w.run}.exit.json").exists()
+                return self._status_file(job, w).exists()
 
         return read_logs(self._job_dir(req.key) / "logs", req, ended)
 
@@ -437,9 +471,14 @@ class SlurmBackend:
         shutil.rmtree(self._job_dir(key), ignore_errors=True)
 
     def confinement(self) -> Confinement:
+        if self.isolation.sandboxed:
+            return Confinement(
+                f"{self.isolation}; made on each worker's Slurm node, which needs bubblewrap and "
+                "unprivileged user namespaces too", True
+            )  # fmt: skip
         return Confinement(
-            "none: Slurm workers run unsandboxed as the server's Unix user and can read what it reads "
-            "on the node (docs/slurm.md)",
+            f"{self.isolation}: Slurm workers run unsandboxed as the server's Unix user and can read "
+            "what it reads on their node (docs/security.md)",
             False,
         )
 
@@ -554,13 +593,7 @@ class SlurmBackend:
         cwd = job.dir / "workers" / w.name
         if not cwd.exists():
             shutil.copytree(job.dir / "package", cwd, symlinks=True)
-        status = job.dir / "run" / f"{w.name}.{w.run}.exit.json"
-        status.unlink(missing_ok=True)
-        wrap = " ".join(
-            shlex.quote(a)
-            for a in (s.python, "-m", "paddlecloud.runtime.launcher", "--status", str(status), "--cwd",
-                      str(cwd), _command(w, launch.entry))
-        )  # fmt: skip
+        wrap, base = self._wrap(job, w, cwd, gpus=need.gpu > 0)
         argv = [
             f"--job-name=pc-{_slug(launch.user)}-{_slug(launch.name)}-{w.name}-r{w.run}",
             f"--comment=paddlecloud:{launch.key}",
@@ -587,19 +620,59 @@ class SlurmBackend:
             user_env=launch.env, api=launch.api,
             membership_file=str(job.dir / "contract" / "membership.json"),
         )  # fmt: skip
-        bins = [f"{job.env_dir}/bin"] if job.env_dir else []
-        env = {
-            "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
-            **({"PYTHONPATH": str(self._pythonpath)} if job.env_dir else {}),
-            "HOME": str(cwd),
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-            **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")},
-            **worker_env(ctx),
-        }
+        env = {**base, **worker_env(ctx)}
         if need.gpu:  # Slurm sets them to the GPUs it gives the job (GRES), whatever the indices here
             env.pop("CUDA_VISIBLE_DEVICES", None)
             env.pop("NVIDIA_VISIBLE_DEVICES", None)
         return argv, env
+
+    def _wrap(self, job: _Job, w: _Worker, cwd: Path, *, gpus: bool) -> tuple[str, dict[str, str]]:
+        """The batch script's command for this run of ``w`` and its environment before the env
+        contract: the launcher, or with a sandbox the node-side jail (``jail.py``) that starts it."""
+        s = self.settings
+        status = self._status_file(job, w)
+        shutil.rmtree(status.parent, ignore_errors=True)
+        status.parent.mkdir(parents=True)
+        tag = uuid.uuid4().hex  # tells torch's elastic agents apart (runtime.torchelastic)
+        launcher = ["-m", "paddlecloud.runtime.launcher", "--status", str(status), "--cwd", str(cwd),
+                    _command(w, job.launch.entry)]  # fmt: skip
+        common = {RUN_TAG_VAR: tag, **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")}}
+        jail = self._jail(job)
+        if jail is None:
+            bins = [f"{job.env_dir}/bin"] if job.env_dir else []
+            env = {
+                "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
+                **({"PYTHONPATH": str(self._pythonpath)} if job.env_dir else {}),
+                "HOME": str(cwd),
+                "LANG": os.environ.get("LANG", "C.UTF-8"),
+            }
+            return shlex.join([s.python, *launcher]), {**env, **common}
+        dirs = WorkerDirs(cwd=cwd, status=status.parent, tmp=job.dir / "tmp" / w.name,
+                          hostname=f"{w.name}-{tag[:8]}")  # fmt: skip
+        spec = job.dir / "run" / f"{w.name}.{w.run}.jail.json"
+        JailSpec.of(jail, dirs, launcher, gpus=gpus).write(spec)
+        env = worker_base_env(
+            os.environ, (), sandboxed=True, env_dir=jail.env_dir, shim=self._pythonpath, user=job.launch.user
+        )
+        env.update(common)
+        return shlex.join([s.python, "-I", "-m", "paddlecloud.backends.slurm.jail", str(spec)]), env
+
+    def _jail(self, job: _Job) -> JobJail | None:
+        """What the job's workers are confined to (None: isolation none); without requirements.txt
+        its environment is the launcher's Python (``SlurmSettings.python``: the same path on every node)."""
+        if self._sandbox is None:
+            return None
+        python = self.settings.python
+        prefix = (
+            Path(sys.prefix) if python == sys.executable else Path(python).parent.parent
+        )  # PREFIX/bin/python
+        env_dir = Path(job.env_dir) if job.env_dir else prefix
+        return self._sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",))
+
+    @staticmethod
+    def _status_file(job: _Job, w: _Worker) -> Path:
+        """Where this run's launcher writes its exit status (its folder is bound into a sandbox)."""
+        return job.dir / "run" / f"{w.name}.{w.run}" / "exit.json"
 
     def _refresh(self, job: _Job) -> None:
         """Every worker's state from one ``squeue --json`` and the launchers' status files."""
@@ -658,7 +731,7 @@ class SlurmBackend:
 
     def _exit_status(self, job: _Job, w: _Worker) -> int | None:
         try:
-            raw = json.loads((job.dir / "run" / f"{w.name}.{w.run}.exit.json").read_text())
+            raw = json.loads(read_status(self._status_file(job, w)))  # the job's folder: no link, no FIFO
             code = raw["exit_code"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
