@@ -90,9 +90,10 @@ def forget(data_dir: Path, pid: int) -> None:
         pass
 
 
-def detach(data_dir: Path, url: str, ca: str | None, how_to_stop: str) -> bool:
-    """Fork: in the child return True (it goes on to serve, detached); in the parent wait until the
-    server answers, print where it is and how to stop it, and exit."""
+def detach(data_dir: Path, url: str, ca: str | None, how_to_stop: str) -> None:
+    """Fork. The child returns, detached, and goes on to serve; the parent waits until the server
+    answers, prints where it is and how to stop it, and exits (1 with the log's end if it never
+    answers)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir / LOG_FILE
     offset = log.stat().st_size if log.exists() else 0
@@ -101,7 +102,7 @@ def detach(data_dir: Path, url: str, ca: str | None, how_to_stop: str) -> bool:
     pid = os.fork()
     if pid == 0:
         _become_daemon(log)
-        return True
+        return
     started = psutil.Process(pid).create_time()
     pid_text = json.dumps({"pid": pid, "started": started, "url": url, "log": str(log)})
     _pid_path(data_dir).write_text(pid_text + "\n")

@@ -233,8 +233,8 @@ def up(
             f"a PaddleCloud server already runs on {data_dir} at {other.url} (pid {other.pid}); "
             f"stop it first: {_down_command(data_dir)}"
         )
-    if detach and not daemon.detach(data_dir, endpoint, tls[2] if tls else None, _down_command(data_dir)):
-        return
+    if detach:  # returns in the forked server process only; up itself ends in there
+        daemon.detach(data_dir, endpoint, tls[2] if tls else None, _down_command(data_dir))
     config = PlatformConfig(
         data_dir=data_dir,
         database_url=database,
