@@ -23,7 +23,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import tests.e2e.conftest as e2e  # noqa: E402
 from _server import platform  # noqa: E402
 from tests.e2e.conftest import write_package  # noqa: E402
 
@@ -57,7 +56,6 @@ def main() -> None:
     args = ap.parse_args()
     up_args, cpu = None, "100m"
     if args.backend == "slurm":
-        e2e.ISOLATION = ()  # the e2e server's --isolation is the local backend's
         up_args, cpu = ["--backend", "slurm"], "1"
     with platform(up_args) as (_, client, base):
         pkg = write_package(base / "pkg", {"README": "sleep job\n"})

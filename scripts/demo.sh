@@ -13,21 +13,27 @@ BACKEND=local
 if [ "${1:-}" = "--backend" ]; then BACKEND=${2:?"--backend local|slurm"}; fi
 PC=.venv/bin/paddlecloud
 DEMO=$PWD/.demo
-rm -rf "$DEMO" && mkdir -p "$DEMO"
+# a fresh platform each run, but the job environments it built (PaddlePaddle: ~10-60 s) are kept
+if [ -d "$DEMO/data/cluster/envs" ]; then mv "$DEMO/data/cluster/envs" "$DEMO/envs.kept"; fi
+find "$DEMO" -mindepth 1 -maxdepth 1 ! -name envs.kept -exec rm -rf {} + 2>/dev/null || true
+mkdir -p "$DEMO/data/cluster"
+if [ -d "$DEMO/envs.kept" ]; then mv "$DEMO/envs.kept" "$DEMO/data/cluster/envs"; fi
 export PADDLECLOUD_CONFIG=$DEMO/client-config   # leave ~/.paddle/config alone
 PORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start=$SECONDS
 
 # jobs run in a bubblewrap sandbox (docs/security.md); install it where we can (root + apt-get);
 # auto: the sandbox where bubblewrap works, else none (the server's log then says why)
-if [ "$BACKEND" = slurm ]; then
+UP_ARGS=()
+if [ "$BACKEND" = slurm ]; then  # its workers get the same sandbox, made on their node (docs/slurm.md)
   echo "== starting the private Slurm cluster (scripts/ensure-slurm.sh: slurmctld + nodes n1..n3)"
   eval "$(bash scripts/ensure-slurm.sh start)"
   UP_ARGS=(--backend slurm)
-elif bash scripts/ensure-system-packages.sh bubblewrap; then
-  UP_ARGS=(--isolation auto)
+fi
+if bash scripts/ensure-system-packages.sh bubblewrap; then
+  UP_ARGS+=(--isolation auto)
 else
-  UP_ARGS=(--isolation none)
+  UP_ARGS+=(--isolation none)
   echo "== bubblewrap is not available: the demo runs its job without isolation (--isolation none)"
 fi
 
@@ -50,8 +56,7 @@ $PC pfs cp -r -q "$DEMO/dataset" pfs:data/fit-a-line
 echo "== submitting examples/fit_a_line: 2 pservers + 2 trainers leasing the shards (the first run builds its environment)"
 $PC submit examples/fit_a_line --name fit-a-line --framework paddle-ps \
   --entry "python train.py" --pservers 2 --trainers 2 --cpu 250m --pscpu 250m \
-  --input pfs:data/fit-a-line --tasks-from-input --passes 5 --task-timeout 10 --restart-policy OnFailure --wait \
-  | awk '/^\[trainer-0\] final loss/ {done=1} !(done && /^\[pserver-/) {print; fflush()}' || {
+  --input pfs:data/fit-a-line --tasks-from-input --passes 5 --task-timeout 10 --restart-policy OnFailure --wait || {
     echo "== the job did not succeed:"; $PC describe fit-a-line; exit 1; }
 
 echo "== result"

@@ -158,7 +158,7 @@ class LocalHarness:
             info = tarfile.TarInfo("train.py")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-        control = self.root / "control" / name
+        control = self._control(name)  # in the job's output: a sandboxed worker sees it (Slurm)
         control.mkdir(parents=True, exist_ok=True)
         self.sizes[f"alice/{name}"] = pservers + trainers
         return _launch(
@@ -182,7 +182,10 @@ class LocalHarness:
         )
 
     def exit(self, key: str, worker: str, code: int) -> None:
-        (self.root / "control" / key.partition("/")[2] / f"{worker}.exit").write_text(str(code))
+        (self._control(key.partition("/")[2]) / f"{worker}.exit").write_text(str(code))
+
+    def _control(self, name: str) -> Path:
+        return self.root / "out" / name / "control"
 
     def leftovers(self, key: str) -> list[str]:
         alive = []

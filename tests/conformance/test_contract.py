@@ -30,10 +30,9 @@ def test_confinement_is_said_and_honest(harness: Harness) -> None:
     """``up`` prints it: a backend whose workers run unsandboxed must not claim they are confined."""
     c = harness.backend.confinement()
     assert c.description.strip()
-    if harness.backend.name == "slurm":  # no sandbox on Slurm yet (docs/slurm.md)
-        assert not c.confined and c.description.startswith("none")
-    if harness.backend.name == "local":
+    if harness.backend.name in ("local", "slurm"):  # the local harness unconfined, Slurm's sandboxed
         assert c.confined == harness.backend.isolation.sandboxed  # type: ignore[attr-defined]
+        assert c.description.startswith(harness.backend.isolation.mode)  # type: ignore[attr-defined]
 
 
 def test_nodes_have_capacity(harness: Harness) -> None:

@@ -164,6 +164,44 @@ def test_cp_r_tree_up_and_down(alice: User, tmp_path: Path) -> None:
     assert tree_of(out) == tree_of(tree)
 
 
+def test_cp_follows_cp_rules_and_makes_missing_parents(alice: User, tmp_path: Path) -> None:
+    """``cp -r SRC DST/`` and ``cp -r SRC EXISTING_DIR`` copy to DST/SRC; ``cp -r SRC NEW`` makes
+    NEW the copy; missing parents are created on both sides (the README's path: pfs:data did not
+    exist, and the job's --input pfs:data/dataset must be the data set)."""
+    tree = tmp_path / "dataset"
+    write(tree / "a.txt", b"a")
+    write(tree / "sub" / "b.txt", b"bb")
+    alice.cli("pfs", "cp", "-r", str(tree), "pfs:rules/data/")  # neither rules nor rules/data exist
+    assert names(alice.json("pfs", "ls", "-r", "pfs:rules/data")["items"], f"{HOME}/rules/data") == [
+        "dataset", "dataset/a.txt", "dataset/sub", "dataset/sub/b.txt",
+    ]  # fmt: skip
+    write(tree / "sub" / "b.txt", b"bbb")
+    alice.cli("pfs", "cp", "-r", "-f", str(tree), "pfs:rules/data")  # an existing directory: the same place
+    assert alice.json("pfs", "stat", "pfs:rules/data/dataset/sub/b.txt")["size"] == 3
+    alice.cli("pfs", "cp", "-r", str(tree), "pfs:rules/copy/v1")  # a new name: the copy itself
+    assert alice.json("pfs", "stat", "pfs:rules/copy/v1/a.txt")["size"] == 1
+    alice.cli("pfs", "cp", str(tree / "a.txt"), "pfs:rules/one/two/")  # a file into a new directory
+    assert alice.json("pfs", "stat", "pfs:rules/one/two/a.txt")["size"] == 1
+    alice.cli("pfs", "cp", str(tree / "a.txt"), "pfs:rules/three/renamed.txt")
+    assert alice.json("pfs", "stat", "pfs:rules/three/renamed.txt")["size"] == 1
+    # and back: the same rules locally
+    alice.cli("pfs", "cp", "-r", "-q", "pfs:rules/data/dataset", str(tmp_path / "down" / "here") + "/")
+    assert tree_of(tmp_path / "down" / "here" / "dataset") == tree_of(tree)
+    alice.cli("pfs", "cp", "-r", "-q", "pfs:rules/data/dataset", str(tmp_path / "new" / "copy"))
+    assert tree_of(tmp_path / "new" / "copy") == tree_of(tree)
+    alice.cli("pfs", "cp", "-q", "pfs:rules/data/dataset/a.txt", str(tmp_path / "down"))  # existing dir
+    assert (tmp_path / "down" / "a.txt").read_bytes() == b"a"
+
+
+def test_mkdir_makes_missing_parents(alice: User) -> None:
+    alice.cli("pfs", "mkdir", "pfs:nested/a/b", "pfs:nested/c")
+    assert names(alice.json("pfs", "ls", "-r", "pfs:nested")["items"], f"{HOME}/nested") == ["a", "a/b", "c"]
+    line = one_error_line(alice.cli("pfs", "mkdir", "pfs:nested/a/b", check=False))
+    assert "exists" in line
+    alice.cli("pfs", "mkdir", "-p", "pfs:nested/a/b", "pfs:nested/a/d")  # -p: existing ones are fine
+    assert alice.json("pfs", "stat", "pfs:nested/a/d")["type"] == "dir"
+
+
 # -- namespace -----------------------------------------------------------------------------------
 
 
@@ -220,7 +258,7 @@ def test_error_lines(alice: User, tmp_path: Path) -> None:
         (["pfs", "ls", "pfs:nope"], "no such file or directory"),
         (["pfs", "ls", "/pfs/local/home/default"], "not yours"),
         (["pfs", "stat", "pfs:../default/x"], "'..'"),
-        (["pfs", "mkdir", "pfs:no/parent"], "no such file or directory"),
+        (["pfs", "mkdir", "pfs:trees"], "exists"),  # made by test_cp_r_tree_up_and_down; -p allows it
         (["pfs", "rm", "pfs:nope"], "no such file or directory"),
         (["pfs", "mv", "pfs:nope", "pfs:x"], "no such file or directory"),
     ]
@@ -228,6 +266,13 @@ def test_error_lines(alice: User, tmp_path: Path) -> None:
         line = one_error_line(alice.cli(*args, check=False))
         assert words in line, (args, line)
     assert not (tmp_path / "out").exists()
+    # a copy that cannot start says why before drawing anything (no empty "0/0 bytes" bar)
+    for args in (["pfs", "cp", "-r", str(tmp_path / "missing"), "pfs:data/"],
+                 ["pfs", "cp", str(d), str(f), "pfs:not-a-dir"],
+                 ["pfs", "cp", "pfs:nope", str(tmp_path / "out")]):  # fmt: skip
+        r = alice.cli(*args, check=False)
+        one_error_line(r)
+        assert r.stdout == "", (args, r.stdout)
     # cp needs a source and a destination: usage error, exit 2
     r = alice.cli("pfs", "cp", str(f), check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr

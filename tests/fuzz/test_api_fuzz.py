@@ -30,7 +30,6 @@ from paddlecloud.server import create_app
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::UserWarning"),
-    pytest.mark.filterwarnings("ignore::pydantic.warnings.UnsupportedFieldAttributeWarning"),
 ]
 
 EXAMPLES = int(os.environ.get("PADDLECLOUD_FUZZ_EXAMPLES", "25"))

@@ -8,7 +8,8 @@
     slurm_sh  runs ``scripts/ensure-slurm.sh`` with arguments (kill-node, revive-node, status)
     slurm_gpu module-scoped: a second private cluster beside the first, 2 nodes with 2 emulated GRES
               GPUs each (``PADDLECLOUD_SLURM_GPUS``), stopped after the module; its ``SLURM_CONF``
-              is for the test to put into ``os.environ`` (monkeypatch) while it uses it
+              is for the test to put into ``os.environ`` (monkeypatch) while it uses it (its
+              directory and port: ``PADDLECLOUD_SLURM_GPU_DIR`` / ``_GPU_PORT``)
 
 Where the cluster cannot exist (not root and the packages missing) the tests are skipped with that
 reason; any other failure to start it fails them.
@@ -88,8 +89,8 @@ def slurm_sh(slurm: dict[str, str]) -> Callable[..., subprocess.CompletedProcess
 
 #: the GPU cluster's settings: its own directory and ports, clear of the default cluster's
 GPU_CLUSTER = {
-    "PADDLECLOUD_SLURM_DIR": "/tmp/paddlecloud-slurm-gpu",
-    "PADDLECLOUD_SLURM_PORT": "17217",
+    "PADDLECLOUD_SLURM_DIR": os.environ.get("PADDLECLOUD_SLURM_GPU_DIR", "/tmp/paddlecloud-slurm-gpu"),
+    "PADDLECLOUD_SLURM_PORT": os.environ.get("PADDLECLOUD_SLURM_GPU_PORT", "17217"),
     "PADDLECLOUD_SLURM_NODES": "2",
     "PADDLECLOUD_SLURM_GPUS": "2",
 }

@@ -33,14 +33,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-#: FastAPI 0.165 builds the TypeAdapter of a body parameter lazily, outside the ``catch_warnings`` it
-#: wraps around its own construction, so Pydantic >= 2.12 warns on the first ``POST /jobs`` about the
-#: ``alias='spec'`` FastAPI itself attached. Under ``filterwarnings = error`` that turns every submit into
-#: a 500. It is the web framework's noise, not PaddleCloud's: ignore exactly that warning.
-FASTAPI_BODY_ALIAS_WARNING = (
-    "ignore:The 'alias' attribute with value 'spec':pydantic.warnings.UnsupportedFieldAttributeWarning"
-)
-
 NODE = NodeShape(count=1, cpu_m=4000, memory=8 * 2**30)
 #: jobs of the in-process platforms run confined (``make test`` installs bubblewrap); without it the
 #: platform refuses to open rather than run the suite unconfined
@@ -51,12 +43,6 @@ POLL_S = 0.1
 
 Drive = Callable[..., JobDetail]
 MakePackage = Callable[[dict[str, str]], Path]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if {"platform", "platform_factory"} & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.filterwarnings(FASTAPI_BODY_ALIAS_WARNING))
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,6 @@ reconcile loop is driven by ``tick``; jobs are submitted through the SDK on the 
 from __future__ import annotations
 
 import contextlib
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,9 +64,7 @@ class MemoryWorld:
 
     def submit(self, client: Client, name: str, package: Path, **spec: Any) -> None:
         body = {"name": name, "entry": "python train.py", "trainers": {"count": 1, "cpu": "1"}, **spec}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            client.submit(body, package_dir=package)
+        client.submit(body, package_dir=package)
 
     def tick(self, times: int = 1) -> None:
         for _ in range(times):

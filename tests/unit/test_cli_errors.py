@@ -123,7 +123,10 @@ def test_submit_usage_errors_exit_2(tmp_path: Path, package: Path, args: list[st
         (["up", "--max-request-size", "1Ki"], "outside 64Ki..1Gi"),
         (["up", "--max-request-size", "big"], "--max-request-size"),
         (["up", "--backend", "lsf"], "unknown backend 'lsf': choose one of local ("),
-        (["up", "--backend", "kubernetes", "--isolation", "none"], "--isolation is an option of the local"),
+        (
+            ["up", "--backend", "kubernetes", "--isolation", "none"],
+            "--isolation is an option of the local and slurm backends (--backend local|slurm)",
+        ),
         (["up", "--kube-namespace", "ns"], "--kube-namespace is an option of the kubernetes backend"),
         (["up", "--node-cpu", "lots"], "--node-cpu"),
         (["up", "--env-cache-size", "huge"], "--env-cache-size"),

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from paddlecloud.core.quantity import QuantityError, format_cpu, format_memory, parse_cpu, parse_memory
+from paddlecloud.core.quantity import (
+    QuantityError,
+    format_cpu,
+    format_memory,
+    human_memory,
+    parse_cpu,
+    parse_memory,
+)
 
 GI = 2**30
 
@@ -93,3 +100,31 @@ def test_format_cpu(millicores: int, text: str) -> None:
 def test_format_memory_round_trips(nbytes: int, text: str) -> None:
     assert format_memory(nbytes) == text
     assert parse_memory(text) == nbytes
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "text"),
+    [
+        (0, "0"),
+        (512, "512"),
+        (2**10, "1Ki"),
+        (512 * 2**20, "512Mi"),
+        (2**30, "1Gi"),
+        (1536 * 2**20, "1.5Gi"),  # exact too, in the larger unit
+        (24683656 * 2**10, "23.5Gi"),  # this machine's memory, which format_memory writes 24683656Ki
+        (2**30 - 10 * 2**10, "1023.9Mi"),  # rounded down: never shown as the 1Gi it does not reach
+        (3 * 2**30 + 1, "3.0Gi"),  # not exact: the decimal says so
+        (100 * 2**30, "100Gi"),
+        (-(2**30), "-1Gi"),
+    ],
+)
+def test_human_memory(nbytes: int, text: str) -> None:
+    assert human_memory(nbytes) == text
+
+
+def test_human_memory_never_rounds_up_past_what_there_is() -> None:
+    for n in (2**30 - 1, 24 * 2**30 - 1, 6 * 2**20 - 1, 24683656 * 2**10):
+        shown = human_memory(n)
+        number, unit = float(shown[:-2]), parse_memory("1" + shown[-2:])
+        assert "." in shown  # none of them is a whole number of a unit
+        assert number * unit <= n < (number + 0.1) * unit

@@ -47,6 +47,9 @@ def test_fits_in(need: Resources, free: Resources, fits: bool) -> None:
         (Resources(500, 2 * GI, 0), Resources(250, GI, 0), ["cpu 500m > 250m free", "memory 2Gi > 1Gi free"]),
         (Resources(0, 0, 2), Resources(0, 0, 1), ["gpu 2 > 1 free"]),
         (Resources(1000, 0, 0), Resources(-500, 0, 0), ["cpu 1 > 0 free"]),
+        # a machine's memory is no round number: for people, not 24683656Ki (rounded down)
+        (Resources(0, 24 * GI, 0), Resources(0, 24683656 * 2**10, 0), ["memory 24Gi > 23.5Gi free"]),
+        (Resources(0, 24 * GI, 0), Resources(0, 24 * GI - 1, 0), ["memory 24Gi > 23.9Gi free"]),
     ],
 )
 def test_shortfall(need: Resources, free: Resources, phrases: list[str]) -> None:
@@ -58,6 +61,7 @@ def test_shortfall(need: Resources, free: Resources, phrases: list[str]) -> None
     [
         (Resources(500, 512 * 2**20, 0), "cpu 500m, memory 512Mi"),
         (Resources(2000, GI, 1), "cpu 2, memory 1Gi, gpu 1"),
+        (Resources(2000, 24683656 * 2**10, 0), "cpu 2, memory 23.5Gi"),
     ],
 )
 def test_describe(r: Resources, text: str) -> None:

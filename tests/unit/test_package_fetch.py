@@ -3,7 +3,6 @@ the job's token opens, and the worker-side bootstrap fetches and unpacks the pac
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
@@ -31,9 +30,7 @@ def test_a_worker_fetches_its_package_with_the_job_token(tmp_path: Path) -> None
         pkg = tmp_path / "pkg"
         pkg.mkdir()
         (pkg / "train.py").write_text("print('trained')\n")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            alice.submit({"name": "fit", "entry": "python train.py"}, package_dir=pkg)
+        alice.submit({"name": "fit", "entry": "python train.py"}, package_dir=pkg)
         platform.reconciler.tick()
         launch = engine.jobs["alice/fit"].launch
         assert launch.package_url == (

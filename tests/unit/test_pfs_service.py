@@ -35,6 +35,7 @@ from pfs_helpers import (  # noqa: F401 - the shared helpers
 from paddlecloud.api.errors import ErrorCode, PaddleCloudError
 from paddlecloud.client import Client
 from paddlecloud.client.pfs import Pfs
+from paddlecloud.client.session import Session
 from paddlecloud.controller import Platform
 from paddlecloud.core.checksum import chunk_digest, file_checksum
 
@@ -359,14 +360,14 @@ def test_download_resumes_from_the_journal(
     monkeypatch.setattr(Pfs, "_fetch_chunk", real)
 
     fetched: list[int] = []
-    real_stream = Client.stream_bytes
+    real_stream = Session.stream_bytes
 
-    def counting(self: Client, path: str, **kw: Any) -> Iterator[bytes]:
+    def counting(self: Session, path: str, **kw: Any) -> Iterator[bytes]:
         for piece in real_stream(self, path, **kw):
             fetched.append(len(piece))
             yield piece
 
-    monkeypatch.setattr(Client, "stream_bytes", counting)
+    monkeypatch.setattr(Session, "stream_bytes", counting)
     stats = fs_of(alice, parallel=1).download_file("pfs:big.bin", dest)
     assert stats.bytes_skipped == 2 * CHUNK
     assert stats.bytes_sent == SIZE - 2 * CHUNK

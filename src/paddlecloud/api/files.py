@@ -11,6 +11,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paddlecloud.api.body import Body
+
 __all__ = [
     "ChecksumView",
     "FileInfo",
@@ -49,22 +51,22 @@ class FileList(_Model):
     items: list[FileInfo]
 
 
-class MkdirRequest(_Model):
+class MkdirRequest(Body):
     path: RequestPath
     parents: Flag = False
 
 
-class RemoveRequest(_Model):
+class RemoveRequest(Body):
     path: RequestPath
     recursive: Flag = False
 
 
-class MoveRequest(_Model):
+class MoveRequest(Body):
     src: RequestPath
     dst: RequestPath
 
 
-class UploadBegin(_Model):
+class UploadBegin(Body):
     path: RequestPath
     size: int = Field(ge=1, le=1 << 44, strict=True)
     chunk_size: int = Field(8 << 20, ge=MIN_CHUNK, le=MAX_CHUNK, strict=True)
@@ -82,7 +84,7 @@ class UploadView(_Model):
     received: dict[int, str]
 
 
-class UploadComplete(_Model):
+class UploadComplete(Body):
     checksum: str = Field(max_length=256)  # blake3c:<chunk size>:<hex> (paddlecloud.core.checksum)
 
 
@@ -92,7 +94,7 @@ class ChecksumView(_Model):
     checksum: str
 
 
-class QuotaUpdate(_Model):
+class QuotaUpdate(Body):
     """Only the fields present change. ``storage``: a quantity (``500Gi``) or None for the platform
     default; ``cpu`` / ``memory`` (quantities) and ``gpu`` (a count): None removes that limit."""
 

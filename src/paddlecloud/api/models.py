@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from paddlecloud.api.body import Body
 from paddlecloud.api.stored import STORED, is_stored
 from paddlecloud.api.tasks import TaskSpec
 from paddlecloud.core.limits import MAX_ENTRY_CHARS, env_problem, text_problem
@@ -169,7 +170,7 @@ class TrainerSpec(_Strict):
         return Resources(parse_cpu(self.cpu), parse_memory(self.memory), self.gpu)
 
 
-class JobSpec(_Strict):
+class JobSpec(Body):
     """What a user submits.
 
     ``package`` is the PFS path of the job's package archive (tar.gz; ``paddlecloud submit`` uploads
@@ -420,7 +421,7 @@ class UserList(_Model):
     items: list[UserView]
 
 
-class UserCreate(_Strict):
+class UserCreate(Body):
     name: Annotated[str, AfterValidator(check_dns1123_label)]
     admin: bool = Field(False, strict=True)
 

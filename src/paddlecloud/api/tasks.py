@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from paddlecloud.api.body import Body
 from paddlecloud.api.stored import is_stored
 from paddlecloud.core.limits import text_problem
 from paddlecloud.core.quantity import QuantityError, check_length, parse_memory
@@ -126,13 +127,13 @@ class TaskSpec(_Strict):
         return self
 
 
-class LeaseRequest(_Strict):
+class LeaseRequest(Body):
     lease: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$", description="a random id chosen by the trainer")
     worker: str = Field("", max_length=56, description="who asks (shown in get tasks)")
     run: int = Field(0, ge=0, le=999_999, strict=True, description="the worker's run (PADDLECLOUD_RESTART)")
 
 
-class AckRequest(_Strict):
+class AckRequest(Body):
     lease: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$")
     error: str = Field("", max_length=4096, description="fail: what went wrong")
 

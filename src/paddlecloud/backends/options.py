@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 
-__all__ = ["OptionError", "quantity"]
+__all__ = ["ISOLATION_MODES", "OptionError", "isolation_mode", "quantity"]
+
+#: ``up --isolation`` (``backends/local/sandbox.py``: ``choose``)
+ISOLATION_MODES = ("auto", "sandbox", "none")
 
 
 class OptionError(ValueError):
@@ -28,3 +31,12 @@ def quantity(kind: str, value: object, option: str) -> int | None:
         return parse_cpu(value) if kind == "cpu" else parse_memory(value)  # type: ignore[arg-type]
     except QuantityError as exc:
         raise OptionError(option, str(exc)) from None
+
+
+def isolation_mode(value: object, option: str = "--isolation") -> str:
+    """``up --isolation`` of the backends that confine workers with ``sandbox.py``: auto (the
+    default), sandbox or none."""
+    mode = value or "auto"
+    if mode not in ISOLATION_MODES:
+        raise OptionError(option, f"{mode!r}: expected {', '.join(ISOLATION_MODES)}")
+    return str(mode)

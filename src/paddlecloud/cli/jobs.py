@@ -8,17 +8,33 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from paddlecloud.api.models import JobDetail, WorkerView
-from paddlecloud.cli.output import FORMATS, age, console, emit, jobs_table, print_table, role_cell
+from paddlecloud.api.models import JobDetail, JobView, ResourceView, WorkerView
+from paddlecloud.cli.output import (
+    FORMATS,
+    age,
+    console,
+    emit,
+    format_table,
+    jobs_text,
+    print_table,
+    role_cell,
+)
 from paddlecloud.cli.tasks import summary_line, task_options, task_spec
+from paddlecloud.cli.watch import watch as watch_listing
+from paddlecloud.cli.watch import watch_options
 from paddlecloud.client import Client
+from paddlecloud.core.lognoise import LogFilter
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
-from paddlecloud.core.quantity import human_bytes
+from paddlecloud.core.quantity import human_memory, parse_memory
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["describe", "get", "kill", "logs", "submit"]
 
@@ -93,8 +109,18 @@ def _priority(text: str) -> int | str:
 )
 @task_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
+@click.option(
+    "-v",
+    "--verbose",
+    "--all-logs",
+    "verbose",
+    is_flag=True,
+    help="--wait: every log line, the frameworks' own chatter too (hidden by default; `logs` shows all)",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the submitted job as JSON")
-def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opts: Any) -> None:
+def submit(
+    package_dir: Path, name: str | None, wait: bool, verbose: bool, as_json: bool, **opts: Any
+) -> None:
     """Upload PACKAGE_DIR and submit it as a training job."""
     trainers: dict[str, Any] = {
         "count": opts["trainers"], "cpu": opts["cpu"], "memory": opts["memory"], "gpu": opts["gpu"],
@@ -128,7 +154,7 @@ def submit(package_dir: Path, name: str | None, wait: bool, as_json: bool, **opt
     else:
         click.echo(f"job {job.name} submitted ({job.phase}: {job.message})")
     if wait:
-        final = follow_job(client, job.name)
+        final = follow_job(client, job.name, verbose=verbose)
         sys.exit(0 if final.phase == JobPhase.SUCCEEDED else 1)
 
 
@@ -152,9 +178,11 @@ def _started(w: WorkerView) -> bool:
     return w.pid is not None or w.started_at is not None
 
 
-def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
-    """Print phase changes and stream every worker's log until the job ends."""
+def follow_job(client: Client, name: str, poll: float = 0.5, verbose: bool = False) -> JobDetail:
+    """Print phase changes and stream every worker's log until the job ends; the frameworks' own
+    chatter is left out unless ``verbose`` (core/lognoise.py), and how much was is said at the end."""
     err = console(stderr=True)
+    shown = _LogLines(LogFilter() if not verbose else None)
     last = ""
     streamed = False
     while True:
@@ -165,17 +193,39 @@ def follow_job(client: Client, name: str, poll: float = 0.5) -> JobDetail:
             last = line
         if job.phase in TERMINAL_PHASES:
             if not streamed and any(map(_started, job.workers)):  # it ended between two polls
-                for text in client.logs(name):
-                    sys.stdout.write(text)
-                sys.stdout.flush()
+                shown.write(client.logs(name))
+            shown.close(err, name)
             return job
         if not streamed and any(map(_started, job.workers)):
-            for text in client.logs(name, follow=True):
-                sys.stdout.write(text)
-                sys.stdout.flush()
+            shown.write(client.logs(name, follow=True))
             streamed = True  # the workers ended; poll on to report the final phase
             continue
         time.sleep(poll)
+
+
+class _LogLines:
+    """Writes log lines to stdout as they come, through a LogFilter if there is one."""
+
+    def __init__(self, noise: LogFilter | None) -> None:
+        self.noise = noise
+
+    def write(self, lines: Iterable[str]) -> None:
+        for text in lines:
+            for out in self.noise.feed(text) if self.noise else (text,):
+                sys.stdout.write(out)
+            sys.stdout.flush()
+
+    def close(self, err: Console, name: str) -> None:
+        if self.noise is None:
+            return
+        sys.stdout.writelines(self.noise.flush())
+        sys.stdout.flush()
+        if self.noise.hidden:
+            err.print(
+                f"({self.noise.hidden} lines of framework output hidden; all of them: "
+                f"paddlecloud logs {name}, or submit --verbose)",
+                markup=False,
+            )
 
 
 @click.group()
@@ -188,36 +238,60 @@ def get() -> None:
 @click.option("--all-users", is_flag=True, help="admins: every user's jobs")
 @click.option("-u", "--user", metavar="NAME", help="admins: that user's jobs")
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def get_jobs(all_: bool, all_users: bool, user: str | None, fmt: str) -> None:
+@watch_options
+def get_jobs(all_: bool, all_users: bool, user: str | None, fmt: str, watch: bool, interval: float) -> None:
     if all_users and user:
         raise click.UsageError("--all-users and --user exclude each other")
-    jobs = Client().jobs(all=all_, all_users=all_users, user=user)
-    if fmt in ("json", "yaml"):
-        emit(jobs, fmt)
+    client = Client()
+
+    def fetch() -> list[JobView]:
+        return client.jobs(all=all_, all_users=all_users, user=user)
+
+    def table(jobs: Sequence[JobView]) -> str:
+        return jobs_text(list(jobs), wide=fmt == "wide", show_user=all_users)
+
+    if watch:
+        watch_listing(fetch, table, fmt, interval, "paddlecloud get jobs")
+    elif fmt in ("json", "yaml"):
+        emit(fetch(), fmt)
     else:
-        jobs_table(jobs, wide=fmt == "wide", show_user=all_users)
+        click.echo(table(fetch()))
+
+
+def _workers_text(workers: Sequence[WorkerView], wide: bool) -> str:
+    headers = ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "AGE"]
+    if wide:
+        headers += ["RESTARTS", "LOG"]
+    rows = []
+    for w in workers:
+        row = [w.name, str(w.state), w.node, w.endpoint, str(w.pid or "-"),
+               "-" if w.exit_code is None else str(w.exit_code), age(w.started_at)]  # fmt: skip
+        if wide:
+            row += [str(w.restarts), w.log]
+        rows.append(row)
+    return format_table(headers, rows)
 
 
 @get.command("workers")
 @click.argument("job")
 @user_option
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def get_workers(job: str, user: str | None, fmt: str) -> None:
-    workers = Client().workers(job, user=user)
-    if fmt in ("json", "yaml"):
-        emit(workers, fmt)
-        return
-    headers = ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "AGE"]
-    if fmt == "wide":
-        headers += ["RESTARTS", "LOG"]
-    rows = []
-    for w in workers:
-        row = [w.name, str(w.state), w.node, w.endpoint, str(w.pid or "-"),
-               "-" if w.exit_code is None else str(w.exit_code), age(w.started_at)]  # fmt: skip
-        if fmt == "wide":
-            row += [str(w.restarts), w.log]
-        rows.append(row)
-    print_table(headers, rows)
+@watch_options
+def get_workers(job: str, user: str | None, fmt: str, watch: bool, interval: float) -> None:
+    client = Client()
+
+    def fetch() -> list[WorkerView]:
+        return client.workers(job, user=user)
+
+    def table(workers: Sequence[WorkerView]) -> str:
+        return _workers_text(workers, wide=fmt == "wide")
+
+    if watch:
+        watch_listing(fetch, table, fmt, interval, f"paddlecloud get workers {job}")
+    elif fmt in ("json", "yaml"):
+        emit(fetch(), fmt)
+    else:
+        click.echo(table(fetch()))
 
 
 @get.command("quota")
@@ -228,23 +302,24 @@ def get_quota(fmt: str) -> None:
     if fmt in ("json", "yaml"):
         emit(q, fmt)
         return
-    limit = q.limit
     rows = [
-        [
-            res,
-            str(getattr(q.used, res)),
-            "unlimited"
-            if limit is None or str(getattr(limit, res)) in ("-1", "unlimited")
-            else str(getattr(limit, res)),
-            str(getattr(q.cluster, res)),
-        ]
+        [res, _for_people(res, q.used), _for_people(res, q.limit), _for_people(res, q.cluster)]
         for res in ("cpu", "memory", "gpu")
     ]
     storage = client.pfs.usage()
-    limit_text = human_bytes(storage.limit) if storage.limit is not None else "unlimited"
-    rows.append(["storage", human_bytes(storage.used + storage.reserved), limit_text, "-"])
+    limit_text = human_memory(storage.limit) if storage.limit is not None else "unlimited"
+    rows.append(["storage", human_memory(storage.used + storage.reserved), limit_text, "-"])
     print_table(["RESOURCE", "USED", "LIMIT", "CLUSTER"], rows)
     click.echo(f"user {q.user}: {q.jobs_running} running, {q.jobs_queued} queued")
+
+
+def _for_people(res: str, view: ResourceView | None) -> str:
+    """One resource of a quota view as a person reads it: memory ``23.5Gi`` (the API's exact
+    ``24683656Ki`` rounded down), ``unlimited`` for no limit."""
+    value = None if view is None else str(getattr(view, res))
+    if value is None or value in ("-1", "unlimited"):
+        return "unlimited"
+    return human_memory(parse_memory(value)) if res == "memory" else value
 
 
 @click.command()

@@ -17,7 +17,7 @@ from paddlecloud.cli.account import admin, config, login
 from paddlecloud.cli.jobs import describe, get, kill, logs, submit
 from paddlecloud.cli.pfs import pfs
 from paddlecloud.cli.sim import sim
-from paddlecloud.cli.system import operator, up, version
+from paddlecloud.cli.system import down, operator, up, version
 from paddlecloud.cli.tasks import get_tasks
 
 __all__ = ["cli", "main"]
@@ -28,7 +28,8 @@ def cli() -> None:
     """PaddleCloud: run distributed training jobs (parameter servers + trainers, collective, PyTorch)."""
 
 
-for command in (up, operator, submit, get, describe, logs, kill, pfs, login, config, admin, sim, version):
+COMMANDS = (up, down, operator, submit, get, describe, logs, kill, pfs, login, config, admin, sim, version)
+for command in COMMANDS:
     cli.add_command(command)
 get.add_command(get_tasks)
 

@@ -20,7 +20,7 @@ from paddlecloud.api.models import JobView, RoleStatus
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["FORMATS", "age", "console", "emit", "jobs_table", "print_table", "role_cell"]
+__all__ = ["FORMATS", "age", "console", "emit", "format_table", "jobs_text", "print_table", "role_cell"]
 
 FORMATS = click.Choice(["table", "wide", "json", "yaml"])
 
@@ -71,20 +71,25 @@ def role_cell(r: RoleStatus) -> str:
     return f"{r.running}/{r.desired}{done}{failed}"
 
 
-def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    """kubectl-style aligned columns. Plain string formatting on purpose: a Rich ``Table`` takes
-    0.34 s to lay out 1,000 rows here, more than the whole ``get jobs`` budget (bench/list_jobs.py)."""
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    """kubectl-style aligned columns, one string (no final newline). Plain string formatting on
+    purpose: a Rich ``Table`` takes 0.34 s to lay out 1,000 rows here, more than the whole
+    ``get jobs`` budget (bench/list_jobs.py)."""
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
     last = len(headers) - 1
-    lines = [
+    return "\n".join(
         "   ".join(c if i == last else c.ljust(widths[i]) for i, c in enumerate(r)) for r in [headers, *rows]
-    ]
-    sys.stdout.write("\n".join(lines) + "\n")
+    )
 
 
-def jobs_table(jobs: list[JobView], wide: bool, show_user: bool = False) -> None:
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    sys.stdout.write(format_table(headers, rows) + "\n")
+
+
+def jobs_text(jobs: list[JobView], wide: bool, show_user: bool = False) -> str:
+    """The ``get jobs`` table (or the line saying there is none)."""
     now = datetime.now(UTC)
     headers = ["NAME", "PHASE", "TRAINERS", "PSERVERS", "AGE", "REASON"]
     show_user = show_user or wide
@@ -109,6 +114,5 @@ def jobs_table(jobs: list[JobView], wide: bool, show_user: bool = False) -> None
             row += [str(j.framework), age(j.started_at, now), age(j.finished_at, now), j.message]
         rows.append(row)
     if not rows:
-        click.echo("No jobs. (finished ones: paddlecloud get jobs -a)")
-        return
-    print_table(headers, rows)
+        return "No jobs. (finished ones: paddlecloud get jobs -a)"
+    return format_table(headers, rows)

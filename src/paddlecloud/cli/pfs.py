@@ -7,6 +7,7 @@ A remote path is ``/pfs/<datacenter>/home/<user>/...`` (or ``/pfs/<dc>/public/..
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import UTC, datetime
 
@@ -33,7 +34,9 @@ def pfs() -> None:
 )
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar")
 def cp(paths: tuple[str, ...], recursive: bool, force: bool, parallel: int, quiet: bool) -> None:
-    """Copy SRC... to DST, local ↔ PFS. Interrupted copies resume where they stopped."""
+    """Copy SRC... to DST, local ↔ PFS, as cp does: into DST as DST/<name> when DST is a directory
+    or ends in /, else as DST (missing parents are created). Interrupted copies resume where they
+    stopped."""
     if len(paths) < 2:
         raise click.UsageError("cp needs a source and a destination")
     from rich.progress import (
@@ -48,7 +51,7 @@ def cp(paths: tuple[str, ...], recursive: bool, force: bool, parallel: int, quie
     fs = Client().pfs
     fs.parallel = parallel
     srcs, dst = list(paths[:-1]), paths[-1]
-    total = fs.plan_size(srcs, recursive)
+    plan = fs.plan(srcs, dst, recursive)  # every mistake is reported before the bar is drawn
     t0 = time.perf_counter()
     columns = (
         TextColumn("[bold]copy"),
@@ -58,10 +61,9 @@ def cp(paths: tuple[str, ...], recursive: bool, force: bool, parallel: int, quie
         TimeRemainingColumn(),
     )
     with Progress(*columns, disable=quiet, transient=False) as bar:
-        task = bar.add_task("copy", total=total)
-        stats = fs.cp(
-            srcs, dst, recursive=recursive, overwrite=force, progress=lambda n: bar.advance(task, n)
-        )
+        task = bar.add_task("copy", total=plan.total)
+        advance = functools.partial(bar.advance, task)
+        stats = fs.cp(srcs, dst, recursive=recursive, overwrite=force, progress=advance, plan=plan)
     dt = time.perf_counter() - t0
     moved = stats.bytes_sent + stats.bytes_skipped
     resumed = f", {human_bytes(stats.bytes_skipped)} already there" if stats.bytes_skipped else ""
@@ -109,11 +111,12 @@ def stat(path: str, fmt: str) -> None:
 
 @pfs.command("mkdir")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("-p", "--parents", is_flag=True, help="make parents as needed; no error if it exists")
+@click.option("-p", "--parents", is_flag=True, help="no error if it exists already")
 def mkdir(paths: tuple[str, ...], parents: bool) -> None:
+    """Make directories, with any missing parents (pfs:a/b/c makes a and a/b too)."""
     fs = Client().pfs
     for p in paths:
-        fs.mkdir(p, parents=parents)
+        fs.makedirs(p, exist_ok=parents)
 
 
 @pfs.command("rm")

@@ -1,8 +1,9 @@
-"""Platform commands: ``up`` (run the platform in the foreground), ``operator`` (the Kubernetes
-backend's TrainingJob operator) and ``version``."""
+"""Platform commands: ``up`` (run the platform, in the foreground or detached), ``down`` (stop a
+detached one), ``operator`` (the Kubernetes backend's TrainingJob operator) and ``version``."""
 
 from __future__ import annotations
 
+import os
 import ssl
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from paddlecloud._version import API_VERSION, __version__
+from paddlecloud.cli import daemon
 from paddlecloud.cli.output import FORMATS, emit
 from paddlecloud.client import Client, Datacenter, load_config, save_datacenter
 from paddlecloud.core.names import check_dns1123_label
@@ -19,7 +21,7 @@ from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 if TYPE_CHECKING:  # the server's modules are imported by `up` only (the CLI starts fast)
     from paddlecloud.server.main import MetricsAccess
 
-__all__ = ["operator", "up", "version"]
+__all__ = ["down", "operator", "up", "version"]
 
 
 def _quantity(parse: object, value: str | None, flag: str) -> int | None:
@@ -114,12 +116,16 @@ def _datacenter(name: str) -> str:
         raise click.BadParameter(str(exc), param_hint="--datacenter") from None
 
 
+#: ``--data-dir`` of ``up`` and ``down``
+data_dir_option = click.option(
+    "--data-dir", type=click.Path(path_type=Path), default=Path.home() / ".paddlecloud", show_default=True
+)
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8080, show_default=True)
-@click.option(
-    "--data-dir", type=click.Path(path_type=Path), default=Path.home() / ".paddlecloud", show_default=True
-)
+@data_dir_option
 @click.option(
     "--database", help="SQLAlchemy URL (default: SQLite in the data dir), e.g. postgresql+psycopg://..."
 )
@@ -193,8 +199,9 @@ def _datacenter(name: str) -> str:
     type=click.Choice(["auto", "sandbox", "none"]),
     default="auto",
     show_default=True,
-    help="local backend: confine each worker to its job's files with bubblewrap (sandbox; auto: where "
-    "it works) or not at all (none: any job can read every user's data); docs/security.md",
+    help="local and slurm backends: confine each worker to its job's files with bubblewrap (sandbox; "
+    "auto: where it works on this host; on Slurm every node needs it too) or not at all (none: any job "
+    "can read every user's data); docs/security.md",
 )
 @click.option(
     "--pass-env",
@@ -234,28 +241,40 @@ def _datacenter(name: str) -> str:
     help="local: cap of the job environment cache; least recently used ones no job uses are evicted "
     "('none': no cap)",
 )
+@click.option(
+    "-d",
+    "--detach",
+    is_flag=True,
+    help="run in the background (log and pid file in the data dir); returns once it answers; "
+    "stop it with: paddlecloud down",
+)
 def up(
     host: str, port: int, data_dir: Path, database: str | None, policy: str, max_package_size: str,
     max_request_size: str, datacenter: str, storage_quota: str, default_quota: str, backend: str,
-    api_url: str | None, tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None,
+    api_url: str | None, tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, detach: bool,
     metrics_public: bool, metrics_token_file: Path | None, **backend_options: Any,
 ) -> None:  # fmt: skip
-    """Run the platform in the foreground (Ctrl-C stops it; jobs keep running). Jobs run on this
-    machine, or with --backend kubernetes as TrainingJobs on a cluster (see: paddlecloud operator)."""
-    from paddlecloud.server.main import (
-        ComputeLimits,
-        IsolationError,
-        PlatformConfig,
-        prepare,
-        serve,
-    )
+    """Run the platform in the foreground (Ctrl-C stops it; jobs keep running), or with --detach in
+    the background. Jobs run on this machine, or with --backend kubernetes as TrainingJobs on a
+    cluster (see: paddlecloud operator)."""
+    from paddlecloud.server.main import ComputeLimits, IsolationError, PlatformConfig, prepare, serve
 
     settings = _backend_settings(backend, backend_options)
     tls = _tls(tls_cert, tls_key, tls_ca)
+    metrics_access = _metrics_access(metrics_public, metrics_token_file)  # before any --detach
     scheme = "https" if tls else "http"
     endpoint = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    data_dir = data_dir.expanduser().resolve()
+    other, _stale = daemon.running(data_dir)
+    if other is not None:
+        raise click.ClickException(
+            f"a PaddleCloud server already runs on {data_dir} at {other.url} (pid {other.pid}); "
+            f"stop it first: {_down_command(data_dir)}"
+        )
+    if detach:  # returns in the forked server process only; up itself ends in there
+        daemon.detach(data_dir, endpoint, tls[2] if tls else None, _down_command(data_dir))
     config = PlatformConfig(
-        data_dir=data_dir.expanduser().resolve(),
+        data_dir=data_dir,
         database_url=database,
         policy=policy,
         max_package_bytes=_quantity(parse_memory, max_package_size, "--max-package-size") or 0,
@@ -269,7 +288,7 @@ def up(
         api_ca=tls[2] if tls else "",  # ... and PADDLECLOUD_API_CA
         backend=backend,
         backend_settings=settings,
-        metrics_access=_metrics_access(metrics_public, metrics_token_file),
+        metrics_access=metrics_access,
     )
     try:
         ready = prepare(config, _known_tokens(config.default_user))
@@ -289,7 +308,30 @@ def up(
         click.echo(f"isolation: {ready.isolation}")
     else:
         click.secho(_UNCONFINED.format(why=ready.isolation), fg="red", bold=True, err=True)
-    serve(ready.app, host, port, tls[:2] if tls else None)
+    try:
+        serve(ready.app, host, port, tls[:2] if tls else None)
+    finally:
+        if detach:
+            daemon.forget(data_dir, os.getpid())
+
+
+def _down_command(data_dir: Path) -> str:
+    default = (Path.home() / ".paddlecloud").resolve()
+    return "paddlecloud down" + ("" if data_dir == default else f" --data-dir {data_dir}")
+
+
+@click.command()
+@data_dir_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(1, 600),
+    default=30,
+    show_default=True,
+    help="seconds between SIGTERM and SIGKILL",
+)
+def down(data_dir: Path, timeout: float) -> None:
+    """Stop the server `up --detach` started on this data dir (jobs keep running)."""
+    click.echo(daemon.stop(data_dir.expanduser().resolve(), timeout))
 
 
 _UNCONFINED = """WARNING: isolation: {why}
@@ -317,9 +359,9 @@ def _backend_settings(name: str, options: dict[str, Any]) -> object:
             given = ctx.get_parameter_source(option) not in (ParameterSource.DEFAULT, None)
             if given and option not in chosen.options:
                 flag = "--" + option.replace("_", "-")
-                raise click.UsageError(
-                    f"{flag} is an option of the {other.name} backend (--backend {other.name})"
-                )
+                owners = [e.name for e in backend_entries() if option in e.options]
+                which = f"{' and '.join(owners)} backend{'s' if len(owners) > 1 else ''}"
+                raise click.UsageError(f"{flag} is an option of the {which} (--backend {'|'.join(owners)})")
     try:
         return chosen.settings(options)
     except OptionError as exc:

@@ -21,19 +21,18 @@ import stat as st
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError
 from paddlecloud.api.files import FileInfo, FileList, StorageUsage, UploadView
+from paddlecloud.api.models import UserView, VersionView
+from paddlecloud.client.session import Session
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
 from paddlecloud.core.pfspath import expand_short, is_remote
 
-if TYPE_CHECKING:
-    from paddlecloud.client.client import Client
-
-__all__ = ["Pfs", "TransferStats"]
+__all__ = ["CopyPlan", "Pfs", "TransferStats"]
 
 Progress = Callable[[int], None]
 DIGEST = "X-PaddleCloud-Digest"
@@ -54,6 +53,16 @@ def _body(data: bytes) -> tuple[Iterator[bytes], dict[str, str]]:
         yield data
 
     return once(), {"Content-Length": str(len(data))}
+
+
+@dataclass
+class CopyPlan:
+    """What a ``cp`` will do: (source, target) pairs, targets already resolved (a PFS target as a
+    full ``/pfs/...`` path), and the bytes it moves in all."""
+
+    upload: bool
+    items: list[tuple[str, str]] = field(default_factory=list)
+    total: int = 0
 
 
 @dataclass
@@ -79,8 +88,8 @@ class TransferStats:
 
 
 class Pfs:
-    def __init__(self, client: Client, *, parallel: int = 4, chunk_size: int = 16 << 20) -> None:
-        self.client = client
+    def __init__(self, session: Session, *, parallel: int = 4, chunk_size: int = 16 << 20) -> None:
+        self.session = session
         self.parallel = parallel
         self.chunk_size = chunk_size
         self._me: tuple[str, str] | None = None
@@ -89,7 +98,9 @@ class Pfs:
 
     def home(self) -> str:
         if self._me is None:
-            self._me = (self.client.version().datacenter, self.client.whoami().name)
+            version = VersionView.model_validate_json(self.session.request("GET", "/version").content)
+            me = UserView.model_validate_json(self.session.request("GET", "/whoami").content)
+            self._me = (version.datacenter, me.name)
         dc, user = self._me
         return f"/pfs/{dc}/home/{user}"
 
@@ -103,7 +114,7 @@ class Pfs:
     # -- namespace ------------------------------------------------------------------------------
 
     def _get(self, endpoint: str, **params: Any) -> Any:
-        return self.client.request("GET", endpoint, params=params)
+        return self.session.request("GET", endpoint, params=params)
 
     def stat(self, path: str) -> FileInfo:
         return FileInfo.model_validate_json(self._get("/pfs/stat", path=self.full(path)).content)
@@ -121,14 +132,27 @@ class Pfs:
         return FileList.model_validate_json(r.content).items
 
     def mkdir(self, path: str, parents: bool = False) -> FileInfo:
-        r = self.client.request("POST", "/pfs/mkdir", json={"path": self.full(path), "parents": parents})
+        """One directory (``parents``: and the missing ones above it; an existing one is fine)."""
+        r = self.session.request("POST", "/pfs/mkdir", json={"path": self.full(path), "parents": parents})
         return FileInfo.model_validate_json(r.content)
 
+    def makedirs(self, path: str, exist_ok: bool = False) -> FileInfo:
+        """As ``os.makedirs``: ``path`` and any missing parents; an existing ``path`` is an error
+        (``path_exists``) unless ``exist_ok``. ``paddlecloud pfs mkdir [-p]``."""
+        if exist_ok:
+            return self.mkdir(path, parents=True)
+        try:
+            return self.mkdir(path)
+        except PaddleCloudError as exc:
+            if exc.code != ErrorCode.PATH_NOT_FOUND:  # missing parents: made below
+                raise
+        return self.mkdir(path, parents=True)
+
     def rm(self, path: str, recursive: bool = False) -> None:
-        self.client.request("POST", "/pfs/remove", json={"path": self.full(path), "recursive": recursive})
+        self.session.request("POST", "/pfs/remove", json={"path": self.full(path), "recursive": recursive})
 
     def mv(self, src: str, dst: str) -> FileInfo:
-        r = self.client.request("POST", "/pfs/move", json={"src": self.full(src), "dst": self.full(dst)})
+        r = self.session.request("POST", "/pfs/move", json={"src": self.full(src), "dst": self.full(dst)})
         return FileInfo.model_validate_json(r.content)
 
     def usage(self) -> StorageUsage:
@@ -147,13 +171,13 @@ class Pfs:
             h.update(data)
             params = {"path": remote, "overwrite": str(overwrite).lower()}
             body, length = _body(data)
-            self.client.request(
+            self.session.request(
                 "PUT", "/pfs/file", params=params, content=body, headers={CHECKSUM: h.checksum(), **length}
             )
             progress(size)
             return TransferStats(files=1, bytes_sent=size)
         begin = {"path": remote, "size": size, "chunk_size": self.chunk_size, "overwrite": overwrite}
-        r = self.client.request("POST", "/pfs/uploads", json=begin)
+        r = self.session.request("POST", "/pfs/uploads", json=begin)
         up = UploadView.model_validate_json(r.content)
         digests: list[str] = [""] * up.chunks
         stats = TransferStats(files=1)
@@ -168,7 +192,7 @@ class Pfs:
                     stats.count(skipped=len(data))
                 else:
                     body, length = _body(data)
-                    self.client.request(
+                    self.session.request(
                         "PUT", f"/pfs/uploads/{up.id}/{i}", content=body, headers={DIGEST: digest, **length}
                     )
                     stats.count(sent=len(data))
@@ -178,7 +202,7 @@ class Pfs:
                 list(pool.map(send, range(up.chunks)))
         finally:
             os.close(fd)
-        self.client.request(
+        self.session.request(
             "POST",
             f"/pfs/uploads/{up.id}/complete",
             params={"overwrite": str(overwrite).lower()},
@@ -245,7 +269,7 @@ class Pfs:
 
         h = blake3.blake3()
         pos = off
-        for piece in self.client.stream_bytes(
+        for piece in self.session.stream_bytes(
             "/pfs/file", params={"path": remote, "offset": off, "length": n}
         ):
             h.update(piece)
@@ -260,27 +284,52 @@ class Pfs:
 
     # -- cp -------------------------------------------------------------------------------------
 
-    def plan_size(self, srcs: list[str], recursive: bool) -> int:
-        """Total bytes a copy of ``srcs`` moves (for one progress bar)."""
-        total = 0
+    def plan(self, srcs: list[str], dst: str, recursive: bool) -> CopyPlan:
+        """Where each of ``srcs`` goes and how many bytes the copy moves, every source checked first
+        (so nothing is drawn or moved before a mistake is reported). ``cp`` semantics, on either
+        side: into ``dst`` as ``dst/<name>`` when ``dst`` is an existing directory or ends in ``/``,
+        else as ``dst`` itself (its missing parents are created, as ``mkdir -p`` would)."""
+        upload = is_remote(dst)
         for src in srcs:
-            if is_remote(src):
-                info = self.stat(src)
-                if info.type == "dir":
-                    total += (
-                        sum(f.size for f in self.ls(src, recursive=True) if f.type == "file")
-                        if recursive
-                        else 0
-                    )
-                else:
-                    total += info.size
+            if is_remote(src) == upload:
+                raise InvalidInput(
+                    f"copy between a local path and a PFS path (/pfs/... or pfs:...): {src} -> {dst}"
+                )
+        into = dst.endswith("/") or self._is_dir(dst, upload)
+        if len(srcs) > 1 and not into:
+            raise InvalidInput(
+                f"copying several sources needs a directory as destination: {dst} is none; "
+                f"write {dst}/ to create it"
+            )
+        base = self.full(dst).rstrip("/") if upload else dst
+        plan = CopyPlan(upload=upload)
+        for src in srcs:
+            name, size = self._local_source(src, recursive) if upload else self._remote_source(src, recursive)
+            if upload:
+                plan.items.append((src, f"{base}/{name}" if into else base))
             else:
-                p = Path(src)
-                if p.is_dir():
-                    total += sum(f.stat().st_size for f, _ in _walk_local(p)[0]) if recursive else 0
-                elif p.exists():
-                    total += p.stat().st_size
-        return total
+                plan.items.append((src, str(Path(base) / name if into else Path(base))))
+            plan.total += size
+        return plan
+
+    def _local_source(self, src: str, recursive: bool) -> tuple[str, int]:
+        p = Path(src)
+        if not p.exists():
+            raise InvalidInput(f"{src}: no such file or directory", code=ErrorCode.PATH_NOT_FOUND)
+        if not p.is_dir():
+            return p.resolve().name, p.stat().st_size
+        if not recursive:
+            raise InvalidInput(f"{src} is a directory (use -r)", code=ErrorCode.IS_A_DIRECTORY)
+        return p.resolve().name, sum(f.stat().st_size for f, _ in _walk_local(p)[0])
+
+    def _remote_source(self, src: str, recursive: bool) -> tuple[str, int]:
+        info = self.stat(src)
+        name = info.path.rstrip("/").rsplit("/", 1)[-1]
+        if info.type != "dir":
+            return name, info.size
+        if not recursive:
+            raise InvalidInput(f"{src} is a directory (use -r)", code=ErrorCode.IS_A_DIRECTORY)
+        return name, sum(f.size for f in self.ls(src, recursive=True) if f.type == "file")
 
     def cp(
         self,
@@ -290,21 +339,17 @@ class Pfs:
         recursive: bool = False,
         overwrite: bool = False,
         progress: Progress = _noop,
+        plan: CopyPlan | None = None,
     ) -> TransferStats:
-        """``cp [-r] SRC... DST`` between local paths and PFS paths (one side must be PFS)."""
-        remote_dst = is_remote(dst)
+        """``cp [-r] SRC... DST`` between local paths and PFS paths (one side must be PFS); where
+        things go: :meth:`plan` (pass the plan made for a progress bar to skip checking twice)."""
+        plan = plan or self.plan(srcs, dst, recursive)
         stats = TransferStats()
-        if len(srcs) > 1 and not self._is_dir(dst, remote_dst):
-            raise InvalidInput(f"copying several sources needs an existing directory as destination: {dst}")
-        for src in srcs:
-            if is_remote(src) == remote_dst:
-                raise InvalidInput(
-                    f"copy between a local path and a PFS path (/pfs/... or pfs:...): {src} -> {dst}"
-                )
-            if remote_dst:
-                stats.add(self._put(Path(src), self.full(dst), recursive, overwrite, progress))
+        for src, target in plan.items:
+            if plan.upload:
+                stats.add(self._put(Path(src), target, overwrite, progress))
             else:
-                stats.add(self._fetch(self.full(src), Path(dst), recursive, overwrite, progress))
+                stats.add(self._fetch(self.full(src), Path(target), overwrite, progress))
         return stats
 
     def _is_dir(self, path: str, remote: bool) -> bool:
@@ -313,18 +358,12 @@ class Pfs:
             return info is not None and info.type == "dir"
         return Path(path).is_dir()
 
-    def _put(
-        self, src: Path, dst: str, recursive: bool, overwrite: bool, progress: Progress
-    ) -> TransferStats:
-        if not src.exists():
-            raise InvalidInput(f"{src}: no such file or directory")
-        target = self.exists(dst)
-        if target is not None and target.type == "dir":
-            dst = f"{dst.rstrip('/')}/{src.name}"
+    def _put(self, src: Path, dst: str, overwrite: bool, progress: Progress) -> TransferStats:
         if not src.is_dir():
+            parent = dst.rsplit("/", 1)[0]
+            if self.exists(parent) is None:
+                self.mkdir(parent, parents=True)
             return self.upload_file(src, dst, overwrite=overwrite, progress=progress)
-        if not recursive:
-            raise InvalidInput(f"{src} is a directory (use -r)", code=ErrorCode.IS_A_DIRECTORY)
         files, dirs = _walk_local(src)
         stats = TransferStats(dirs=len(dirs) + 1)
         self.mkdir(dst, parents=True)
@@ -343,18 +382,13 @@ class Pfs:
             stats.add(one(item))
         return stats
 
-    def _fetch(
-        self, src: str, dst: Path, recursive: bool, overwrite: bool, progress: Progress
-    ) -> TransferStats:
+    def _fetch(self, src: str, dst: Path, overwrite: bool, progress: Progress) -> TransferStats:
         info = self.stat(src)
-        if dst.is_dir():
-            dst = dst / info.path.rstrip("/").rsplit("/", 1)[-1]
         if info.type == "file":
             if dst.exists() and not overwrite:
                 raise InvalidInput(f"{dst} exists (use --force to overwrite)", code=ErrorCode.PATH_EXISTS)
+            dst.parent.mkdir(parents=True, exist_ok=True)
             return self.download_file(src, dst, size=info.size, progress=progress)
-        if not recursive:
-            raise InvalidInput(f"{src} is a directory (use -r)", code=ErrorCode.IS_A_DIRECTORY)
         entries = self.ls(src, recursive=True)
         stats = TransferStats(dirs=1)
         dst.mkdir(parents=True, exist_ok=True)

@@ -12,12 +12,10 @@ leases and retries), this one serves tools and tests (a ``Client`` built with a 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from paddlecloud.api.tasks import MAX_PAGE, PAGE, TaskLease, TaskList, TaskView
-
-if TYPE_CHECKING:
-    from paddlecloud.client.client import Client
+from paddlecloud.client.session import Session
 
 __all__ = ["TaskMaster"]
 
@@ -27,8 +25,8 @@ def _user(user: str | None) -> dict[str, Any]:
 
 
 class TaskMaster:
-    def __init__(self, client: Client) -> None:
-        self._c = client
+    def __init__(self, session: Session) -> None:
+        self._session = session
 
     def status(
         self, job: str, *, user: str | None = None, state: str | None = None, limit: int = PAGE,
@@ -41,7 +39,7 @@ class TaskMaster:
         if after is not None:
             params["after"] = after
         return TaskList.model_validate_json(
-            self._c.request("GET", f"/jobs/{job}/tasks", params=params).content
+            self._session.request("GET", f"/jobs/{job}/tasks", params=params).content
         )
 
     def all(
@@ -58,13 +56,13 @@ class TaskMaster:
         return first.model_copy(update={"items": items, "next_after": None})
 
     def lease(self, job: str, lease: str, worker: str = "", *, user: str | None = None) -> TaskLease:
-        r = self._c.request(
+        r = self._session.request(
             "POST", f"/jobs/{job}/tasks/lease", json={"lease": lease, "worker": worker}, params=_user(user)
         )
         return TaskLease.model_validate_json(r.content)
 
     def _ack(self, job: str, index: int, what: str, body: dict[str, str], user: str | None) -> TaskView:
-        r = self._c.request("POST", f"/jobs/{job}/tasks/{index}/{what}", json=body, params=_user(user))
+        r = self._session.request("POST", f"/jobs/{job}/tasks/{index}/{what}", json=body, params=_user(user))
         return TaskView.model_validate_json(r.content)
 
     def done(self, job: str, index: int, lease: str, *, user: str | None = None) -> TaskView:

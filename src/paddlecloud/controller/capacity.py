@@ -21,7 +21,7 @@ from paddlecloud.api.errors import ErrorCode, InvalidInput
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, NodeInfo
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.core.quantity import format_cpu, format_memory
+from paddlecloud.core.quantity import format_cpu, human_memory
 from paddlecloud.scheduler import JobRequest, NodeState, Plan, Snapshot, Wait, WaitReason, never_placeable
 
 __all__ = ["check_capacity", "foreign_load", "name_foreign_load"]
@@ -69,7 +69,7 @@ def foreign_load(nodes: Sequence[NodeInfo]) -> str:
             text
             for amount, text in (
                 (f.cpu_m, f"{format_cpu(f.cpu_m)} of {format_cpu(cap.cpu_m)} CPUs"),
-                (f.memory, f"{format_memory(f.memory)} of {format_memory(cap.memory)} memory"),
+                (f.memory, f"{human_memory(f.memory)} of {human_memory(cap.memory)} memory"),
                 (f.gpu, f"{f.gpu} of {cap.gpu} GPUs"),
             )
             if amount

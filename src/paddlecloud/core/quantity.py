@@ -20,6 +20,7 @@ __all__ = [
     "format_cpu",
     "format_memory",
     "human_bytes",
+    "human_memory",
     "parse_cpu",
     "parse_cpu_request",
     "parse_memory",
@@ -145,9 +146,26 @@ def format_cpu(millicores: int) -> str:
 
 
 def format_memory(n: int) -> str:
-    """Shortest exact binary form: 1073741824 → ``1Gi``; otherwise plain bytes."""
+    """Shortest exact binary form: 1073741824 → ``1Gi``; otherwise plain bytes. For machines (the
+    API's quota views, Kubernetes requests); people get :func:`human_memory`."""
     for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
         unit = _BINARY[suffix]
         if n >= unit and n % unit == 0:
             return f"{n // unit}{suffix}"
+    return str(n)
+
+
+def human_memory(n: int) -> str:
+    """Memory (or storage) for people, in the notation they ask for it in: exact when it is a whole
+    number of the largest binary unit it reaches (``512Mi``, ``1Gi``), else that unit with one
+    decimal, rounded down (a machine's 24683656Ki → ``23.5Gi``; 1023.99Mi → ``1023.9Mi``), so that
+    "memory 24Gi > 23.9Gi free" never reads as if it fitted. Below 1Ki: bytes (``512``)."""
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = _BINARY[suffix]
+        if abs(n) >= unit:
+            whole, rest = divmod(abs(n), unit)
+            sign = "-" if n < 0 else ""
+            if rest == 0:
+                return f"{sign}{whole}{suffix}"
+            return f"{sign}{whole}.{rest * 10 // unit}{suffix}"
     return str(n)

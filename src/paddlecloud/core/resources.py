@@ -1,10 +1,11 @@
-"""Resource vectors (cpu millicores, memory bytes, whole GPUs) and their arithmetic."""
+"""Resource vectors (cpu millicores, memory bytes, whole GPUs), their arithmetic and their words for
+people (``shortfall``, ``describe``: memory as ``core.quantity.human_memory`` writes it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paddlecloud.core.quantity import format_cpu, format_memory
+from paddlecloud.core.quantity import format_cpu, human_memory
 
 __all__ = ["Resources"]
 
@@ -33,11 +34,11 @@ class Resources:
         if self.cpu_m > free.cpu_m:
             out.append(f"cpu {format_cpu(self.cpu_m)} > {format_cpu(max(free.cpu_m, 0))} free")
         if self.memory > free.memory:
-            out.append(f"memory {format_memory(self.memory)} > {format_memory(max(free.memory, 0))} free")
+            out.append(f"memory {human_memory(self.memory)} > {human_memory(max(free.memory, 0))} free")
         if self.gpu > free.gpu:
             out.append(f"gpu {self.gpu} > {max(free.gpu, 0)} free")
         return out
 
     def describe(self) -> str:
-        text = f"cpu {format_cpu(self.cpu_m)}, memory {format_memory(self.memory)}"
+        text = f"cpu {format_cpu(self.cpu_m)}, memory {human_memory(self.memory)}"
         return text + (f", gpu {self.gpu}" if self.gpu else "")

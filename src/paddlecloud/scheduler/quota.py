@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from paddlecloud.core.quantity import format_cpu, format_memory
+from paddlecloud.core.quantity import format_cpu, human_memory
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
@@ -44,7 +44,7 @@ class QuotaLedger:
         if after.cpu_m > limit.cpu_m:
             parts.append(f"cpu {format_cpu(used.cpu_m)}/{format_cpu(limit.cpu_m)} used")
         if after.memory > limit.memory:
-            parts.append(f"memory {format_memory(used.memory)}/{format_memory(limit.memory)} used")
+            parts.append(f"memory {human_memory(used.memory)}/{human_memory(limit.memory)} used")
         if after.gpu > limit.gpu:
             parts.append(f"gpu {used.gpu}/{limit.gpu} used")
         need = self._demand(job, trainers, pservers).describe()

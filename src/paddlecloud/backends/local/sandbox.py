@@ -52,10 +52,13 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import unquote, urlparse
 
-from paddlecloud.backends.base import JobLaunch
+from paddlecloud.backends.options import ISOLATION_MODES
+
+if TYPE_CHECKING:  # only a type here: the Slurm node-side jail imports this module, and no more
+    from paddlecloud.backends.base import JobLaunch
 
 __all__ = [
     "ISOLATION_MODES",
@@ -75,7 +78,6 @@ __all__ = [
     "worker_base_env",
 ]
 
-ISOLATION_MODES = ("auto", "sandbox", "none")
 #: the uid and gid a sandboxed worker runs as (mapped to the server's user outside)
 SANDBOX_UID = 1000
 #: what ``PATH`` holds after the job's environment inside a sandbox
@@ -139,12 +141,15 @@ class WorkerDirs:
     """A worker's own folders: its copy of the package (cwd), where the launcher writes its exit
     status, and what it sees as /tmp (all three the platform's: a job cannot replace them); and its
     host name inside, unique per run: torch's elastic agents tell nodes apart by (host name, pid),
-    and in pid namespaces of their own every agent has the same pid."""
+    and in pid namespaces of their own every agent has the same pid. ``address`` is what that name
+    resolves to inside (loopback on one machine; a Slurm node's own address, so that programs that
+    find their address from their host name still tell it to workers on other nodes)."""
 
     cwd: Path
     status: Path
     tmp: Path
     hostname: str = "paddlecloud"
+    address: str = "127.0.0.1"
 
 
 # -- paths reached without following links ---------------------------------------------------------
@@ -331,14 +336,14 @@ def _identity(user: str) -> tuple[bytes, bytes]:
     return passwd.encode(), group.encode()
 
 
-def _hosts(hostname: str) -> bytes:
-    """The host's /etc/hosts with the sandbox's own host name on loopback (programs resolve their
+def _hosts(hostname: str, address: str) -> bytes:
+    """The host's /etc/hosts with the sandbox's own host name at ``address`` (programs resolve their
     host name to find their address: gloo, Paddle)."""
     try:
         host = Path("/etc/hosts").read_text()
     except OSError:
         host = "127.0.0.1\tlocalhost\n::1\tlocalhost\n"
-    return f"{host.rstrip()}\n127.0.0.1\t{hostname}\n".encode()
+    return f"{host.rstrip()}\n{address}\t{hostname}\n".encode()
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -435,7 +440,11 @@ class Sandbox:
         shutil.rmtree(dirs.tmp, ignore_errors=True)  # a fresh /tmp for every run
         dirs.tmp.mkdir(parents=True)
         passwd, group = _identity(user)
-        fds = [_memfd("passwd", passwd), _memfd("group", group), _memfd("hosts", _hosts(dirs.hostname))]
+        fds = [
+            _memfd("passwd", passwd),
+            _memfd("group", group),
+            _memfd("hosts", _hosts(dirs.hostname, dirs.address)),
+        ]
         try:
             args = self._base(dirs.tmp, fds[:3], dirs.hostname)
             for option, path, is_dir in fd_binds:
@@ -486,13 +495,17 @@ class Sandbox:
 @dataclass(frozen=True)
 class JobJail:
     """One job's confinement: its user, environment, PFS places (option, path, is a folder), and
-    platform folders of the job it reads."""
+    platform folders of the job it reads. ``die_with_parent``: the sandbox ends whole when the
+    process that started bwrap dies, and when the launcher exits (bwrap's init otherwise lives on
+    with what a job left behind): for Slurm's batch step; never locally, where the server starts
+    bwrap and its workers must outlive a server restart."""
 
     sandbox: Sandbox
     user: str
     env_dir: Path
     data: tuple[tuple[str, Path, bool], ...] = field(default=())
     shared: tuple[Path, ...] = field(default=())
+    die_with_parent: bool = False
 
     @property
     def python(self) -> str:
@@ -515,6 +528,7 @@ class JobJail:
         for folder in self.shared:
             binds += ["--ro-bind-try", str(folder), str(folder)]  # absent for runs of older versions
         binds += ["--bind", str(dirs.cwd), str(dirs.cwd), "--bind", str(dirs.status), str(dirs.status)]
+        binds += ["--die-with-parent"] if self.die_with_parent else []
         with self.sandbox._command(self.user, dirs, binds, list(self.data), argv) as cmd:
             yield cmd
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from paddlecloud.backends.local.nodes import NodeShape
-from paddlecloud.backends.options import OptionError, quantity
+from paddlecloud.backends.options import isolation_mode, quantity
 
 __all__ = ["LocalSettings"]
 
@@ -35,9 +35,6 @@ class LocalSettings:
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> LocalSettings:
         cache = options.get("env_cache_size")
-        isolation = options.get("isolation") or "auto"
-        if isolation not in ("auto", "sandbox", "none"):
-            raise OptionError("--isolation", f"{isolation!r}: expected auto, sandbox or none")
         return cls(
             nodes=NodeShape(
                 count=int(options.get("nodes") or 1),
@@ -50,6 +47,6 @@ class LocalSettings:
             else None
             if cache == "none"
             else quantity("memory", cache, "--env-cache-size"),
-            isolation=isolation,
+            isolation=isolation_mode(options.get("isolation")),
             pass_env=tuple(options.get("pass_env") or ()),
         )

@@ -5,7 +5,10 @@ Per job, under ``<root>/jobs/<user>/<name>/`` (``root`` on a file system every n
     record.json          ports, stage and, per worker, its current run and Slurm job id (adoption)
     package/             the unpacked job package;  workers/<worker>/  a private copy per worker
     logs/<worker>.<run>.log    one file per run (sbatch --output), kept across restarts
-    run/<worker>.<run>.exit.json   the launcher's exit status of that run
+    run/<worker>.<run>/exit.json   the launcher's exit status of that run (the only folder of
+                         run/ a sandboxed worker can write)
+    run/<worker>.<run>.jail.json   isolation sandbox: that run's confinement (``jail.py``)
+    tmp/<worker>/        a sandboxed worker's /tmp
     contract/membership.json   the job's trainers and endpoints now (``runtime.membership``)
 
 Each worker is ``sbatch --wrap "python -m paddlecloud.runtime.launcher ..."`` named
@@ -25,24 +28,31 @@ Status comes from one ``squeue --json`` per ``sync`` for all the job's Slurm job
 from the launcher's status file; a Slurm job that ended without one (NODE_FAIL, TIMEOUT, PREEMPTED,
 CANCELLED by someone else) is reported as ``Lost`` with Slurm's state and reason, and restarted or
 fails the job per the restart policy (``core.restarts``).
+
+Isolation (``SlurmSettings.isolation``, docs/security.md): with ``sandbox`` (``auto``: where
+bubblewrap works on the server's host) the batch script runs ``python -I -m
+paddlecloud.backends.slurm.jail run/<worker>.<run>.jail.json`` instead of the launcher: on its node
+it builds the local backend's bubblewrap jail (``backends/local/sandbox.py``) from that spec and
+execs ``bwrap``, which runs the launcher under the job's own interpreter and sees only the job's
+places; the worker's environment is the local backend's whitelist plus the env contract.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import math
 import os
-import re
 import shlex
 import shutil
 import socket
+import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 from paddlecloud.backends.base import (
@@ -59,8 +69,28 @@ from paddlecloud.backends.base import (
 from paddlecloud.backends.errors import JobRejected, NotSupported
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.logs import log_runs, read_logs
-from paddlecloud.backends.local.sandbox import ConfinementError, make_dirs
+from paddlecloud.backends.local.sandbox import (
+    ConfinementError,
+    JobJail,
+    WorkerDirs,
+    choose,
+    make_dirs,
+    read_status,
+    worker_base_env,
+)
 from paddlecloud.backends.slurm import commands as sc
+from paddlecloud.backends.slurm.jail import JailSpec
+from paddlecloud.backends.slurm.records import (
+    ENDED,
+    RENDEZVOUS,
+    SERVER_ROLES,
+    JobRecord,
+    Stage,
+    WorkerRecord,
+    read_record,
+    slug,
+    write_record,
+)
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
@@ -68,7 +98,7 @@ from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import Exit, Restart, decide
 from paddlecloud.runtime import membership
-from paddlecloud.runtime.launcher import write_json_atomic
+from paddlecloud.runtime.torchelastic import RUN_TAG_VAR
 from paddlecloud.scheduler import WorkerPlacement
 
 __all__ = ["SlurmBackend", "create"]
@@ -76,73 +106,8 @@ __all__ = ["SlurmBackend", "create"]
 log = logging.getLogger("paddlecloud.backends.slurm")
 
 _MIB = 1024 * 1024
-_ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
 #: what a worker needs when the launch does not say (one CPU, 512 MiB)
 _DEFAULT_NEED = Resources(cpu_m=1000, memory=512 * _MIB)
-
-
-RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store (``runtime.rendezvous``)
-#: what must listen before trainers start, and is stopped once they succeeded
-_SERVER_ROLES = ("pserver", RENDEZVOUS)
-
-
-class Stage(StrEnum):
-    PREPARING = "preparing"
-    PSERVERS = "pservers"
-    TRAINERS = "trainers"
-    STOPPING = "stopping"
-    DONE = "done"
-
-
-@dataclass
-class _Worker:
-    role: str
-    index: int
-    node: str  # planned node ("" : Slurm chooses, a restart)
-    port: int
-    run: int = 0
-    slurm_id: int | None = None
-    state: WorkerState = WorkerState.PENDING
-    ran_on: str = ""  # the node Slurm ran it on
-    exit_code: int | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    restarts: int = 0
-    stopped: bool = False  # stopped by the platform
-    restart_at: float | None = None  # a restart is due then
-    reason: str = ""  # Slurm's pending reason, or how the run ended
-
-    @property
-    def name(self) -> str:
-        return f"{self.role}-{self.index}"
-
-
-@dataclass
-class _Job:
-    launch: JobLaunch
-    dir: Path
-    workers: dict[str, _Worker]
-    stores: tuple[int, int]  # gloo and master store ports
-    stage: Stage = Stage.PSERVERS
-    failure: str | None = None
-    failure_reason: str = "WorkerFailed"
-    job_restarts: int = 0
-    #: the environment built from the package's requirements.txt ("" : none, the server's Python)
-    env_dir: str = ""
-    #: trainers removed by a shrink (stopping or stopped), reported as Stopped
-    retired: dict[str, _Worker] = field(default_factory=dict)
-    events: list[BackendEvent] = field(default_factory=list)
-    lock: threading.RLock = field(default_factory=threading.RLock)
-
-    def role(self, role: str) -> list[_Worker]:
-        return sorted((w for w in self.workers.values() if w.role == role), key=lambda w: w.index)
-
-    def servers(self) -> list[_Worker]:
-        return [w for role in _SERVER_ROLES for w in self.role(role)]
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
 
 
 class SlurmBackend:
@@ -163,7 +128,7 @@ class SlurmBackend:
         self.settings = settings
         self._now = clock
         self._wake = wake
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, JobRecord] = {}
         self._lock = threading.Lock()
         self._addresses: dict[str, str] = {}
         self._last_nodes: tuple[NodeInfo, ...] = ()
@@ -175,6 +140,11 @@ class SlurmBackend:
         #: on the shared directory
         self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes)
         self._pythonpath = install_runtime_shim(self.root / "pythonpath")
+        #: probed on this host at start (IsolationError: ``sandbox`` asked for and bwrap cannot run);
+        #: the nodes need bubblewrap too (docs/security.md)
+        self._sandbox, self.isolation = choose(
+            settings.isolation, self._pythonpath, gpus=False, private=(self.root,)
+        )
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -251,14 +221,14 @@ class SlurmBackend:
         workers = {}
         for p, port in zip(launch.placement, ports, strict=False):
             runs = log_runs(jdir / "logs", f"{p.role}-{p.index}")
-            w = _Worker(p.role, p.index, p.node, port, run=runs[-1] + 1 if runs else 0)
+            w = WorkerRecord(p.role, p.index, p.node, port, run=runs[-1] + 1 if runs else 0)
             workers[w.name] = w
         if launch.framework == "torch" and launch.trainer_range is not None:  # the store, first
             runs = log_runs(jdir / "logs", f"{RENDEZVOUS}-0")
             node = self._store_node(launch)
-            store = _Worker(RENDEZVOUS, 0, node, ports[-1], run=runs[-1] + 1 if runs else 0)
+            store = WorkerRecord(RENDEZVOUS, 0, node, ports[-1], run=runs[-1] + 1 if runs else 0)
             workers[store.name] = store
-        job = _Job(launch, jdir, workers, (ports[-2], ports[-1]))
+        job = JobRecord(launch, jdir, workers, (ports[-2], ports[-1]))
         with self._lock:
             self._jobs[launch.key] = job
         with job.lock:
@@ -294,7 +264,7 @@ class SlurmBackend:
         fits = [(free.cpu_m, name) for name, free in room.items() if _DEFAULT_NEED.fits_in(free)]
         return max(fits)[1] if fits else ""
 
-    def _prepare(self, job: _Job, requirements: str) -> None:
+    def _prepare(self, job: JobRecord, requirements: str) -> None:
         """Build the job's environment on the shared directory (the server's host runs pip)."""
         log_path = job.dir / "logs" / f"prepare.{len(log_runs(job.dir / 'logs', 'prepare'))}.log"
         try:
@@ -310,8 +280,15 @@ class SlurmBackend:
                     self._begin(job)
         self._wake()
 
-    def _begin(self, job: _Job) -> None:
+    def _begin(self, job: JobRecord) -> None:
         """Submit the first workers: the pservers, or the trainers of a job without any."""
+        jail = self._jail(job)
+        try:
+            if jail is not None:
+                jail.check()  # every place the workers will see can be bound (and the home exists)
+        except (ConfinementError, OSError) as exc:
+            self._fail(job, f"the job's files cannot be confined: {exc}", "StartFailed")
+            return
         first = job.servers() or job.role("trainer")
         job.stage = Stage.PSERVERS if job.servers() else Stage.TRAINERS
         self._submit(job, first)
@@ -320,20 +297,13 @@ class SlurmBackend:
     def adopt(self, launch: JobLaunch) -> None:
         jdir = self._job_dir(launch.key)
         try:
-            rec = json.loads((jdir / "record.json").read_text())
-            workers = {name: _Worker(**w) for name, w in rec["workers"].items()}
-            retired = {name: _Worker(**w) for name, w in rec.get("retired", {}).items()}
-            for w in [*workers.values(), *retired.values()]:
-                w.state = WorkerState(w.state)
-            job = _Job(launch, jdir, workers, tuple(rec["stores"]), Stage(rec["stage"]), retired=retired)
-            job.job_restarts = int(rec.get("job_restarts", 0))
-            job.env_dir = str(rec.get("env_dir", ""))
+            job = read_record(launch, jdir)
         except (OSError, ValueError, KeyError, TypeError):
             self.start(launch)  # never got as far as recording it: start afresh
             return
         job.events.append(
             BackendEvent(
-                "Normal", "Adopted", f"re-adopted {len(workers)} workers' Slurm jobs after a restart"
+                "Normal", "Adopted", f"re-adopted {len(job.workers)} workers' Slurm jobs after a restart"
             )
         )
         with self._lock:
@@ -361,7 +331,7 @@ class SlurmBackend:
         with job.lock:
             for w in job.workers.values():
                 w.restart_at = None
-                if w.state not in _ENDED:
+                if w.state not in ENDED:
                     w.stopped = True
             job.stage = Stage.STOPPING
         self._cancel(job, [*job.workers.values(), *job.retired.values()], grace)
@@ -381,7 +351,7 @@ class SlurmBackend:
                 return  # the job is ending: nothing to grow
             old = job.retired.pop(f"trainer-{placement.index}", None)
             (port,) = self._allocate_ports(1)
-            w = _Worker("trainer", placement.index, placement.node, port, run=old.run + 1 if old else 0)
+            w = WorkerRecord("trainer", placement.index, placement.node, port, run=old.run + 1 if old else 0)
             job.workers[w.name] = w
             job.events.append(BackendEvent("Normal", "TrainerAdded", f"{w.name} added on {placement.node}"))
             if job.stage == Stage.TRAINERS:
@@ -421,10 +391,10 @@ class SlurmBackend:
                 w = job.workers.get(worker) or job.retired.get(worker)
                 if w is None or job.stage == Stage.DONE:
                     return True
-                if w.state in _ENDED:
+                if w.state in ENDED:
                     return w.restart_at is None
                 # between two syncs: the run's launcher has written its exit status
-                return (job.dir / "run" / f"{w.name}.{w.run}.exit.json").exists()
+                return self._status_file(job, w).exists()
 
         return read_logs(self._job_dir(req.key) / "logs", req, ended)
 
@@ -437,9 +407,14 @@ class SlurmBackend:
         shutil.rmtree(self._job_dir(key), ignore_errors=True)
 
     def confinement(self) -> Confinement:
+        if self.isolation.sandboxed:
+            return Confinement(
+                f"{self.isolation}; made on each worker's Slurm node, which needs bubblewrap and "
+                "unprivileged user namespaces too", True
+            )  # fmt: skip
         return Confinement(
-            "none: Slurm workers run unsandboxed as the server's Unix user and can read what it reads "
-            "on the node (docs/slurm.md)",
+            f"{self.isolation}: Slurm workers run unsandboxed as the server's Unix user and can read "
+            "what it reads on their node (docs/security.md)",
             False,
         )
 
@@ -448,7 +423,7 @@ class SlurmBackend:
 
     # -- the start sequence ---------------------------------------------------------------------
 
-    def _advance(self, job: _Job) -> None:
+    def _advance(self, job: JobRecord) -> None:
         if job.stage == Stage.DONE:
             return
         try:
@@ -459,7 +434,7 @@ class SlurmBackend:
         now = self._now()
         if job.stage in (Stage.PSERVERS, Stage.TRAINERS):
             for w in list(job.workers.values()):
-                if w.role in _SERVER_ROLES and w.state == WorkerState.SUCCEEDED:
+                if w.role in SERVER_ROLES and w.state == WorkerState.SUCCEEDED:
                     self._fail(job, f"{w.name} exited before the trainers finished")
                 elif w.state in (WorkerState.FAILED, WorkerState.LOST) and w.restart_at is None:
                     self._restart_or_fail(job, w, now)
@@ -484,16 +459,16 @@ class SlurmBackend:
                     w.stopped = True
                 self._cancel_async(job, job.servers())
         if job.stage == Stage.STOPPING and all(
-            w.state in _ENDED or w.slurm_id is None for w in job.workers.values()
+            w.state in ENDED or w.slurm_id is None for w in job.workers.values()
         ):
             job.stage = Stage.DONE
         self._record(job)
 
-    def _servers_ready(self, job: _Job) -> bool:
+    def _servers_ready(self, job: JobRecord) -> bool:
         servers = job.servers()
         return all(w.state == WorkerState.RUNNING and _listening(self._host(w), w.port) for w in servers)
 
-    def _restart_or_fail(self, job: _Job, w: _Worker, now: float) -> None:
+    def _restart_or_fail(self, job: JobRecord, w: WorkerRecord, now: float) -> None:
         ran = (w.finished_at - w.started_at) if w.finished_at and w.started_at else None
         ended = Exit(code=w.exit_code, ran_s=ran)
         lost = f" ({w.reason})" if w.reason else ""
@@ -510,12 +485,12 @@ class SlurmBackend:
         else:
             self._fail(job, verdict.message)
 
-    def _fail(self, job: _Job, message: str, reason: str = "WorkerFailed") -> None:
+    def _fail(self, job: JobRecord, message: str, reason: str = "WorkerFailed") -> None:
         if job.failure is None:
             job.failure, job.failure_reason = message, reason
             job.events.append(BackendEvent("Warning", reason, message))
         job.stage = Stage.STOPPING
-        live = [w for w in job.workers.values() if w.state not in _ENDED]
+        live = [w for w in job.workers.values() if w.state not in ENDED]
         for w in live:
             w.stopped = True
             w.restart_at = None
@@ -523,12 +498,12 @@ class SlurmBackend:
 
     # -- Slurm ----------------------------------------------------------------------------------
 
-    def _submit(self, job: _Job, workers: list[_Worker]) -> None:
+    def _submit(self, job: JobRecord, workers: list[WorkerRecord]) -> None:
         """sbatch each worker; one that Slurm refuses fails the job (``StartFailed``)."""
         topology = self._topology(job)
         self._publish_membership(job, topology)
         for w in workers:
-            if w.slurm_id is not None and w.state not in _ENDED:
+            if w.slurm_id is not None and w.state not in ENDED:
                 continue
             if w.slurm_id is not None:  # a restart: its next run
                 w.run += 1
@@ -548,21 +523,17 @@ class SlurmBackend:
             job.events.append(BackendEvent("Normal", "Submitted", f"{w.name} is Slurm job {w.slurm_id}"))
         self._record(job)
 
-    def _sbatch(self, job: _Job, w: _Worker, topology: Topology) -> tuple[list[str], dict[str, str]]:
+    def _sbatch(
+        self, job: JobRecord, w: WorkerRecord, topology: Topology
+    ) -> tuple[list[str], dict[str, str]]:
         launch, s = job.launch, self.settings
         need = launch.resources.get(w.role, _DEFAULT_NEED)
         cwd = job.dir / "workers" / w.name
         if not cwd.exists():
             shutil.copytree(job.dir / "package", cwd, symlinks=True)
-        status = job.dir / "run" / f"{w.name}.{w.run}.exit.json"
-        status.unlink(missing_ok=True)
-        wrap = " ".join(
-            shlex.quote(a)
-            for a in (s.python, "-m", "paddlecloud.runtime.launcher", "--status", str(status), "--cwd",
-                      str(cwd), _command(w, launch.entry))
-        )  # fmt: skip
+        wrap, base = self._wrap(job, w, cwd, gpus=need.gpu > 0)
         argv = [
-            f"--job-name=pc-{_slug(launch.user)}-{_slug(launch.name)}-{w.name}-r{w.run}",
+            f"--job-name=pc-{slug(launch.user)}-{slug(launch.name)}-{w.name}-r{w.run}",
             f"--comment=paddlecloud:{launch.key}",
             f"--chdir={cwd}",
             f"--output={job.dir / 'logs' / f'{w.name}.{w.run}.log'}",
@@ -587,28 +558,68 @@ class SlurmBackend:
             user_env=launch.env, api=launch.api,
             membership_file=str(job.dir / "contract" / "membership.json"),
         )  # fmt: skip
-        bins = [f"{job.env_dir}/bin"] if job.env_dir else []
-        env = {
-            "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
-            **({"PYTHONPATH": str(self._pythonpath)} if job.env_dir else {}),
-            "HOME": str(cwd),
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-            **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")},
-            **worker_env(ctx),
-        }
+        env = {**base, **worker_env(ctx)}
         if need.gpu:  # Slurm sets them to the GPUs it gives the job (GRES), whatever the indices here
             env.pop("CUDA_VISIBLE_DEVICES", None)
             env.pop("NVIDIA_VISIBLE_DEVICES", None)
         return argv, env
 
-    def _refresh(self, job: _Job) -> None:
+    def _wrap(self, job: JobRecord, w: WorkerRecord, cwd: Path, *, gpus: bool) -> tuple[str, dict[str, str]]:
+        """The batch script's command for this run of ``w`` and its environment before the env
+        contract: the launcher, or with a sandbox the node-side jail (``jail.py``) that starts it."""
+        s = self.settings
+        status = self._status_file(job, w)
+        shutil.rmtree(status.parent, ignore_errors=True)
+        status.parent.mkdir(parents=True)
+        tag = uuid.uuid4().hex  # tells torch's elastic agents apart (runtime.torchelastic)
+        launcher = ["-m", "paddlecloud.runtime.launcher", "--status", str(status), "--cwd", str(cwd),
+                    _command(w, job.launch.entry)]  # fmt: skip
+        common = {RUN_TAG_VAR: tag, **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")}}
+        jail = self._jail(job)
+        if jail is None:
+            bins = [f"{job.env_dir}/bin"] if job.env_dir else []
+            env = {
+                "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
+                **({"PYTHONPATH": str(self._pythonpath)} if job.env_dir else {}),
+                "HOME": str(cwd),
+                "LANG": os.environ.get("LANG", "C.UTF-8"),
+            }
+            return shlex.join([s.python, *launcher]), {**env, **common}
+        dirs = WorkerDirs(cwd=cwd, status=status.parent, tmp=job.dir / "tmp" / w.name,
+                          hostname=f"{w.name}-{tag[:8]}")  # fmt: skip
+        spec = job.dir / "run" / f"{w.name}.{w.run}.jail.json"
+        JailSpec.of(jail, dirs, launcher, gpus=gpus).write(spec)
+        env = worker_base_env(
+            os.environ, (), sandboxed=True, env_dir=jail.env_dir, shim=self._pythonpath, user=job.launch.user
+        )
+        env.update(common)
+        return shlex.join([s.python, "-I", "-m", "paddlecloud.backends.slurm.jail", str(spec)]), env
+
+    def _jail(self, job: JobRecord) -> JobJail | None:
+        """What the job's workers are confined to (None: isolation none); without requirements.txt
+        its environment is the launcher's Python (``SlurmSettings.python``: the same path on every node)."""
+        if self._sandbox is None:
+            return None
+        python = self.settings.python
+        prefix = (
+            Path(sys.prefix) if python == sys.executable else Path(python).parent.parent
+        )  # PREFIX/bin/python
+        env_dir = Path(job.env_dir) if job.env_dir else prefix
+        return self._sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",))
+
+    @staticmethod
+    def _status_file(job: JobRecord, w: WorkerRecord) -> Path:
+        """Where this run's launcher writes its exit status (its folder is bound into a sandbox)."""
+        return job.dir / "run" / f"{w.name}.{w.run}" / "exit.json"
+
+    def _refresh(self, job: JobRecord) -> None:
         """Every worker's state from one ``squeue --json`` and the launchers' status files."""
         everyone = [*job.workers.values(), *job.retired.values()]
         ids = [w.slurm_id for w in everyone if w.slurm_id is not None]
         queued = sc.queue(ids, self.settings.command_timeout)
         now = self._now()
         for w in everyone:
-            if w.slurm_id is None or (w.state in _ENDED and w.slurm_id not in queued):
+            if w.slurm_id is None or (w.state in ENDED and w.slurm_id not in queued):
                 continue
             sj = queued.get(w.slurm_id)
             status = self._exit_status(job, w)
@@ -625,7 +636,7 @@ class SlurmBackend:
                 continue
             self._ended(w, sj, status, now)
 
-    def _why_pending(self, w: _Worker, reason: str) -> str:
+    def _why_pending(self, w: WorkerRecord, reason: str) -> str:
         """``trainer-1 waits for n2 (Slurm: Resources); n2 is held by bob's job 12 (big, 4 CPUs)``."""
         where = f" for {w.node}" if w.node else ""
         text = f"{w.name} waits{where} (Slurm: {reason})"
@@ -638,8 +649,8 @@ class SlurmBackend:
                 text += f"; {w.node} is held by {', '.join(held)}"
         return text
 
-    def _ended(self, w: _Worker, sj: sc.SlurmJob | None, status: int | None, now: float) -> None:
-        if w.state in _ENDED:
+    def _ended(self, w: WorkerRecord, sj: sc.SlurmJob | None, status: int | None, now: float) -> None:
+        if w.state in ENDED:
             return
         w.finished_at = now
         if w.started_at is None:
@@ -656,15 +667,15 @@ class SlurmBackend:
             w.reason = f"Slurm {sj.state}" + (f": {sj.reason}" if sj.reason not in ("", "None") else "")
             w.reason += f" on {sj.nodes}" if sj.nodes else ""
 
-    def _exit_status(self, job: _Job, w: _Worker) -> int | None:
+    def _exit_status(self, job: JobRecord, w: WorkerRecord) -> int | None:
         try:
-            raw = json.loads((job.dir / "run" / f"{w.name}.{w.run}.exit.json").read_text())
+            raw = json.loads(read_status(self._status_file(job, w)))  # the job's folder: no link, no FIFO
             code = raw["exit_code"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return code if isinstance(code, int) else None
 
-    def _cancel(self, job: _Job, workers: list[_Worker], grace: float) -> None:
+    def _cancel(self, job: JobRecord, workers: list[WorkerRecord], grace: float) -> None:
         """SIGTERM to every process of the workers' Slurm jobs, ``grace`` seconds, then scancel
         (Slurm's SIGKILL after KillWait); waits until Slurm reports them all ended (bounded)."""
         ids = [w.slurm_id for w in workers if w.slurm_id is not None]
@@ -681,7 +692,7 @@ class SlurmBackend:
         except sc.SlurmCommandError as exc:
             log.warning("%s: cancelling its Slurm jobs: %s", job.launch.key, exc)
 
-    def _cancel_async(self, job: _Job, workers: list[_Worker]) -> None:
+    def _cancel_async(self, job: JobRecord, workers: list[WorkerRecord]) -> None:
         def run() -> None:
             self._cancel(job, workers, self.settings.cleanup_grace)
             self._wake()
@@ -694,7 +705,7 @@ class SlurmBackend:
 
     # -- endpoints, records ---------------------------------------------------------------------
 
-    def _host(self, w: _Worker) -> str:
+    def _host(self, w: WorkerRecord) -> str:
         node = w.ran_on or w.node
         if node and node not in self._addresses:
             self._addresses.update(
@@ -702,7 +713,7 @@ class SlurmBackend:
             )
         return self._addresses.get(node, node)
 
-    def _topology(self, job: _Job) -> Topology:
+    def _topology(self, job: JobRecord) -> Topology:
         def eps(role: str) -> list[str]:
             return [f"{self._host(w)}:{w.port}" for w in job.role(role)]
 
@@ -713,7 +724,7 @@ class SlurmBackend:
         return Topology(ps, tr, f"{gloo_host}:{job.stores[0]}", f"{master_host}:{job.stores[1]}")
 
     @staticmethod
-    def _publish_membership(job: _Job, t: Topology) -> None:
+    def _publish_membership(job: JobRecord, t: Topology) -> None:
         m = membership.Membership(
             version=membership.now_version(), trainers=len(t.trainer_endpoints),
             trainer_endpoints=tuple(t.trainer_endpoints), pserver_endpoints=tuple(t.pserver_endpoints),
@@ -723,19 +734,11 @@ class SlurmBackend:
         except OSError as exc:
             log.warning("publishing the membership of %s failed: %s", job.launch.key, exc)
 
-    def _record(self, job: _Job) -> None:
-        workers = {name: dataclasses.asdict(w) for name, w in job.workers.items()}
-        data = {
-            "stage": job.stage,
-            "stores": job.stores,
-            "job_restarts": job.job_restarts,
-            "workers": workers,
-            "retired": {name: dataclasses.asdict(w) for name, w in job.retired.items()},
-            "env_dir": job.env_dir,
-        }
-        write_json_atomic(str(job.dir / "record.json"), data)
+    @staticmethod
+    def _record(job: JobRecord) -> None:
+        write_record(job)
 
-    def _status(self, job: _Job, w: _Worker) -> WorkerStatus:
+    def _status(self, job: JobRecord, w: WorkerRecord) -> WorkerStatus:
         return WorkerStatus(
             name=w.name, role=w.role, index=w.index, state=w.state, node=w.ran_on or w.node,
             endpoint=f"{self._host(w)}:{w.port}", restarts=w.run, exit_code=w.exit_code,
@@ -766,12 +769,14 @@ class SlurmBackend:
             used = {w.port for j in self._jobs.values() for w in [*j.workers.values(), *j.retired.values()]}
             used |= {p for j in self._jobs.values() for p in j.stores}
         lo, hi = self.settings.ports
-        free = [p for p in range(lo, hi + 1) if p not in used]
+        # also skip a port something on the server's host listens on: where nodes share the host
+        # (emulated ones, or a one-node cluster) a process outside our records may still hold it
+        free = list(itertools.islice((p for p in range(lo, hi + 1) if p not in used and _bindable(p)), n))
         if len(free) < n:
             raise JobRejected(f"no {n} free ports left in {lo}-{hi} (SlurmSettings.ports)")
-        return free[:n]
+        return free
 
-    def _get(self, key: str) -> _Job | None:
+    def _get(self, key: str) -> JobRecord | None:
         with self._lock:
             return self._jobs.get(key)
 
@@ -780,7 +785,7 @@ class SlurmBackend:
         return self.root / "jobs" / user / name
 
 
-def _command(w: _Worker, entry: str) -> str:
+def _command(w: WorkerRecord, entry: str) -> str:
     """What the worker runs: the job's entry, or the platform's store for the rendezvous."""
     return f"python -m paddlecloud.runtime.rendezvous {w.port} 0.0.0.0" if w.role == RENDEZVOUS else entry
 
@@ -792,6 +797,15 @@ def _requirements(package: Path) -> str:
     except OSError:
         return ""
     return text if any(ln.strip() and not ln.strip().startswith("#") for ln in text.splitlines()) else ""
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 def _listening(host: str, port: int) -> bool:

@@ -13,6 +13,7 @@ client. A command that fails or hangs raises :class:`SlurmCommandError` with its
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -96,8 +97,9 @@ def _run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) 
 
 
 def submit(argv: list[str], env: Mapping[str, str], timeout: float) -> int:
-    """``sbatch --parsable ARGV`` with the worker's environment (exported to the job); its id."""
-    out = _run(["sbatch", "--parsable", *argv], timeout, env).strip()
+    """``sbatch --parsable ARGV`` with the worker's environment (exported to the job); its id.
+    ``sbatch`` is found on the server's ``PATH``, not the worker's (a sandbox's is the system's)."""
+    out = _run([shutil.which("sbatch") or "sbatch", "--parsable", *argv], timeout, env).strip()
     try:
         return int(out.split(";")[0])
     except ValueError:

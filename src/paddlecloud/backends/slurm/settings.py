@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from paddlecloud.backends.options import OptionError
+from paddlecloud.backends.options import OptionError, isolation_mode
 
 __all__ = ["SlurmSettings"]
 
@@ -43,9 +43,14 @@ class SlurmSettings:
     env_cache_bytes: int | None = 20 * 2**30
     #: seconds a Slurm command may take before the call is given up (the controller retries)
     command_timeout: float = 30.0
+    #: auto | sandbox | none: each worker in a bubblewrap sandbox made on its node (``jail.py``;
+    #: auto: where bubblewrap works on the server's host), or unconfined (docs/security.md)
+    isolation: str = "auto"
 
     #: the ``up`` options these settings are made from
-    OPTIONS: ClassVar[tuple[str, ...]] = ("slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg")
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg", "isolation",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         try:
@@ -66,4 +71,5 @@ class SlurmSettings:
             account=options.get("slurm_account") or "",
             qos=options.get("slurm_qos") or "",
             sbatch_args=tuple(options.get("slurm_sbatch_arg") or ()),
+            isolation=isolation_mode(options.get("isolation")),
         )

@@ -1,0 +1,127 @@
+"""The Slurm backend's record of each job: its workers' runs, Slurm job ids, ports and stage.
+
+    SlurmBackend ──JobRecord / WorkerRecord (in memory, under the job's lock)──▶ write_record ──▶ record.json
+    a new server ──read_record(record.json)──▶ JobRecord again (``adopt``), then ``squeue`` says the rest
+
+``record.json`` lives in the job's directory on the shared filesystem and is rewritten atomically
+after every change of a worker's run or state, so a server killed at any moment is followed by one
+that knows every Slurm job it started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from paddlecloud.backends.base import BackendEvent, JobLaunch
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.runtime.launcher import write_json_atomic
+
+__all__ = [
+    "ENDED",
+    "RENDEZVOUS",
+    "SERVER_ROLES",
+    "JobRecord",
+    "Stage",
+    "WorkerRecord",
+    "read_record",
+    "slug",
+    "write_record",
+]
+
+ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
+
+
+RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store (``runtime.rendezvous``)
+#: what must listen before trainers start, and is stopped once they succeeded
+SERVER_ROLES = ("pserver", RENDEZVOUS)
+
+
+class Stage(StrEnum):
+    PREPARING = "preparing"
+    PSERVERS = "pservers"
+    TRAINERS = "trainers"
+    STOPPING = "stopping"
+    DONE = "done"
+
+
+@dataclass
+class WorkerRecord:
+    role: str
+    index: int
+    node: str  # planned node ("" : Slurm chooses, a restart)
+    port: int
+    run: int = 0
+    slurm_id: int | None = None
+    state: WorkerState = WorkerState.PENDING
+    ran_on: str = ""  # the node Slurm ran it on
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    restarts: int = 0
+    stopped: bool = False  # stopped by the platform
+    restart_at: float | None = None  # a restart is due then
+    reason: str = ""  # Slurm's pending reason, or how the run ended
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+@dataclass
+class JobRecord:
+    launch: JobLaunch
+    dir: Path
+    workers: dict[str, WorkerRecord]
+    stores: tuple[int, int]  # gloo and master store ports
+    stage: Stage = Stage.PSERVERS
+    failure: str | None = None
+    failure_reason: str = "WorkerFailed"
+    job_restarts: int = 0
+    #: the environment built from the package's requirements.txt ("" : none, the server's Python)
+    env_dir: str = ""
+    #: trainers removed by a shrink (stopping or stopped), reported as Stopped
+    retired: dict[str, WorkerRecord] = field(default_factory=dict)
+    events: list[BackendEvent] = field(default_factory=list)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def role(self, role: str) -> list[WorkerRecord]:
+        return sorted((w for w in self.workers.values() if w.role == role), key=lambda w: w.index)
+
+    def servers(self) -> list[WorkerRecord]:
+        return [w for role in SERVER_ROLES for w in self.role(role)]
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
+def write_record(job: JobRecord) -> None:
+    """``record.json`` of ``job``, replaced atomically."""
+    data = {
+        "stage": job.stage,
+        "stores": job.stores,
+        "job_restarts": job.job_restarts,
+        "workers": {name: dataclasses.asdict(w) for name, w in job.workers.items()},
+        "retired": {name: dataclasses.asdict(w) for name, w in job.retired.items()},
+        "env_dir": job.env_dir,
+    }
+    write_json_atomic(str(job.dir / "record.json"), data)
+
+
+def read_record(launch: JobLaunch, jdir: Path) -> JobRecord:
+    """The job recorded in ``jdir`` (OSError, ValueError, KeyError, TypeError when it cannot be)."""
+    rec = json.loads((jdir / "record.json").read_text())
+    workers = {name: WorkerRecord(**w) for name, w in rec["workers"].items()}
+    retired = {name: WorkerRecord(**w) for name, w in rec.get("retired", {}).items()}
+    for w in [*workers.values(), *retired.values()]:
+        w.state = WorkerState(w.state)
+    job = JobRecord(launch, jdir, workers, tuple(rec["stores"]), Stage(rec["stage"]), retired=retired)
+    job.job_restarts = int(rec.get("job_restarts", 0))
+    job.env_dir = str(rec.get("env_dir", ""))
+    return job
