@@ -4,7 +4,8 @@
                            ├─ registry.entry(config.backend).create(settings, data dir, ...)
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
                            ├─ TaskService (the jobs' data task masters)
-                           └─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
+                           ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
+                           └─ ClusterState               (nodes and queue as the scheduler sees them)
 
 The server holds one Platform; tests build one against a temp dir and a manual clock.
 """
@@ -26,6 +27,7 @@ from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.quotas import storage_quota
 from paddlecloud.controller.readcache import ReadCache
 from paddlecloud.controller.reconciler import Reconciler
+from paddlecloud.controller.scheduling import ClusterState
 from paddlecloud.controller.tasks import TaskService
 from paddlecloud.controller.users import Identity, UserDirectory
 from paddlecloud.core.clock import Clock, SystemClock
@@ -50,6 +52,7 @@ class Platform:
     reconciler: Reconciler
     files: FileService
     tasks: TaskService
+    cluster: ClusterState
     #: sha256 of a user token -> who it is; dropped on any write to the users table
     _tokens: ReadCache[str, Identity] | None = field(default=None, repr=False)
 
@@ -87,13 +90,15 @@ class Platform:
         files = FileService(LocalDirStore(config.pfs_dir), config.datacenter, quota_of)
         ctx = Context(config=config, db=db, backend=backend, clock=clock, files=files)
         holder.append(ctx)
+        reconciler = Reconciler(ctx, make_policy(config.policy))
         return cls(
             ctx=ctx,
             jobs=JobService(ctx),
             users=UserDirectory(clock, config.default_quota),
-            reconciler=Reconciler(ctx, make_policy(config.policy)),
+            reconciler=reconciler,
             files=files,
             tasks=TaskService(ctx),
+            cluster=ClusterState(ctx, reconciler),
         )
 
     def start(self) -> None:

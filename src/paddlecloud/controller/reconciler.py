@@ -42,8 +42,8 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from paddlecloud.backends.base import Capability, JobStatus, NodeInfo
-from paddlecloud.controller.capacity import name_foreign_load
+from paddlecloud.backends.base import Capability, JobStatus
+from paddlecloud.controller.capacity import name_foreign_load, node_states
 from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
@@ -51,8 +51,7 @@ from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
 from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
-from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot
+from paddlecloud.scheduler import JobRequest, Plan, Policy, Snapshot
 from paddlecloud.store.tables import JobRow
 
 __all__ = ["Reconciler"]
@@ -277,7 +276,7 @@ class Reconciler:
         snap = Snapshot(
             cycle=self.cycle,
             now=self.ctx.clock.now(),
-            nodes=self._nodes(holding, nodes),
+            nodes=node_states(self.ctx, holding, nodes),
             queue=waiting,
             running=tuple(
                 job_request(r, elastic, self.ctx.specs)
@@ -302,25 +301,4 @@ class Reconciler:
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.INVALID_SPEC, "reading the job's spec", exc)
                 s.commit()
-        return tuple(out)
-
-    def _nodes(self, active: Sequence[JobRow], nodes: Sequence[NodeInfo]) -> tuple[NodeState, ...]:
-        """The nodes as the policy sees them: what this platform's started jobs hold by their
-        placements, plus, on a shared engine (``SHARED_CAPACITY``), what the engine reports that
-        other work holds."""
-        used: dict[str, Resources] = {}
-        gpus_used: dict[str, set[int]] = {}
-        for row in active:
-            req = job_request(row, specs=self.ctx.specs)
-            for p in row.placement or []:
-                need = req.pserver if p["role"] == "pserver" else req.trainer
-                used[p["node"]] = used.get(p["node"], Resources()) + need
-                gpus_used.setdefault(p["node"], set()).update(p.get("gpus", []))
-        shared = Capability.SHARED_CAPACITY in self.ctx.backend.capabilities
-        out = []
-        for n in nodes:
-            held = used.get(n.name, Resources()) + (n.foreign if shared else Resources())
-            taken = gpus_used.get(n.name, set()) | (set(n.foreign_gpus) if shared else set())
-            free_gpus = tuple(g for g in n.gpus if g not in taken)
-            out.append(NodeState(name=n.name, capacity=n.capacity, allocated=held, free_gpus=free_gpus))
         return tuple(out)

@@ -1,4 +1,5 @@
-"""The FastAPI application: ``create_app(platform)`` mounts the routers under ``/api/v1``.
+"""The FastAPI application: ``create_app(platform)`` mounts the routers under ``/api/v1`` and the web
+console (``paddlecloud.console``) under ``/ui`` (``/`` leads there).
 
 Request path: version check (middleware) → auth (dependency) → route → ``JobService`` → response
 model. The OpenAPI document is served at ``/api/v1/openapi.json`` and browsable at ``/docs``.
@@ -10,14 +11,22 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paddlecloud._version import API_VERSION, MIN_CLIENT_API_VERSION, __version__
 from paddlecloud.api import API_PREFIX, HEADER_API_VERSION, HEADER_MIN_API_VERSION
 from paddlecloud.api.errors import ErrorCode, VersionMismatch
+from paddlecloud.console import create_console
 from paddlecloud.controller import Platform
-from paddlecloud.server import routes_jobs, routes_pfs, routes_system, routes_tasks, routes_users
+from paddlecloud.server import (
+    routes_jobs,
+    routes_pfs,
+    routes_scheduling,
+    routes_system,
+    routes_tasks,
+    routes_users,
+)
 from paddlecloud.server.errors import install_error_handlers
 from paddlecloud.server.limits import BodyLimitMiddleware
 
@@ -88,4 +97,11 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     app.include_router(routes_tasks.router, prefix=API_PREFIX)
     app.include_router(routes_pfs.router, prefix=API_PREFIX)
     app.include_router(routes_users.router, prefix=API_PREFIX)
+    app.include_router(routes_scheduling.router, prefix=API_PREFIX)
+    app.mount("/ui", create_console(platform))
+
+    @app.get("/", include_in_schema=False)
+    def _root() -> RedirectResponse:
+        return RedirectResponse("/ui/", status_code=307)
+
     return app

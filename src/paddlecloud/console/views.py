@@ -1,0 +1,186 @@
+"""What the console's pages show, gathered from the controller's view functions (the same ones the
+REST routes call) and arranged for the templates. No decisions about jobs here: only grouping,
+ordering and bounding what a page lists.
+
+    jobs_page(platform, who, filters)    JobService.list_json (cached) ─▶ waiting / active / finished
+    job_page(platform, who, name, user)  JobService.get + TaskService.status + FileService.listdir
+    log_text(platform, who, req)         JobService.logs (a bounded tail) ─▶ text, still growing?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from paddlecloud.api.errors import PaddleCloudError
+from paddlecloud.api.files import FileInfo
+from paddlecloud.api.models import JobDetail, JobList, JobView, WorkerView
+from paddlecloud.api.tasks import TaskSummary
+from paddlecloud.backends.base import Capability
+from paddlecloud.controller import Identity, Platform
+from paddlecloud.controller.jobs import JobListQuery
+from paddlecloud.controller.tasks import TaskPage
+from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, WorkerState
+
+__all__ = [
+    "FINISHED_PAGE",
+    "MAX_EVENTS",
+    "MAX_FINISHED",
+    "MAX_LOG_BYTES",
+    "MAX_OUTPUTS",
+    "PHASE_FILTERS",
+    "JobPageData",
+    "JobsFilter",
+    "JobsPageData",
+    "LogQuery",
+    "job_page",
+    "jobs_page",
+    "log_text",
+]
+
+#: finished jobs listed by default, and at most (``?limit=``)
+FINISHED_PAGE = 50
+MAX_FINISHED = 1000
+#: the newest events a job page shows, output files it lists, bytes of log it sends
+MAX_EVENTS = 300
+MAX_OUTPUTS = 200
+MAX_LOG_BYTES = 512 * 1024
+
+ACTIVE = frozenset({JobPhase.STARTING, JobPhase.RUNNING, JobPhase.PREEMPTING})
+PHASE_FILTERS: dict[str, frozenset[JobPhase]] = {
+    "": frozenset(JobPhase),
+    "waiting": frozenset({JobPhase.QUEUED}),
+    "active": ACTIVE,
+    "finished": frozenset(TERMINAL_PHASES),
+    **{str(p): frozenset({p}) for p in JobPhase},
+}
+_LIVE_WORKER = frozenset({WorkerState.PENDING, WorkerState.RUNNING, WorkerState.PREEMPTING})
+
+
+@dataclass(frozen=True)
+class JobsFilter:
+    """``?phase=`` (a key of PHASE_FILTERS), ``?user=`` (admins: one user's; "" everyone's),
+    ``?limit=`` (finished jobs shown)."""
+
+    phase: str = ""
+    user: str = ""
+    limit: int = FINISHED_PAGE
+
+
+@dataclass
+class JobsPageData:
+    waiting: list[JobView]
+    active: list[JobView]
+    finished: list[JobView]
+    finished_total: int
+    users: list[str]
+
+
+def _list(platform: Platform, who: Identity, f: JobsFilter) -> list[JobView]:
+    everyone = who.is_admin and not f.user
+    q = JobListQuery(all_jobs=True, all_users=everyone, user=None if everyone else (f.user or None))
+    body = platform.jobs.cached_list(who, q) or platform.jobs.list_json(who, q)
+    return JobList.model_validate_json(body).items
+
+
+def jobs_page(platform: Platform, who: Identity, f: JobsFilter) -> JobsPageData:
+    """The caller's jobs (admins: everyone's, or ``f.user``'s) in three groups: waiting (oldest
+    first: they have waited longest), active, finished (newest first, ``f.limit`` of them)."""
+    jobs = _list(platform, who, f)
+    wanted = PHASE_FILTERS.get(f.phase, PHASE_FILTERS[""])
+    shown = [j for j in jobs if j.phase in wanted]
+    finished = sorted(
+        (j for j in shown if j.phase in TERMINAL_PHASES),
+        key=lambda j: (j.finished_at or j.submitted_at, j.name),
+        reverse=True,
+    )
+    return JobsPageData(
+        waiting=[j for j in shown if j.phase == JobPhase.QUEUED],
+        active=[j for j in shown if j.phase in ACTIVE],
+        finished=finished[: f.limit],
+        finished_total=len(finished),
+        users=sorted({j.user for j in jobs}) if who.is_admin else [],
+    )
+
+
+@dataclass
+class JobPageData:
+    job: JobDetail
+    tasks: TaskSummary | None
+    outputs: list[FileInfo]
+    outputs_total: int
+    outputs_error: str
+    events_hidden: int
+    can_previous: bool
+    env: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.job.phase in TERMINAL_PHASES
+
+    @property
+    def workers(self) -> list[WorkerView]:
+        return self.job.workers
+
+    @property
+    def events(self) -> list[Any]:
+        return self.job.events[-MAX_EVENTS:][::-1]  # newest first
+
+
+def job_page(platform: Platform, who: Identity, name: str, user: str | None) -> JobPageData:
+    job = platform.jobs.get(who, name, user)
+    tasks = None
+    if job.spec.tasks is not None:
+        try:
+            tasks = platform.tasks.status(who, name, user, TaskPage(limit=0)).summary
+        except PaddleCloudError:  # not planned (yet): the page goes on without it
+            tasks = None
+    outputs: list[FileInfo] = []
+    error = ""
+    if job.spec.output:
+        try:
+            outputs = platform.files.listdir(who, job.spec.output, recursive=False)
+        except PaddleCloudError as exc:
+            error = exc.message if job.phase != JobPhase.QUEUED else ""
+    outputs.sort(key=lambda f: (f.type != "dir", f.path))
+    return JobPageData(
+        job=job,
+        tasks=tasks,
+        outputs=outputs[:MAX_OUTPUTS],
+        outputs_total=len(outputs),
+        outputs_error=error,
+        events_hidden=max(0, len(job.events) - MAX_EVENTS),
+        can_previous=Capability.LOGS_PREVIOUS in platform.ctx.backend.capabilities,
+        env=sorted(job.spec.env.items()),
+    )
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    name: str
+    worker: str
+    tail: int
+    previous: bool = False
+    user: str | None = None
+
+
+def log_text(platform: Platform, who: Identity, q: LogQuery) -> tuple[str, bool]:
+    """The last ``q.tail`` lines of a worker's log (at most MAX_LOG_BYTES, cut at a line), and
+    whether more may come (the worker, or for ``prepare`` the job, has not ended)."""
+    chunks = platform.jobs.logs(
+        who, q.name, worker=q.worker, tail=q.tail, follow=False, previous=q.previous, user=q.user
+    )
+    data = b"".join(chunks)
+    if len(data) > MAX_LOG_BYTES:
+        data = data[-MAX_LOG_BYTES:]
+        data = data[data.find(b"\n") + 1 :]
+    if q.previous:
+        return data.decode("utf-8", "replace"), False
+    workers = platform.jobs.workers(who, q.name, q.user)
+    if not workers:  # queued, or building its environment (``prepare``), unless it ended so
+        live = platform.jobs.get(who, q.name, q.user).phase not in TERMINAL_PHASES
+    elif q.worker == "prepare":
+        live = any(w.state == WorkerState.PENDING for w in workers)
+    else:
+        live = any(w.name == q.worker and w.state in _LIVE_WORKER for w in workers)
+    return data.decode("utf-8", "replace"), live
