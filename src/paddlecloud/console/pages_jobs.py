@@ -107,7 +107,10 @@ async def jobs_live(
 # -- one job ----------------------------------------------------------------------------------------
 
 
-def _job_ctx(request: Request, sess: Session, name: str, user: str | None) -> dict[str, Any]:
+def _job_ctx(
+    request: Request, sess: Session, name: str, user: str | None, oob: bool = False
+) -> dict[str, Any]:
+    """``oob``: the live part also carries the events, swapped in out of band (``hx-swap-oob``)."""
     data = job_page(platform_of(request), sess.who, name, user)
     return {
         "section": "jobs",
@@ -118,6 +121,7 @@ def _job_ctx(request: Request, sess: Session, name: str, user: str | None) -> di
         "csrf": sess.csrf,
         "v": version(_gen(request, _JOB_TABLES)),
         "chart_src": "",
+        "oob": oob,
     }
 
 
@@ -132,7 +136,7 @@ async def job_live(
 ) -> Response:
     if unchanged(since, version(_gen(request, _JOB_TABLES))):
         return Response(status_code=204)
-    ctx = await run_in_threadpool(_job_ctx, request, sess, name, user)
+    ctx = await run_in_threadpool(_job_ctx, request, sess, name, user, True)
     return fragment(request, "_job_live.html", ctx)
 
 
@@ -144,7 +148,7 @@ async def kill(request: Request, sess: SessionDep, name: NameP, user: UserQ = No
     if request.headers.get("hx-request") != "true":  # a plain form: back to the page
         suffix = f"?{urlencode({'user': user})}" if user else ""
         return RedirectResponse(f"/ui/jobs/{quote(name, safe='')}{suffix}", status_code=303)
-    ctx = await run_in_threadpool(_job_ctx, request, sess, name, user)
+    ctx = await run_in_threadpool(_job_ctx, request, sess, name, user, True)
     return fragment(request, "_job_live.html", ctx)
 
 

@@ -51,12 +51,15 @@ def _abs(request: Request, rel: str) -> str:
     return f"/pfs/{dc}/{rel.strip('/')}"
 
 
-def _crumbs(rel: str) -> list[tuple[str, str]]:
-    """(label, URL) from the area down to ``rel``."""
+def _crumbs(rel: str, admin: bool) -> list[tuple[str, str]]:
+    """(label, URL) from the area down to ``rel``; URL "" where the caller may not list (the
+    list of every home is for admins)."""
     parts = [p for p in rel.strip("/").split("/") if p]
-    return [
-        (p, UPLOAD_PREFIX + "/".join(quote(x, safe="") for x in parts[: i + 1])) for i, p in enumerate(parts)
-    ]
+    out = []
+    for i, p in enumerate(parts):
+        url = UPLOAD_PREFIX + "/".join(quote(x, safe="") for x in parts[: i + 1])
+        out.append((p, "" if (i == 0 and p == "home" and not admin) else url))
+    return out
 
 
 def _listing(request: Request, sess: Session, rel: str) -> dict[str, Any]:
@@ -71,7 +74,8 @@ def _listing(request: Request, sess: Session, rel: str) -> dict[str, Any]:
         "section": "pfs",
         "rel": rel.strip("/"),
         "here": pfs_url(_abs(request, rel)),
-        "crumbs": _crumbs(rel),
+        "crumbs": _crumbs(rel, sess.who.is_admin),
+        "home": f"{UPLOAD_PREFIX}home/{quote(sess.who.name, safe='')}",
         "entries": [(e, e.path.rsplit("/", 1)[-1], pfs_url(e.path)) for e in shown],
         "hidden": len(entries) - len(shown),
         "writable": _writable(sess, rel),

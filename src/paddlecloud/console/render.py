@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from paddlecloud.console.auth import Session
-from paddlecloud.core.quantity import format_cpu, human_bytes
+from paddlecloud.core.quantity import format_cpu, format_memory, human_bytes
 
 __all__ = [
     "PFS_PREFIX",
@@ -116,6 +116,11 @@ def _cpu(millicores: int) -> str:
     return format_cpu(millicores) if millicores % 1000 == 0 else f"{millicores / 1000:.2f}".rstrip("0")
 
 
+def _memory(n: int) -> str:
+    """Whole MiB in the spec's notation (``512Mi``, ``2Gi``), anything else for people."""
+    return format_memory(n) if n % (1 << 20) == 0 else human_bytes(n)
+
+
 def _percent(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "-"
 
@@ -129,7 +134,7 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        age=age, iso=_iso, clock=_clock, bytes=human_bytes, cpu=_cpu, urlpart=lambda v: quote(str(v), safe="")
+        age=age, iso=_iso, clock=_clock, bytes=human_bytes, cpu=_cpu, mem=_memory, urlpart=lambda v: quote(str(v), safe="")
     )
     env.globals.update(
         static=static_url, percent=_percent, urlencode=urlencode, poll_ms=POLL_MS, pfs_url=pfs_url, duration=duration

@@ -4,7 +4,8 @@ Content-Security-Policy   scripts, styles, images and requests from this origin 
                           script or style, no eval (htmx runs with ``allowEval: false``), no
                           plugins, no framing (``frame-ancestors 'none'``), forms post here only
 X-Content-Type-Options    nosniff: a log or a PFS file is never taken for HTML or script
-Referrer-Policy           no-referrer: job names in URLs stay here
+Referrer-Policy           same-origin: job names in URLs never reach another site (not
+                          no-referrer: Chromium then sends `Origin: null` with a form POST)
 X-Frame-Options           DENY (older browsers; CSP says the same)
 Cross-Origin-*-Policy     same-origin: no other site's window or fetch gets at these responses
 Cache-Control             no-store for pages and data (they are one user's); static assets an hour
@@ -27,7 +28,7 @@ CSP = (
 _COMMON = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
