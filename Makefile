@@ -33,7 +33,7 @@ e2e: install
 
 test: lint              ## everything CI runs (installs PostgreSQL and bubblewrap when root + apt-get)
 	bash scripts/ensure-system-packages.sh postgresql bubblewrap
-	$(VENV)/bin/pytest tests -q
+	$(VENV)/bin/pytest tests -q --durations=30
 
 bench: install
 	$(PY) bench/submit_latency.py

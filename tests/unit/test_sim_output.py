@@ -9,6 +9,7 @@ the plot tests run (never skip); the missing-matplotlib path is forced by failin
 from __future__ import annotations
 
 import builtins
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -236,3 +237,45 @@ def test_plot_series_raises_plot_unavailable(tmp_path: Path) -> None:
     report = run_report(RunSpec([], ["fifo"], format="edl"))
     with pytest.raises(PlotUnavailable, match=r"paddlecloud\[plot\]"):
         plot_series(report.policy_series(), report.capacity, tmp_path / "x.png")
+
+
+# ------------------------------------------------------------------------------ --html
+
+
+def test_html_report_is_one_self_contained_page_with_the_reports_figures(tmp_path: Path) -> None:
+    from paddlecloud.console.report import render_report, report_data
+
+    report = run_report(RunSpec([], ["fifo", "edl"], format="edl"))
+    data = report_data(report)
+    assert [row[0] for row in data["table"]["rows"]] == ["fifo", "edl"]
+    assert data["table"]["rows"][0][1] == format(report.summaries["fifo"]["mean"]["avg_jct_s"], ".0f")
+    for pol in ("fifo", "edl"):
+        cdf = data["jct_cdf"][pol]
+        jcts = [j for per in report.jcts[pol].values() for j in per]
+        assert len(jcts) == 20 and cdf[-1] == [max(jcts), 1.0]  # every job finished by the last point
+        assert all(a[0] <= b[0] and a[1] < b[1] for a, b in itertools.pairwise(cdf))
+        s = data["series"][pol]
+        assert len(s["hours"]) == len(s["allocated_pct"]) == len(s["queued"]) > 0
+        assert max(s["allocated_pct"]) <= 100.0
+    page = render_report(report)
+    assert page.startswith("<!doctype html>") and "new uPlot(" in page and ".uplot" in page  # inlined
+    assert " src=" not in page and " href=" not in page and "@import" not in page  # nothing fetched
+
+
+def test_html_report_escapes_what_it_did_not_write(tmp_path: Path) -> None:
+    from paddlecloud.console.report import render_report
+
+    report = run_report(RunSpec([], ["fifo"], format="edl"))
+    hostile = "</script><script>alert(1)</script><img src=x onerror=alert(2)>"
+    report.workloads = {hostile: report.workloads[next(iter(report.workloads))]}
+    page = render_report(report)
+    assert "<script>alert(1)" not in page and "<img src=x" not in page
+    assert page.count("</script>") == 3  # the data block, uPlot, the drawing code: no more
+
+
+def test_sim_html_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "sim.html"
+    assert cli("sim", "--format", "edl", "--policy", "fifo,elastic", "--html", str(page)) == 0
+    assert capsys.readouterr().out.endswith(f"page: {page}\n")
+    text = page.read_text()
+    assert '"fifo"' in text and '"elastic"' in text and "jct_cdf" in text

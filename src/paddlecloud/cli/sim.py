@@ -5,6 +5,8 @@ Runs in the client process (no server needed):
 options ─▶ sim.runner.run_report (every policy x every workload) ─▶ table of the means on stdout
     ─▶ ``--summary-json FILE``: Report.to_json (``--series N`` adds N-point time series per run)
     ─▶ ``--plot FILE.png``: sim.plot over Report.policy_series (needs the optional matplotlib)
+    ─▶ ``--html FILE``: console.report, one self-contained page with the same charts and the JCT
+       distribution per policy (no other file, no request to any host)
 
 The JSON is written before the plot is drawn, so a missing matplotlib still leaves the summary.
 """
@@ -67,9 +69,13 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
               help="PNG of utilisation and queue length over time, one line per policy "
                    "(needs matplotlib)")  # fmt: skip
+@click.option("--html", type=click.Path(dir_okay=False, path_type=Path),
+              help="a self-contained web page: the means, utilisation and queue over time, and the "
+                   "JCT distribution, per policy")  # fmt: skip
 def sim(
     workloads: tuple[str, ...], policies: list[str], fmt: str, nodes: int | None, gpus_per_node: int | None,
     traces: str | None, limit: int, summary_json: Path | None, series_points: int, plot: Path | None,
+    html: Path | None,
 ) -> None:  # fmt: skip
     """Simulate WORKLOAD files (Pollux CSVs, philly.csv) or the EDL scenario (--format edl)."""
     from paddlecloud.sim.runner import RunSpec, run_report
@@ -86,6 +92,11 @@ def sim(
         if summary_json:
             summary_json.write_text(json.dumps(report.to_json(series_points), indent=2) + "\n")
             click.echo(f"summary: {summary_json}")
+        if html:
+            from paddlecloud.console.report import render_report
+
+            html.write_text(render_report(report), encoding="utf-8")
+            click.echo(f"page: {html}")
         if plot:
             _plot(report, plot)
             click.echo(f"plot: {plot}")

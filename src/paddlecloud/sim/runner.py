@@ -132,6 +132,8 @@ class Report:
     summaries: dict[str, dict[str, Summary]] = field(default_factory=dict)
     #: policy -> workload -> one row per round
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
+    #: policy -> workload -> each finished job's completion time (s), sorted
+    jcts: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     @property
     def util_unit(self) -> str:
@@ -189,10 +191,12 @@ def run_report(spec: RunSpec) -> Report:
         pol = make_policy(name)
         per: dict[str, Summary] = {}
         report.series[name] = {}
+        report.jcts[name] = {}
         for wl, jobs in loads.items():
             res = simulate(_jobs_for(name, spec, jobs, models, cluster), models, pol, SimConfig(cluster))
             per[wl] = res.summary(capacity)
             report.series[name][wl] = res.series
+            report.jcts[name][wl] = sorted(res.jct.values())
         keys = next(iter(per.values())).keys()
         per["mean"] = {k: sum(s[k] for s in per.values()) / len(per) for k in keys}
         report.summaries[name] = per
