@@ -37,7 +37,7 @@ from paddlecloud.console.auth import (
     session,
     verified_form,
 )
-from paddlecloud.console.render import STATIC_DIR, TEMPLATES
+from paddlecloud.console.render import NAV, STATIC_DIR, TEMPLATES
 from paddlecloud.console.security import SecurityHeaders
 from paddlecloud.controller import Platform
 
@@ -117,7 +117,7 @@ def _is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
-def _error_response(request: Request, status: int, message: str) -> Response:
+async def _error_response(request: Request, status: int, message: str) -> Response:
     if status == 401:
         return _to_login(request)
     if request.headers.get("accept", "").startswith("text/plain"):  # the log panel's fetch
@@ -128,7 +128,13 @@ def _error_response(request: Request, status: int, message: str) -> Response:
         response.headers["HX-Retarget"] = "#flash"
         response.headers["HX-Reswap"] = "innerHTML"
         return response
-    ctx = {"status": status, "message": message, "who": None, "csrf": "", "nav": (), "section": ""}
+    ctx: dict[str, object] = {"status": status, "message": message, "who": None, "csrf": "", "nav": (),
+                              "section": ""}  # fmt: skip
+    try:  # a logged-in caller keeps the navigation (and the way out)
+        sess = await session(request)
+        ctx.update(who=sess.who, csrf=sess.csrf, nav=NAV)
+    except PaddleCloudError:
+        pass
     return TEMPLATES.TemplateResponse(request, "error.html", ctx, status_code=status)
 
 
@@ -150,18 +156,18 @@ def _to_login(request: Request) -> Response:
 def _error_pages(app: FastAPI) -> None:
     @app.exception_handler(PaddleCloudError)
     async def _platform(request: Request, exc: PaddleCloudError) -> Response:
-        return _error_response(request, exc.http_status, exc.message)
+        return await _error_response(request, exc.http_status, exc.message)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("query", "path", "body"))
-        return _error_response(request, 422, f"{where}: {first.get('msg', 'invalid value')}")
+        return await _error_response(request, 422, f"{where}: {first.get('msg', 'invalid value')}")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         message = "no such page" if exc.status_code == 404 else str(exc.detail)
-        return _error_response(request, exc.status_code, message)
+        return await _error_response(request, exc.status_code, message)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -169,4 +175,4 @@ def _error_pages(app: FastAPI) -> None:
         err = ServerError(
             f"internal error: {type(exc).__name__}; see the server log", code=ErrorCode.INTERNAL
         )
-        return _error_response(request, 500, err.message)
+        return await _error_response(request, 500, err.message)

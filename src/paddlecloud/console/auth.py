@@ -142,7 +142,8 @@ async def verified_form(request: Request, sess: Session, *, max_files: int = 0) 
 
 def safe_next(target: str | None) -> str:
     """Where to go after logging in: a console path of this server only (never another host)."""
-    bad = not target or not target.isascii() or not target.isprintable() or "\\" in target
-    if bad or not target.startswith("/ui/"):
+    if target is None or not target.isascii() or not target.isprintable() or "\\" in target:
+        return "/ui/"
+    if not target.startswith("/ui/"):
         return "/ui/"
     return target[:2000]

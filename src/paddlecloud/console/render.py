@@ -28,6 +28,7 @@ from paddlecloud.console.auth import Session
 from paddlecloud.core.quantity import format_cpu, format_memory, human_bytes
 
 __all__ = [
+    "NAV",
     "PFS_PREFIX",
     "POLL_MS",
     "STATIC_DIR",

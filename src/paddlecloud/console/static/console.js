@@ -68,7 +68,8 @@
     var pre = document.getElementById("log-text"), title = document.getElementById("log-title");
     var badge = document.getElementById("log-state"), tail = document.getElementById("log-tail");
     var raw = document.getElementById("log-raw");
-    var state = { worker: null, previous: false, timer: null, seq: 0, live: false };
+    // auto: the panel follows the job's first trainer until the user picks a log
+    var state = { worker: null, previous: false, timer: null, seq: 0, live: false, auto: true };
 
     var logUrl = function () {
       var u = new URL(panel.getAttribute("data-src"), location.origin);
@@ -132,20 +133,29 @@
       var a = e.target.closest ? e.target.closest("a.log-link") : null;
       if (!a) return;
       e.preventDefault();
+      state.auto = false;
       select(a.getAttribute("data-worker"), a.getAttribute("data-previous") === "1");
     });
     tail.addEventListener("change", function () {
       if (state.worker) { raw.setAttribute("href", logUrl()); load(); }
     });
     // the job's live part was refreshed: keep the selection, and follow a worker that came back
+    var firstLog = function () {
+      return document.querySelector('a.log-link[data-worker="trainer-0"][data-previous="0"]') ||
+        document.querySelector('a.log-link[data-previous="0"]');
+    };
     document.addEventListener("htmx:afterSwap", function () {
       mark();
+      var first = firstLog();
+      if (state.auto && first && first.getAttribute("data-worker") !== state.worker) {
+        select(first.getAttribute("data-worker"), false);
+        return;
+      }
       if (!state.worker || state.live || state.previous) return;
       var link = document.querySelector('a.log-link[data-previous="0"][data-worker="' + CSS.escape(state.worker) + '"]');
       if (link && link.getAttribute("data-live") === "1") load();
     });
-    var first = document.querySelector('a.log-link[data-worker="trainer-0"][data-previous="0"]') ||
-      document.querySelector('a.log-link[data-previous="0"]');
+    var first = firstLog();
     if (first) select(first.getAttribute("data-worker"), false);
   }
 
