@@ -52,9 +52,13 @@ class SecurityHeaders:
 
         async def stamped(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"cache-control"]
+                given = message.get("headers", [])
+                own_csp = any(k.lower() == b"content-security-policy" for k, _ in given)
+                headers = [(k, v) for k, v in given if k.lower() != b"cache-control"]
                 took = (time.perf_counter() - started) * 1000
-                headers += [*_COMMON, _STATIC if static else _NO_STORE]
+                # a response with a policy of its own (a log, a download: sandboxed) keeps it
+                headers += [h for h in _COMMON if not (own_csp and h[0] == b"content-security-policy")]
+                headers.append(_STATIC if static else _NO_STORE)
                 headers.append((b"server-timing", f"app;dur={took:.1f}".encode()))
                 message["headers"] = headers
             await send(message)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -99,9 +99,10 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     app.include_router(routes_users.router, prefix=API_PREFIX)
     app.include_router(routes_scheduling.router, prefix=API_PREFIX)
     app.mount("/ui", create_console(platform))
-
-    @app.get("/", include_in_schema=False)
-    def _root() -> RedirectResponse:
-        return RedirectResponse("/ui/", status_code=307)
-
+    app.add_route("/", _to_console, include_in_schema=False)
     return app
+
+
+async def _to_console(_request: Request) -> RedirectResponse:
+    """``/`` in a browser: the web console."""
+    return RedirectResponse("/ui/", status_code=307)
