@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -32,7 +30,8 @@ import yaml
 
 from paddlecloud.client import Client
 
-from .conftest import ROOT, Server, write_package
+from .browser import chromium_driver, ensure_chromium
+from .conftest import Server, write_package
 
 pytestmark = pytest.mark.e2e
 
@@ -54,36 +53,6 @@ HOSTILE = [
     "<style>body{display:none}</style><meta http-equiv=refresh content=0;url=javascript:alert(9)>",
 ]
 HOSTILE_FILE = "<img src=x onerror=alert(10) data-pwned=1>\"q'.txt"
-
-
-def _chromium() -> tuple[str, str] | None:
-    found = shutil.which("chromium"), shutil.which("chromedriver")
-    return (found[0], found[1]) if found[0] and found[1] else None
-
-
-def _ensure_chromium() -> tuple[str, str]:
-    found = _chromium()
-    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["bash", str(ROOT / "scripts/ensure-system-packages.sh"), "chromium"], check=True)
-        found = _chromium()
-    if found is None:
-        pytest.skip("no chromium / chromedriver: run scripts/ensure-system-packages.sh chromium as root")
-    return found
-
-
-def _browser(binary: str, driver: str) -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", "--disable-background-timer-throttling",
-                "--disable-renderer-backgrounding", "--disable-extensions", "--no-first-run"):  # fmt: skip
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    return webdriver.Chrome(options=opts, service=Service(driver))
 
 
 @dataclass
@@ -200,7 +169,7 @@ def _config_token(server: Server) -> str:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    binary, driver = _ensure_chromium()
+    binary, driver = ensure_chromium()
     base = tmp_path_factory.mktemp("console")
     server = Server(data_dir=base / "data", home=base / "home",
                     up_args=["--nodes", "1", "--node-cpu", "4", "--node-memory", "8Gi"])  # fmt: skip
@@ -210,7 +179,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     tokens = {u: admin.create_user(u).token for u in ("alice", "bob")}
     shots = Path(os.environ.get("PADDLECLOUD_SCREENSHOTS") or base / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
-    browser = _browser(binary, driver)
+    browser = chromium_driver(binary, driver)
     c = Console(server, browser, tokens, shots, base / "packages")
     try:
         yield c

@@ -15,11 +15,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import HTMLResponse
-from starlette.concurrency import run_in_threadpool
 
 from paddlecloud.console.auth import Session, session
 from paddlecloud.console.pages_jobs import platform_of
-from paddlecloud.console.render import fragment, page, unchanged, version
+from paddlecloud.console.render import built, fragment, live, page
 
 __all__ = ["router"]
 
@@ -40,7 +39,7 @@ def _queue(request: Request, sess: Session, params: dict[str, str]) -> dict[str,
 
 
 def _cluster(request: Request, sess: Session, params: dict[str, str]) -> dict[str, Any]:
-    return {"cluster": platform_of(request).cluster.cluster(sess.who), "util_src": "", "queue_src": ""}
+    return {"cluster": platform_of(request).cluster.cluster(sess.who)}
 
 
 def _quota(request: Request, sess: Session, params: dict[str, str]) -> dict[str, Any]:
@@ -49,32 +48,35 @@ def _quota(request: Request, sess: Session, params: dict[str, str]) -> dict[str,
 
 
 _PAGES: dict[str, Builder] = {"queue": _queue, "cluster": _cluster, "quota": _quota}
+#: what a page shows besides its live part (chart sources, filled in by the history)
+_FIXED: dict[str, dict[str, str]] = {"cluster": {"util_src": "", "queue_src": ""}}
 
 
-def _ctx(name: str, request: Request, sess: Session, params: dict[str, str]) -> dict[str, Any]:
-    gen = platform_of(request).ctx.db.changes.get(*_TABLES)
-    return {
-        "section": name,
-        "who": sess.who,
-        "params": params,
-        "v": version(gen),
-        **_PAGES[name](request, sess, params),
-    }
+def _part(name: str, request: Request, sess: Session, params: dict[str, str]) -> dict[str, Any]:
+    key = (name, sess.who.name, sess.who.is_admin, tuple(sorted(params.items())))
+    fixed = {"section": name, "who": sess.who, "params": params, **_FIXED.get(name, {})}
+    return {"key": key, "build": lambda: _PAGES[name](request, sess, params), "fixed": fixed}
+
+
+def _page(name: str, request: Request, sess: Session, params: dict[str, str]) -> HTMLResponse:
+    part = _part(name, request, sess, params)
+    ctx = built(request, part["key"], _TABLES, part["build"])
+    return page(request, sess, f"{name}.html", {**part["fixed"], **ctx})
 
 
 async def _live(
     name: str, request: Request, sess: Session, since: str | None, params: dict[str, str]
 ) -> Response:
-    if unchanged(since, version(platform_of(request).ctx.db.changes.get(*_TABLES))):
+    part = _part(name, request, sess, params)
+    got = await live(request, since, part["key"], _TABLES, part["build"])
+    if got is None:
         return Response(status_code=204)
-    ctx = await run_in_threadpool(_ctx, name, request, sess, params)
-    return fragment(request, f"_{name}.html", ctx)
+    return fragment(request, f"_{name}.html", {**part["fixed"], **got[0], "v": got[1]})
 
 
 @router.get("/queue", response_class=HTMLResponse)
 def queue(request: Request, sess: SessionDep, user: UserQ = None) -> HTMLResponse:
-    params = {"user": user} if user else {}
-    return page(request, sess, "queue.html", _ctx("queue", request, sess, params))
+    return _page("queue", request, sess, {"user": user} if user else {})
 
 
 @router.get("/_queue", response_class=HTMLResponse)
@@ -86,7 +88,7 @@ async def queue_live(
 
 @router.get("/cluster", response_class=HTMLResponse)
 def cluster(request: Request, sess: SessionDep) -> HTMLResponse:
-    return page(request, sess, "cluster.html", _ctx("cluster", request, sess, {}))
+    return _page("cluster", request, sess, {})
 
 
 @router.get("/_cluster", response_class=HTMLResponse)
@@ -96,7 +98,7 @@ async def cluster_live(request: Request, sess: SessionDep, since: SinceQ = None)
 
 @router.get("/quota", response_class=HTMLResponse)
 def quota(request: Request, sess: SessionDep) -> HTMLResponse:
-    return page(request, sess, "quota.html", _ctx("quota", request, sess, {}))
+    return _page("quota", request, sess, {})
 
 
 @router.get("/_quota", response_class=HTMLResponse)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -20,16 +21,21 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from paddlecloud.console.auth import Session, session, verified_form
-from paddlecloud.console.render import fragment, page, unchanged, version
+from paddlecloud.console.live import stamp
+from paddlecloud.console.render import MEMO, built, fragment, live, page, remembered
 from paddlecloud.console.views import (
     FINISHED_PAGE,
     MAX_FINISHED,
     PHASE_FILTERS,
     JobsFilter,
     LogQuery,
+    finished_jobs,
     job_page,
+    job_users,
     jobs_page,
-    log_text,
+    log_live,
+    log_tail,
+    unfinished_jobs,
 )
 from paddlecloud.controller import Platform
 
@@ -47,7 +53,7 @@ WorkerQ = Annotated[str, Query(min_length=1, max_length=64)]
 TailQ = Annotated[int, Query(ge=1, le=5000)]
 
 #: tables whose writes change the Jobs page / a Job page
-_JOBS_TABLES = ("jobs", "workers")
+_JOBS_TABLES = ("jobs", "workers", "events", "users")
 _JOB_TABLES = ("jobs", "workers", "events", "tasks", "task_queues")
 
 
@@ -56,36 +62,47 @@ def platform_of(request: Request) -> Platform:
     return platform
 
 
-def _gen(request: Request, tables: tuple[str, ...]) -> int:
-    return platform_of(request).ctx.db.changes.get(*tables)
-
-
 # -- Jobs -------------------------------------------------------------------------------------------
 
 
-def _jobs_ctx(request: Request, sess: Session, f: JobsFilter) -> dict[str, Any]:
-    data = jobs_page(platform_of(request), sess.who, f)
+def _filter(phase: str, user: str | None, limit: int) -> JobsFilter:
+    return JobsFilter(phase if phase in PHASE_FILTERS else "", user or "", limit)
+
+
+def _jobs_data(request: Request, sess: Session, f: JobsFilter) -> dict[str, Any]:
+    """What the Jobs page shows (memoised per caller and filter: ``console.live``)."""
+
+    def build() -> dict[str, Any]:
+        platform, who = platform_of(request), sess.who
+        caller = (who.name, who.is_admin)
+        # the history's page changes only with events (a job's end, its removal), the users list
+        # with the users table: neither is read again when only a running job's row changed
+        ended, _ = MEMO.get_or_build(
+            ("jobs-finished", caller, f),
+            stamp(platform, ("events",)),
+            lambda: finished_jobs(platform, who, f),
+        )
+        users, _ = MEMO.get_or_build(
+            ("users", caller), stamp(platform, ("users",)), lambda: job_users(platform, who)
+        )
+        data = jobs_page(unfinished_jobs(platform, who, f), ended, users)
+        more = min(MAX_FINISHED, f.limit + FINISHED_PAGE) if data.finished_total > f.limit else 0
+        return {"data": data, "more": more}
+
     params = {k: v for k, v in (("phase", f.phase), ("user", f.user)) if v}
     if f.limit != FINISHED_PAGE:
         params["limit"] = str(f.limit)
-    return {
-        "section": "jobs",
-        "data": data,
-        "f": f,
-        "params": params,
-        "phases": list(PHASE_FILTERS),
-        "who": sess.who,
-        "v": version(_gen(request, _JOBS_TABLES)),
-        "more": min(MAX_FINISHED, f.limit + FINISHED_PAGE) if data.finished_total > f.limit else 0,
-    }
+    fixed = {"section": "jobs", "f": f, "params": params, "phases": list(PHASE_FILTERS), "who": sess.who}
+    return {"key": ("jobs", sess.who.name, sess.who.is_admin, f), "build": build, "fixed": fixed}
 
 
 @router.get("/", response_class=HTMLResponse)
 def jobs(
     request: Request, sess: SessionDep, phase: PhaseQ = "", user: UserQ = None, limit: LimitQ = FINISHED_PAGE
 ) -> HTMLResponse:
-    f = JobsFilter(phase if phase in PHASE_FILTERS else "", user or "", limit)
-    return page(request, sess, "jobs.html", _jobs_ctx(request, sess, f))
+    part = _jobs_data(request, sess, _filter(phase, user, limit))
+    ctx = built(request, part["key"], _JOBS_TABLES, part["build"])
+    return page(request, sess, "jobs.html", {**part["fixed"], **ctx})
 
 
 @router.get("/_jobs", response_class=HTMLResponse)
@@ -97,47 +114,49 @@ async def jobs_live(
     user: UserQ = None,
     limit: LimitQ = FINISHED_PAGE,
 ) -> Response:
-    if unchanged(since, version(_gen(request, _JOBS_TABLES))):
+    part = _jobs_data(request, sess, _filter(phase, user, limit))
+    got = await live(request, since, part["key"], _JOBS_TABLES, part["build"])
+    if got is None:
         return Response(status_code=204)
-    f = JobsFilter(phase if phase in PHASE_FILTERS else "", user or "", limit)
-    ctx = await run_in_threadpool(_jobs_ctx, request, sess, f)
-    return fragment(request, "_jobs.html", ctx)
+    return fragment(request, "_jobs.html", {**part["fixed"], **got[0], "v": got[1]})
 
 
 # -- one job ----------------------------------------------------------------------------------------
 
 
-def _job_ctx(
-    request: Request, sess: Session, name: str, user: str | None, oob: bool = False
-) -> dict[str, Any]:
-    """``oob``: the live part also carries the events, swapped in out of band (``hx-swap-oob``)."""
-    data = job_page(platform_of(request), sess.who, name, user)
-    return {
-        "section": "jobs",
-        "d": data,
-        "job": data.job,
-        "user_q": {"user": user} if user else {},
-        "who": sess.who,
-        "csrf": sess.csrf,
-        "v": version(_gen(request, _JOB_TABLES)),
-        "chart_src": "",
-        "oob": oob,
-    }
+def _job_part(request: Request, sess: Session, name: str, user: str | None) -> dict[str, Any]:
+    def build() -> dict[str, Any]:
+        data = job_page(platform_of(request), sess.who, name, user)
+        return {"d": data, "job": data.job}
+
+    fixed = {"section": "jobs", "user_q": {"user": user} if user else {}, "who": sess.who, "csrf": sess.csrf,
+             "chart_src": ""}  # fmt: skip
+    return {"key": ("job", sess.who.name, sess.who.is_admin, name, user), "build": build, "fixed": fixed}
 
 
 @router.get("/jobs/{name}", response_class=HTMLResponse)
 def job(request: Request, sess: SessionDep, name: NameP, user: UserQ = None) -> HTMLResponse:
-    return page(request, sess, "job.html", _job_ctx(request, sess, name, user))
+    part = _job_part(request, sess, name, user)
+    ctx = built(request, part["key"], _JOB_TABLES, part["build"])
+    return page(request, sess, "job.html", {**part["fixed"], **ctx, "oob": False})
+
+
+async def _job_live_part(
+    request: Request, sess: Session, name: str, user: str | None, since: str | None
+) -> Response:
+    """The job's live part (and its events, out of band: ``hx-swap-oob``); 204 when unchanged."""
+    part = _job_part(request, sess, name, user)
+    got = await live(request, since, part["key"], _JOB_TABLES, part["build"])
+    if got is None:
+        return Response(status_code=204)
+    return fragment(request, "_job_live.html", {**part["fixed"], **got[0], "v": got[1], "oob": True})
 
 
 @router.get("/jobs/{name}/_live", response_class=HTMLResponse)
 async def job_live(
     request: Request, sess: SessionDep, name: NameP, since: SinceQ = None, user: UserQ = None
 ) -> Response:
-    if unchanged(since, version(_gen(request, _JOB_TABLES))):
-        return Response(status_code=204)
-    ctx = await run_in_threadpool(_job_ctx, request, sess, name, user, True)
-    return fragment(request, "_job_live.html", ctx)
+    return await _job_live_part(request, sess, name, user, since)
 
 
 @router.post("/jobs/{name}/kill", response_class=HTMLResponse)
@@ -148,27 +167,38 @@ async def kill(request: Request, sess: SessionDep, name: NameP, user: UserQ = No
     if request.headers.get("hx-request") != "true":  # a plain form: back to the page
         suffix = f"?{urlencode({'user': user})}" if user else ""
         return RedirectResponse(f"/ui/jobs/{quote(name, safe='')}{suffix}", status_code=303)
-    ctx = await run_in_threadpool(_job_ctx, request, sess, name, user, True)
-    return fragment(request, "_job_live.html", ctx)
+    return await _job_live_part(request, sess, name, user, None)
+
+
+#: a log tail is read at most once per this many seconds for all the consoles following it
+_LOG_SHARED_S = 1.0
 
 
 @router.get("/jobs/{name}/log", response_class=PlainTextResponse)
-def log(
+async def log(
     request: Request,
     sess: SessionDep,
     name: NameP,
     worker: WorkerQ,
     tail: TailQ = 500,
     previous: bool = False,
+    since: SinceQ = None,
     user: UserQ = None,
-) -> PlainTextResponse:
-    """Plain text, never HTML: the browser shows it as text whatever it holds."""
+) -> Response:
+    """Plain text, never HTML: the browser shows it as text whatever it holds. ``X-Log-Live``: more
+    may come; ``X-Log-Version``: send it back as ``since`` and get a 204 while the text is the same.
+
+    The caller's consoles following one log share its reads: the tail is read again once the job's
+    rows changed or a second has passed, and whether it may grow once the job's rows changed."""
     q = LogQuery(name=name, worker=worker, tail=tail, previous=previous, user=user)
-    text, live = log_text(platform_of(request), sess.who, q)
-    return PlainTextResponse(
-        text,
-        headers={
-            "X-Log-Live": "1" if live else "0",
-            "Content-Security-Policy": "sandbox; default-src 'none'",
-        },
-    )
+    platform = platform_of(request)
+    gen = stamp(platform, ("jobs", "workers"))
+    who = (sess.who.name, sess.who.is_admin)
+    text_at = (*gen, int(time.monotonic() / _LOG_SHARED_S))
+    text, value = await remembered(("log", who, q), text_at, lambda: log_tail(platform, sess.who, q))
+    live_now, _ = await remembered(("log-live", who, q), gen, lambda: log_live(platform, sess.who, q))
+    headers = {"X-Log-Live": "1" if live_now else "0", "X-Log-Version": value,
+               "Content-Security-Policy": "sandbox; default-src 'none'"}  # fmt: skip
+    if since == value:
+        return Response(status_code=204, headers=headers)
+    return PlainTextResponse(text, headers=headers)

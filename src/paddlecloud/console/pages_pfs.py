@@ -14,7 +14,6 @@ reads their home and public, writes their home; admins everywhere. Uploads are s
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -26,9 +25,10 @@ from starlette.datastructures import FormData, UploadFile
 from paddlecloud.api.errors import ErrorCode, InvalidInput, RequestTooLarge
 from paddlecloud.api.files import FileInfo
 from paddlecloud.console.auth import Session, session, verified_form
+from paddlecloud.console.live import digest
 from paddlecloud.console.pages_jobs import platform_of
 from paddlecloud.console.render import PFS_PREFIX as UPLOAD_PREFIX
-from paddlecloud.console.render import fragment, page, pfs_url, unchanged, version
+from paddlecloud.console.render import fragment, page, pfs_url
 from paddlecloud.core.checksum import ChunkedHasher
 
 __all__ = ["MAX_LISTED", "UPLOAD_MAX", "UPLOAD_PREFIX", "router"]
@@ -37,7 +37,6 @@ router = APIRouter()
 
 #: the largest file the console uploads (one request); the server's body limit lets these through
 UPLOAD_MAX = 16 << 20
-UPLOAD_PREFIX = "/ui/pfs/"
 #: entries a listing shows at most
 MAX_LISTED = 1000
 
@@ -66,9 +65,6 @@ def _listing(request: Request, sess: Session, rel: str) -> dict[str, Any]:
     files = platform_of(request).files
     entries = files.listdir(sess.who, _abs(request, rel), recursive=False)
     entries.sort(key=lambda f: (f.type != "dir", f.path))
-    digest = hashlib.sha256(
-        "\n".join(f"{e.path}\t{e.size}\t{e.mtime.timestamp()}" for e in entries).encode()
-    ).hexdigest()[:16]
     shown = entries[:MAX_LISTED]
     return {
         "section": "pfs",
@@ -82,7 +78,7 @@ def _listing(request: Request, sess: Session, rel: str) -> dict[str, Any]:
         "upload_max": UPLOAD_MAX,
         "who": sess.who,
         "csrf": sess.csrf,
-        "v": version(0, digest),
+        "v": digest([entries, len(entries)]),
     }
 
 
@@ -100,7 +96,7 @@ def pfs_home(sess: SessionDep) -> RedirectResponse:
 @router.get("/pfs/_list/{rel:path}", response_class=HTMLResponse)
 async def listing_live(request: Request, sess: SessionDep, rel: RelP, since: SinceQ = None) -> Response:
     ctx = await run_in_threadpool(_listing, request, sess, rel)
-    if unchanged(since, ctx["v"]):
+    if since == ctx["v"]:
         return Response(status_code=204)
     return fragment(request, "_pfs.html", ctx)
 

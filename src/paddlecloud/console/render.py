@@ -6,50 +6,56 @@ filters that turn numbers into text for people, and the live-update versions.
 
 Every value from a user (job names, env values, messages, file names, log lines) goes through
 autoescape; nothing here or in the templates marks user data safe. Live parts poll
-(``hx-trigger="every 2s"``) with ``?since=VERSION``; :func:`unchanged` answers 204 (htmx then swaps
-nothing) while the data behind a fragment is as it was.
+(``hx-trigger="every 2s"``) with ``?since=DIGEST``; :func:`live` says when to answer 204 (htmx then
+swaps nothing): while the data behind a part is as it was (``console.live``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable, Hashable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
 
 from paddlecloud.console.auth import Session
+from paddlecloud.console.live import Memo, stamp
 from paddlecloud.core.quantity import format_cpu, format_memory, human_bytes
 
 __all__ = [
+    "MEMO",
     "NAV",
     "PFS_PREFIX",
     "POLL_MS",
     "STATIC_DIR",
     "TEMPLATES",
     "age",
-    "fragment",
+    "built",
     "duration",
+    "fragment",
+    "live",
     "page",
     "pfs_url",
+    "remembered",
     "static_url",
-    "unchanged",
-    "version",
 ]
+
+T = TypeVar("T")
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
 #: how often a page's live parts ask for news (ms); an unchanged answer is a 204 of a few hundred bytes
 POLL_MS = 2000
-#: a live part is rendered again at least this often (s) even when no table changed: what the
-#: database does not record (a node's foreign load, files a job writes) shows up within it
-_MAX_STALE = 30
+#: every live part's latest data (``console.live``)
+MEMO = Memo()
 
 
 def _hash_of(path: Path) -> str:
@@ -135,10 +141,21 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        age=age, iso=_iso, clock=_clock, bytes=human_bytes, cpu=_cpu, mem=_memory, urlpart=lambda v: quote(str(v), safe="")
+        age=age,
+        iso=_iso,
+        clock=_clock,
+        bytes=human_bytes,
+        cpu=_cpu,
+        mem=_memory,
+        urlpart=lambda v: quote(str(v), safe=""),
     )
     env.globals.update(
-        static=static_url, percent=_percent, urlencode=urlencode, poll_ms=POLL_MS, pfs_url=pfs_url, duration=duration
+        static=static_url,
+        percent=_percent,
+        urlencode=urlencode,
+        poll_ms=POLL_MS,
+        pfs_url=pfs_url,
+        duration=duration,
     )
     return env
 
@@ -162,12 +179,31 @@ def fragment(request: Request, template: str, ctx: dict[str, Any]) -> HTMLRespon
     return TEMPLATES.TemplateResponse(request, template, ctx)
 
 
-def version(generation: int, extra: str = "") -> str:
-    """The version of a live part: the database's change counter for its tables, a time bucket
-    (at most ``_MAX_STALE`` s old) and anything else it shows (``extra``)."""
-    base = f"{generation}.{int(time.time() // _MAX_STALE)}"
-    return f"{base}.{extra}" if extra else base
+async def remembered(key: Hashable, at: Hashable, build: Callable[[], T]) -> tuple[T, str]:
+    """``MEMO.get_or_build`` answered on the event loop when known, else built in a thread."""
+    hit = MEMO.known(key, at)
+    if hit is not None:
+        data: T = hit[0]
+        return data, hit[1]
+    return await run_in_threadpool(MEMO.get_or_build, key, at, build)
 
 
-def unchanged(since: str | None, current: str) -> bool:
-    return since is not None and since == current
+async def live(
+    request: Request,
+    since: str | None,
+    key: Hashable,
+    tables: tuple[str, ...],
+    build: Callable[[], dict[str, Any]],
+) -> tuple[dict[str, Any], str] | None:
+    """A live part's data and digest, or None when the caller has it already (``since``: answer
+    204). While no table it reads changed, the answer comes from memory on the event loop."""
+    data, value = await remembered(key, stamp(request.app.state.platform, tables), build)
+    return None if value == since else (data, value)
+
+
+def built(
+    request: Request, key: Hashable, tables: tuple[str, ...], build: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """A live part's data for a whole page (in a thread already), with its digest as ``v``."""
+    data, value = MEMO.get_or_build(key, stamp(request.app.state.platform, tables), build)
+    return {**data, "v": value}

@@ -2,9 +2,12 @@
 REST routes call) and arranged for the templates. No decisions about jobs here: only grouping,
 ordering and bounding what a page lists.
 
-    jobs_page(platform, who, filters)    JobService.list_json (cached) ─▶ waiting / active / finished
+    unfinished_jobs, finished_jobs       JobService.list_json of the unfinished jobs (cached),
+                                         JobService.finished (one page of the history)
+      ─▶ jobs_page(...)                  ─▶ waiting / active / finished
     job_page(platform, who, name, user)  JobService.get + TaskService.status + FileService.listdir
-    log_text(platform, who, req)         JobService.logs (a bounded tail) ─▶ text, still growing?
+    log_tail / log_live(platform, who, q)  JobService.logs (a bounded tail); JobService.workers:
+                                         may more come?
 """
 
 from __future__ import annotations
@@ -29,13 +32,18 @@ __all__ = [
     "MAX_LOG_BYTES",
     "MAX_OUTPUTS",
     "PHASE_FILTERS",
+    "FinishedPage",
     "JobPageData",
     "JobsFilter",
     "JobsPageData",
     "LogQuery",
+    "finished_jobs",
     "job_page",
+    "job_users",
     "jobs_page",
-    "log_text",
+    "log_live",
+    "log_tail",
+    "unfinished_jobs",
 ]
 
 #: finished jobs listed by default, and at most (``?limit=``)
@@ -76,30 +84,51 @@ class JobsPageData:
     users: list[str]
 
 
-def _list(platform: Platform, who: Identity, f: JobsFilter) -> list[JobView]:
+@dataclass
+class FinishedPage:
+    jobs: list[JobView]
+    total: int
+
+
+def _query(who: Identity, f: JobsFilter) -> JobListQuery:
     everyone = who.is_admin and not f.user
-    q = JobListQuery(all_jobs=True, all_users=everyone, user=None if everyone else (f.user or None))
+    return JobListQuery(all_jobs=False, all_users=everyone, user=None if everyone else (f.user or None))
+
+
+def unfinished_jobs(platform: Platform, who: Identity, f: JobsFilter) -> list[JobView]:
+    """The caller's (admins: everyone's, or ``f.user``'s) jobs not finished yet, in ``f.phase``."""
+    q = _query(who, f)
     body = platform.jobs.cached_list(who, q) or platform.jobs.list_json(who, q)
-    return JobList.model_validate_json(body).items
-
-
-def jobs_page(platform: Platform, who: Identity, f: JobsFilter) -> JobsPageData:
-    """The caller's jobs (admins: everyone's, or ``f.user``'s) in three groups: waiting (oldest
-    first: they have waited longest), active, finished (newest first, ``f.limit`` of them)."""
-    jobs = _list(platform, who, f)
     wanted = PHASE_FILTERS.get(f.phase, PHASE_FILTERS[""])
-    shown = [j for j in jobs if j.phase in wanted]
-    finished = sorted(
-        (j for j in shown if j.phase in TERMINAL_PHASES),
-        key=lambda j: (j.finished_at or j.submitted_at, j.name),
-        reverse=True,
-    )
+    return [j for j in JobList.model_validate_json(body).items if j.phase in wanted]
+
+
+def finished_jobs(platform: Platform, who: Identity, f: JobsFilter) -> FinishedPage:
+    """The ``f.limit`` most recently finished of them, and how many finished: one page of the
+    history, however long (it changes only with a job's events: its end, its removal)."""
+    ended = PHASE_FILTERS.get(f.phase, PHASE_FILTERS[""]) & TERMINAL_PHASES
+    if not ended:
+        return FinishedPage([], 0)
+    return FinishedPage(*platform.jobs.finished(who, _query(who, f), ended, f.limit))
+
+
+def job_users(platform: Platform, who: Identity) -> list[str]:
+    """Admins: every user's name (the Jobs page's filter); others: none."""
+    if not who.is_admin:
+        return []
+    with platform.ctx.session() as s:
+        return [u.name for u in platform.users.list_users(s, who).items]
+
+
+def jobs_page(unfinished: list[JobView], finished: FinishedPage, users: list[str]) -> JobsPageData:
+    """The Jobs page's groups: waiting (oldest first: they have waited longest), active, and the
+    most recently finished."""
     return JobsPageData(
-        waiting=[j for j in shown if j.phase == JobPhase.QUEUED],
-        active=[j for j in shown if j.phase in ACTIVE],
-        finished=finished[: f.limit],
-        finished_total=len(finished),
-        users=sorted({j.user for j in jobs}) if who.is_admin else [],
+        waiting=[j for j in unfinished if j.phase == JobPhase.QUEUED],
+        active=[j for j in unfinished if j.phase in ACTIVE],
+        finished=finished.jobs,
+        finished_total=finished.total,
+        users=users,
     )
 
 
@@ -164,9 +193,8 @@ class LogQuery:
     user: str | None = None
 
 
-def log_text(platform: Platform, who: Identity, q: LogQuery) -> tuple[str, bool]:
-    """The last ``q.tail`` lines of a worker's log (at most MAX_LOG_BYTES, cut at a line), and
-    whether more may come (the worker, or for ``prepare`` the job, has not ended)."""
+def log_tail(platform: Platform, who: Identity, q: LogQuery) -> str:
+    """The last ``q.tail`` lines of a worker's log, at most MAX_LOG_BYTES (cut at a line)."""
     chunks = platform.jobs.logs(
         who, q.name, worker=q.worker, tail=q.tail, follow=False, previous=q.previous, user=q.user
     )
@@ -174,13 +202,16 @@ def log_text(platform: Platform, who: Identity, q: LogQuery) -> tuple[str, bool]
     if len(data) > MAX_LOG_BYTES:
         data = data[-MAX_LOG_BYTES:]
         data = data[data.find(b"\n") + 1 :]
+    return data.decode("utf-8", "replace")
+
+
+def log_live(platform: Platform, who: Identity, q: LogQuery) -> bool:
+    """Whether more of the log may come: the worker (for ``prepare``, the job) has not ended."""
     if q.previous:
-        return data.decode("utf-8", "replace"), False
+        return False
     workers = platform.jobs.workers(who, q.name, q.user)
     if not workers:  # queued, or building its environment (``prepare``), unless it ended so
-        live = platform.jobs.get(who, q.name, q.user).phase not in TERMINAL_PHASES
-    elif q.worker == "prepare":
-        live = any(w.state == WorkerState.PENDING for w in workers)
-    else:
-        live = any(w.name == q.worker and w.state in _LIVE_WORKER for w in workers)
-    return data.decode("utf-8", "replace"), live
+        return platform.jobs.get(who, q.name, q.user).phase not in TERMINAL_PHASES
+    if q.worker == "prepare":
+        return any(w.state == WorkerState.PENDING for w in workers)
+    return any(w.name == q.worker and w.state in _LIVE_WORKER for w in workers)

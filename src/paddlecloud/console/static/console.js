@@ -69,7 +69,8 @@
     var badge = document.getElementById("log-state"), tail = document.getElementById("log-tail");
     var raw = document.getElementById("log-raw");
     // auto: the panel follows the job's first trainer until the user picks a log
-    var state = { worker: null, previous: false, timer: null, seq: 0, live: false, auto: true };
+    // version: the X-Log-Version of the text shown; sent back as since, a 204 means "no change"
+    var state = { worker: null, previous: false, timer: null, seq: 0, live: false, auto: true, version: "" };
 
     var logUrl = function () {
       var u = new URL(panel.getAttribute("data-src"), location.origin);
@@ -88,18 +89,25 @@
     var load = function () {
       clearTimeout(state.timer);
       var seq = ++state.seq;
-      fetch(logUrl(), { credentials: "same-origin", headers: { Accept: "text/plain" } })
+      var url = logUrl() + (state.version ? "&since=" + encodeURIComponent(state.version) : "");
+      fetch(url, { credentials: "same-origin", headers: { Accept: "text/plain" } })
         .then(function (r) {
           if (r.status === 401) {
             location.href = "/ui/login?next=" + encodeURIComponent(location.pathname + location.search);
             return null;
           }
-          return r.text().then(function (t) {
-            return { ok: r.ok, live: r.headers.get("X-Log-Live") === "1", text: t };
-          });
+          var live = r.headers.get("X-Log-Live") === "1";
+          if (r.status === 204) return { ok: true, live: live, same: true };
+          state.version = r.ok ? (r.headers.get("X-Log-Version") || "") : "";
+          return r.text().then(function (t) { return { ok: r.ok, live: live, text: t }; });
         })
         .then(function (res) {
           if (!res || seq !== state.seq) return;
+          if (res.same) {
+            show(res.live);
+            if (res.live) state.timer = setTimeout(load, 2000);
+            return;
+          }
           var text = res.ok ? (res.text || "(no output yet)") : res.text;
           var atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
           if (pre.textContent !== text) {
@@ -123,6 +131,7 @@
     var select = function (worker, previous) {
       state.worker = worker;
       state.previous = previous;
+      state.version = "";
       title.textContent = worker + (previous ? " · previous run" : "");
       raw.setAttribute("href", logUrl());
       pre.textContent = "loading…";
@@ -137,7 +146,7 @@
       select(a.getAttribute("data-worker"), a.getAttribute("data-previous") === "1");
     });
     tail.addEventListener("change", function () {
-      if (state.worker) { raw.setAttribute("href", logUrl()); load(); }
+      if (state.worker) { state.version = ""; raw.setAttribute("href", logUrl()); load(); }
     });
     // the job's live part was refreshed: keep the selection, and follow a worker that came back
     var firstLog = function () {
