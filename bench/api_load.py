@@ -16,29 +16,40 @@ and prints requests/s and the latency percentiles for each. Goals (issue 11): th
 
 Needs Debian's ``wrk`` (``apt-get install wrk``). Submits go to a cluster made full by one long job
 first, so the queue grows but nothing starts: the figure is the API's, not the process spawner's.
+
+``--compare-request-metrics [--rounds 2]``: the cost of timing every request for ``/metrics``
+(``server/metrics.py``): ``GET /health`` and the job list, served by one server as it is and by one
+started without that middleware (a ``sitecustomize`` on the second server's ``PYTHONPATH`` leaves it
+out of the app), alternately in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._server import platform  # noqa: E402
+from bench._server import token as admin_token  # noqa: E402
 from bench.list_jobs import fill  # noqa: E402
-from tests.e2e.conftest import Server  # noqa: E402
 
-from paddlecloud.client import Client, load_config  # noqa: E402
+from paddlecloud.client import Client  # noqa: E402
 
 _LATENCY = re.compile(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s)\s*$", re.M)
 _RATE = re.compile(r"Requests/sec:\s+([\d.]+)")
@@ -99,6 +110,69 @@ def package(base: Path) -> Path:
     return archive
 
 
+#: the second server's sitecustomize: RequestMetricsMiddleware "constructed" is the app it wraps
+WITHOUT_REQUEST_METRICS = """\
+import paddlecloud.server.app as _app
+
+
+class _Absent:
+    def __new__(cls, app, **_):
+        return app
+
+
+_app.RequestMetricsMiddleware = _Absent
+"""
+
+
+UP_ARGS = ["--node-cpu", "1", "--node-memory", "4Gi"]
+
+
+@contextlib.contextmanager
+def server(jobs: int, request_metrics: bool = True) -> Iterator[tuple[str, str, Client, Path]]:
+    """``paddlecloud up`` on a fresh database with ``jobs`` finished jobs (without the request-timing
+    middleware if not ``request_metrics``): API URL, admin token, SDK client, scratch directory."""
+    with tempfile.TemporaryDirectory() as site:
+        pythonpath = None
+        if not request_metrics:
+            (Path(site) / "sitecustomize.py").write_text(WITHOUT_REQUEST_METRICS)
+            pythonpath = site
+        with platform(UP_ARGS, lambda data_dir: fill(data_dir, jobs), pythonpath) as (srv, client, base):
+            yield f"{srv.url}/api/v1", admin_token(srv), client, base
+
+
+def timed_requests(api: str, token: str) -> int:
+    """How many requests the server's latency histogram has counted (0: the middleware is absent)."""
+    r = httpx.get(api.removesuffix("/api/v1") + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    r.raise_for_status()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in r.text.splitlines()
+        if line.startswith("paddlecloud_http_request_duration_seconds_count")
+    )
+
+
+def compare_request_metrics(args: argparse.Namespace) -> None:
+    urls = {"health": "/health", f"jobs?all=true ({args.jobs})": "/jobs?all=true"}
+    rates: dict[tuple[str, bool], list[float]] = {}
+    for _ in range(args.rounds):
+        for timing in (True, False):
+            with server(args.jobs, request_metrics=timing) as (api, admin, _, _):
+                for name, path in urls.items():
+                    rates.setdefault((name, timing), []).append(wrk(api + path, admin, args)["rps"])
+                counted = timed_requests(api, admin)
+                assert (counted > 0) == timing, f"request timing {'off' if timing else 'on'}: {counted}"
+    print(
+        f"wrk -t{args.threads} -c{args.connections} -d{args.seconds}s, {args.rounds} rounds, servers "
+        "with and without the request-timing middleware taking turns (req/s, median of the rounds)"
+    )
+    print(f"  {'request':<28} {'with':>8} {'without':>8} {'cost':>7}   rounds with / without")
+    for name in urls:
+        with_, without = rates[(name, True)], rates[(name, False)]
+        a, b = statistics.median(with_), statistics.median(without)
+        each = " ".join(f"{x:.0f}" for x in with_) + " / " + " ".join(f"{x:.0f}" for x in without)
+        print(f"  {name:<28} {a:>8.0f} {b:>8.0f} {(b - a) / b:>7.1%}   {each}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=100, help="finished jobs in the history")
@@ -106,57 +180,49 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--skip-submit", action="store_true")
+    ap.add_argument("--compare-request-metrics", action="store_true")
+    ap.add_argument("--rounds", type=int, default=2, help="with --compare-request-metrics")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("bench/api_load.py needs wrk: apt-get install wrk")
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp)
-        (base / "home").mkdir()
-        srv = Server(data_dir=base / "data", home=base / "home")
-        srv.up_args = ["--node-cpu", "1", "--node-memory", "4Gi"]
-        fill(srv.data_dir, args.jobs)
-        srv.start()
-        try:
-            cfg = load_config(Path(srv.env["PADDLECLOUD_CONFIG"]))
-            assert cfg.current is not None
-            token, api = cfg.current.token, f"http://127.0.0.1:{srv.port}/api/v1"
-            client = Client(cfg.current.endpoint, token)
+    if args.compare_request_metrics:
+        compare_request_metrics(args)
+        return
+    with server(args.jobs) as (api, token, client, base):
+        print(
+            f"wrk -t{args.threads} -c{args.connections} -d{args.seconds}s, "
+            f"{args.jobs} finished jobs in the history"
+        )
+        rows = [
+            ("GET /health", wrk(f"{api}/health", token, args)),
+            ("GET /jobs (none active)", wrk(f"{api}/jobs", token, args)),
+            (f"GET /jobs?all=true ({args.jobs} jobs)", wrk(f"{api}/jobs?all=true", token, args)),
+        ]
+        if not args.skip_submit:
+            remote = "/pfs/local/home/default/bench/pkg.tar.gz"
+            client.pfs.mkdir("pfs:bench", parents=True)
+            client.pfs.upload_file(package(base), remote)
+            busy = {"name": "busy", "package": remote, "entry": "python train.py",
+                    "trainers": {"count": 1, "cpu": "1", "memory": "1Gi"}}  # fmt: skip
+            client.submit(busy)
+            deadline = time.monotonic() + 60
+            while client.job("busy").phase.value not in ("Starting", "Running"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the busy job did not start")
+                time.sleep(0.2)
+            spec = {"name": "%s", "package": remote, "entry": "python train.py",
+                    "trainers": {"count": 1, "cpu": "1", "memory": "1Gi"}}  # fmt: skip
+            body = json.dumps(json.dumps(spec))  # a Lua string literal holding the JSON
+            script = base / "submit.lua"
+            script.write_text(f"BODY = {body}\n{SUBMIT_LUA}")
+            rows.append(("POST /jobs (submit)", wrk(f"{api}/jobs", token, args, script)))
+            client.kill("busy", grace=0)
+        print(f"  {'request':<34} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'non-2xx':>8}")
+        for name, f in rows:
             print(
-                f"wrk -t{args.threads} -c{args.connections} -d{args.seconds}s, "
-                f"{args.jobs} finished jobs in the history"
+                f"  {name:<34} {f['rps']:>8.0f} {f.get('p50', 0):>8.1f} {f.get('p90', 0):>8.1f} "
+                f"{f.get('p99', 0):>8.1f} {f['non2xx']:>8.0f}"
             )
-            rows = [
-                ("GET /health", wrk(f"{api}/health", token, args)),
-                ("GET /jobs (none active)", wrk(f"{api}/jobs", token, args)),
-                (f"GET /jobs?all=true ({args.jobs} jobs)", wrk(f"{api}/jobs?all=true", token, args)),
-            ]
-            if not args.skip_submit:
-                remote = "/pfs/local/home/default/bench/pkg.tar.gz"
-                client.pfs.mkdir("pfs:bench", parents=True)
-                client.pfs.upload_file(package(base), remote)
-                busy = {"name": "busy", "package": remote, "entry": "python train.py",
-                        "trainers": {"count": 1, "cpu": "1", "memory": "1Gi"}}  # fmt: skip
-                client.submit(busy)
-                deadline = time.monotonic() + 60
-                while client.job("busy").phase.value not in ("Starting", "Running"):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("the busy job did not start")
-                    time.sleep(0.2)
-                spec = {"name": "%s", "package": remote, "entry": "python train.py",
-                        "trainers": {"count": 1, "cpu": "1", "memory": "1Gi"}}  # fmt: skip
-                body = json.dumps(json.dumps(spec))  # a Lua string literal holding the JSON
-                script = base / "submit.lua"
-                script.write_text(f"BODY = {body}\n{SUBMIT_LUA}")
-                rows.append(("POST /jobs (submit)", wrk(f"{api}/jobs", token, args, script)))
-                client.kill("busy", grace=0)
-            print(f"  {'request':<34} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'non-2xx':>8}")
-            for name, f in rows:
-                print(
-                    f"  {name:<34} {f['rps']:>8.0f} {f.get('p50', 0):>8.1f} {f.get('p90', 0):>8.1f} "
-                    f"{f.get('p99', 0):>8.1f} {f['non2xx']:>8.0f}"
-                )
-        finally:
-            srv.stop()
 
 
 if __name__ == "__main__":

@@ -40,7 +40,12 @@ from tests.e2e.conftest import Server, write_package  # noqa: E402
 
 from paddlecloud.client import Client  # noqa: E402
 
-TICKER = "import time\nfor i in range(100000):\n    print(f'step {i} loss {1 / (i + 1):.5f}', flush=True)\n    time.sleep(1)\n"
+TICKER = """
+import time
+for i in range(100000):
+    print(f"step {i} loss {1 / (i + 1):.5f}", flush=True)
+    time.sleep(1)
+"""
 
 
 def server_ms(http: httpx.Client, path: str, runs: int) -> tuple[float, float, int]:
@@ -77,9 +82,10 @@ def page_weights(driver: Any, url: str) -> None:
     print("== page weight, cold cache (bytes on the wire: the page and all it loads)")
     driver.execute_cdp_cmd("Network.enable", {})
     driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})
-    for label, path in (("Login", "/ui/login"), ("Jobs (1,000 in history)", "/ui/"), ("Job", "/ui/jobs/ticker"),
-                        ("Queue", "/ui/queue"), ("Cluster", "/ui/cluster"), ("Quota", "/ui/quota"),
-                        ("Files", "/ui/pfs/")):  # fmt: skip
+    pages = (("Login", "/ui/login"), ("Jobs (1,000 in history)", "/ui/"), ("Job", "/ui/jobs/ticker"),
+             ("Queue", "/ui/queue"), ("Cluster", "/ui/cluster"), ("Quota", "/ui/quota"),
+             ("Files", "/ui/pfs/"))  # fmt: skip
+    for label, path in pages:
         driver.get_log("performance")
         driver.get(url + path)
         time.sleep(1.5)  # scripts ran, charts and the log fetched once
@@ -92,9 +98,8 @@ def page_weights(driver: Any, url: str) -> None:
             elif msg["method"] == "Network.loadingFinished":
                 sizes[msg["params"]["requestId"]] = msg["params"]["encodedDataLength"]
         total = sum(sizes.values())
-        print(
-            f"  {label:<26} {total / 1024:6.1f} KB in {len(sizes):2d} requests; hosts: {', '.join(sorted(hosts))}"
-        )
+        where = ", ".join(sorted(hosts))
+        print(f"  {label:<26} {total / 1024:6.1f} KB in {len(sizes):2d} requests; hosts: {where}")
     driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})
 
 

@@ -1,11 +1,14 @@
-"""The platform on other set-ups: PostgreSQL instead of SQLite; virtual nodes with GPUs."""
+"""The platform on other set-ups: PostgreSQL instead of SQLite; virtual nodes with GPUs; Prometheus
+scraping with a scrape-only token."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import Server, write_package
 from .postgres import postgres_cluster
@@ -76,3 +79,22 @@ def test_gpus_are_assigned_per_trainer_and_never_shared(own_server: Server, tmp_
 
     own_server.cli("kill", "two-gpu", "--grace", "1")  # frees 4 GPUs: the waiting job starts
     own_server.wait_phase("one-more-gpu", {"Running"}, timeout=30)
+
+
+def test_prometheus_scrapes_with_the_scrape_token_of_up(own_server: Server, tmp_path: Path) -> None:
+    """``up --metrics-token-file``: that token reads /metrics, and nothing else; no token reads nothing."""
+    scrape = "0123456789abcdef0123456789abcdef"
+    (tmp_path / "metrics.token").write_text(scrape + "\n")
+    own_server.up_args = [*own_server.up_args, "--metrics-token-file", str(tmp_path / "metrics.token")]
+    own_server.start()
+    bearer = {"Authorization": f"Bearer {scrape}"}
+    assert httpx.get(f"{own_server.url}/metrics").status_code == 401
+    assert httpx.get(f"{own_server.url}/api/v1/jobs", headers=bearer).status_code == 401
+    r = httpx.get(f"{own_server.url}/metrics", headers=bearer)
+    assert r.status_code == 200
+    names = {f.name for f in text_string_to_metric_families(r.text)}
+    assert {
+        "paddlecloud_jobs",
+        "paddlecloud_http_request_duration_seconds",
+        "paddlecloud_node_capacity",
+    } <= names

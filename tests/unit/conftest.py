@@ -90,13 +90,15 @@ def platform_factory(tmp_path: Path) -> Iterator[Callable[..., Platform]]:
 
     def make(**config: Any) -> Platform:
         """A platform on a fresh data dir, or on ``data_dir=`` of an earlier one (a server restart);
-        the local backend's settings (``nodes``, ``isolation``, ...) may be given among the others."""
+        the local backend's settings (``nodes``, ``isolation``, ...) may be given among the others,
+        and ``clock=`` (default: the system's)."""
+        clock = config.pop("clock", None)
         local = {k: config.pop(k) for k in LOCAL_FIELDS if k in config}
         local.setdefault("nodes", NODE)
         local.setdefault("isolation", ISOLATION)
         config.setdefault("backend_settings", LocalSettings(**local))
         config.setdefault("data_dir", tmp_path / f"data{len(opened)}")
-        p = Platform.open(PlatformConfig(**config))
+        p = Platform.open(PlatformConfig(**config), clock=clock)
         opened.append(p)
         return p
 

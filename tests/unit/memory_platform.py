@@ -58,9 +58,10 @@ class MemoryWorld:
         self.platform.reconciler.adopt_all()
         return self.platform
 
-    def client(self, user: str) -> Client:
+    def client(self, user: str, *, admin: bool = False) -> Client:
         http = self._stack.enter_context(TestClient(create_app(self.platform, run_loop=False)))
-        return Client(endpoint="http://testserver", token=self.platform.ensure_user(user), http=http)
+        token = self.platform.ensure_user(user, admin=admin)
+        return Client(endpoint="http://testserver", token=token, http=http)
 
     def submit(self, client: Client, name: str, package: Path, **spec: Any) -> None:
         body = {"name": name, "entry": "python train.py", "trainers": {"count": 1, "cpu": "1"}, **spec}

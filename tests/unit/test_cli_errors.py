@@ -127,6 +127,8 @@ def test_submit_usage_errors_exit_2(tmp_path: Path, package: Path, args: list[st
         (["up", "--kube-namespace", "ns"], "--kube-namespace is an option of the kubernetes backend"),
         (["up", "--node-cpu", "lots"], "--node-cpu"),
         (["up", "--env-cache-size", "huge"], "--env-cache-size"),
+        (["up", "--metrics-public", "--metrics-token-file", "/dev/null"], "exclude each other"),
+        (["up", "--metrics-token-file", "/dev/null"], "at least 16 characters"),
     ],
     ids=[
         "unknown-command",
@@ -143,6 +145,8 @@ def test_submit_usage_errors_exit_2(tmp_path: Path, package: Path, args: list[st
         "kubernetes-option-on-local",
         "node-cpu",
         "env-cache-size",
+        "metrics-public-and-token",
+        "metrics-token-short",
     ],
 )
 def test_other_usage_errors_exit_2(tmp_path: Path, args: list[str], words: str) -> None:

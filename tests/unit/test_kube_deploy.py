@@ -19,7 +19,15 @@ from paddlecloud.backends.kubernetes import crd
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy/kubernetes"
 VERSIONS = ("1.29", kubernetes_validate.latest_version())
-BUILDS = {"base": DEPLOY, "postgres": DEPLOY / "overlays/postgres"}
+BUILDS = {
+    "base": DEPLOY,
+    "postgres": DEPLOY / "overlays/postgres",
+    "prometheus": DEPLOY / "overlays/prometheus",
+}
+#: API groups of CRDs the Kubernetes schemas do not hold (checked by their own tests below)
+FOREIGN_GROUPS = ("monitoring.coreos.com/",)
+#: kinds that are not namespaced
+CLUSTER_KINDS = ("Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")
 
 
 def kubectl() -> str:
@@ -52,6 +60,8 @@ def test_every_object_validates(
 ) -> None:
     objs = built[build_name]
     for obj in objs:
+        if obj["apiVersion"].startswith(FOREIGN_GROUPS):
+            continue
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.SchemaNotFoundError as exc:
@@ -81,7 +91,7 @@ def test_base_holds_the_platform(built: dict[str, list[dict[str, Any]]]) -> None
         ("ServiceAccount", "paddlecloud-operator"),
     ]
     for obj in built["base"]:
-        if obj["kind"] not in ("Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] not in CLUSTER_KINDS:
             assert obj["metadata"]["namespace"] == "paddlecloud", obj["metadata"]["name"]
     assert by_kind(built["base"], "CustomResourceDefinition", crd.NAME)["spec"] == crd.manifest()["spec"]
 
@@ -150,3 +160,49 @@ def test_postgres_overlay_points_the_api_server_at_it(built: dict[str, list[dict
     assert by_kind(objs, "StatefulSet", "paddlecloud-postgres")["spec"]["template"]["spec"]["containers"][0][
         "envFrom"
     ] == [{"secretRef": {"name": secret["metadata"]["name"]}}]
+
+
+@pytest.mark.parametrize("build_name", sorted(BUILDS))
+def test_every_namespaced_object_is_in_the_platforms_namespace(
+    built: dict[str, list[dict[str, Any]]], build_name: str
+) -> None:
+    """A component's objects too (an overlay without ``namespace:`` left them in kubectl's default
+    namespace, where the API server cannot reach its Secret)."""
+    for obj in built[build_name]:
+        if obj["kind"] not in CLUSTER_KINDS:
+            assert obj["metadata"].get("namespace") == "paddlecloud", (obj["kind"], obj["metadata"]["name"])
+
+
+def test_prometheus_overlay_scrapes_metrics_with_the_scrape_token(
+    built: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The ServiceMonitor selects the API server's Service and port and sends the token the server
+    reads from the same Secret (``up --metrics-token-file``); the Service carries the annotations."""
+    objs = built["prometheus"]
+    service = by_kind(objs, "Service", "paddlecloud-api")
+    monitor = by_kind(objs, "ServiceMonitor", "paddlecloud-api")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    credentials = endpoint["authorization"]["credentials"]
+    secret = by_kind(objs, "Secret", credentials["name"])
+    assert credentials["key"] in secret["data"]
+    annotations = service["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
+    port = annotations["prometheus.io/port"]
+    assert any(str(p["port"]) == port for p in service["spec"]["ports"])
+    pod = by_kind(objs, "Deployment", "paddlecloud-api")["spec"]["template"]["spec"]
+    api = pod["containers"][0]
+    flag = next(a for a in api["args"] if a.startswith("--metrics-token-file="))
+    token_file = Path(flag.partition("=")[2])
+    volume = next(
+        v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == secret["metadata"]["name"]
+    )
+    mount = next(m for m in api["volumeMounts"] if m["name"] == volume["name"])
+    assert token_file == Path(mount["mountPath"]) / credentials["key"]
+    assert "--metrics-public" not in api["args"]
+    # the base serves /metrics to admins only, without annotations that would not work alone
+    base = by_kind(built["base"], "Service", "paddlecloud-api")
+    assert "annotations" not in base["metadata"]

@@ -108,7 +108,12 @@ class World:
         if who is not None:
             headers["Authorization"] = f"Bearer {self.tokens.get(who, who)}"
         return self.http.request(
-            req.method, API + req.url, params=req.params, json=req.json, content=req.content, headers=headers
+            req.method,
+            req.prefix + req.url,
+            params=req.params,
+            json=req.json,
+            content=req.content,
+            headers=headers,
         )
 
 
@@ -120,6 +125,8 @@ class Request:
     json: Any = None
     content: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: what ``url`` is under (``/metrics`` is at the root)
+    prefix: str = API
 
 
 def small_put_headers(data: bytes) -> dict[str, str]:
@@ -212,6 +219,11 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/jobs/{name}/kill"): {"probe": job_probes("POST", "/kill")},
     ("GET", "/api/v1/jobs/{name}/workers"): {"probe": job_probes("GET", "/workers")},
     ("GET", "/api/v1/jobs/{name}/logs"): {"probe": job_probes("GET", "/logs")},
+    ("GET", "/api/v1/jobs/{name}/history"): {"probe": job_probes("GET", "/history")},
+    # any signed-in user: the cluster's aggregate numbers, no user or job names
+    ("GET", "/api/v1/cluster/history"): {},
+    # user and job names as labels: admins (or the scrape token of up --metrics-token-file)
+    ("GET", "/metrics"): {"admin": True, "probe": lambda w, t: [Request("GET", "/metrics", prefix="")]},
     # the task master (job tokens: tests/unit/test_task_master.py)
     ("GET", "/api/v1/jobs/{name}/tasks"): {"probe": task_probes("GET", "")},
     ("POST", "/api/v1/jobs/{name}/tasks/lease"): {"probe": task_probes("POST", "/lease", LEASE)},

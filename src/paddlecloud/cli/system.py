@@ -6,7 +6,7 @@ from __future__ import annotations
 import ssl
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from paddlecloud.cli.output import FORMATS, emit
 from paddlecloud.client import Client, Datacenter, load_config, save_datacenter
 from paddlecloud.core.names import check_dns1123_label
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
+
+if TYPE_CHECKING:  # the server's modules are imported by `up` only (the CLI starts fast)
+    from paddlecloud.server.main import MetricsAccess
 
 __all__ = ["operator", "up", "version"]
 
@@ -79,6 +82,29 @@ def _request_size(text: str) -> int:
     if not 64 * 1024 <= size <= 2**30:
         raise click.BadParameter(f"{text!r} is outside 64Ki..1Gi", param_hint="--max-request-size")
     return size
+
+
+def _metrics_access(public: bool, token_file: Path | None) -> MetricsAccess:
+    """``--metrics-public`` / ``--metrics-token-file`` as the platform's ``MetricsAccess``."""
+    from paddlecloud.server.main import MetricsAccess
+
+    if token_file is None:
+        return MetricsAccess(public=public)
+    if public:
+        raise click.UsageError("--metrics-public and --metrics-token-file exclude each other: give one")
+    try:
+        token = token_file.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(
+            f"cannot read {token_file}: {exc}", param_hint="--metrics-token-file"
+        ) from None
+    if len(token) < 16 or any(c.isspace() for c in token):
+        raise click.BadParameter(
+            f"{token_file} must hold one token of at least 16 characters without spaces "
+            "(e.g. the output of: openssl rand -hex 32)",
+            param_hint="--metrics-token-file",
+        )
+    return MetricsAccess.with_token(token)
 
 
 def _datacenter(name: str) -> str:
@@ -191,6 +217,17 @@ def _datacenter(name: str) -> str:
     "itself, for a self-signed one)",
 )
 @click.option(
+    "--metrics-public",
+    is_flag=True,
+    help="serve GET /metrics without a token (it names users and running jobs: only where the port "
+    "is reachable by operators alone); default: an admin's token or the scrape token; docs/metrics.md",
+)
+@click.option(
+    "--metrics-token-file",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path),
+    help="a file holding a token that lets Prometheus read GET /metrics and nothing else",
+)
+@click.option(
     "--env-cache-size",
     default="20Gi",
     show_default=True,
@@ -201,11 +238,17 @@ def up(
     host: str, port: int, data_dir: Path, database: str | None, policy: str, max_package_size: str,
     max_request_size: str, datacenter: str, storage_quota: str, default_quota: str, backend: str,
     api_url: str | None, tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None,
-    **backend_options: Any,
+    metrics_public: bool, metrics_token_file: Path | None, **backend_options: Any,
 ) -> None:  # fmt: skip
     """Run the platform in the foreground (Ctrl-C stops it; jobs keep running). Jobs run on this
     machine, or with --backend kubernetes as TrainingJobs on a cluster (see: paddlecloud operator)."""
-    from paddlecloud.server.main import ComputeLimits, IsolationError, PlatformConfig, prepare, serve
+    from paddlecloud.server.main import (
+        ComputeLimits,
+        IsolationError,
+        PlatformConfig,
+        prepare,
+        serve,
+    )
 
     settings = _backend_settings(backend, backend_options)
     tls = _tls(tls_cert, tls_key, tls_ca)
@@ -226,6 +269,7 @@ def up(
         api_ca=tls[2] if tls else "",  # ... and PADDLECLOUD_API_CA
         backend=backend,
         backend_settings=settings,
+        metrics_access=_metrics_access(metrics_public, metrics_token_file),
     )
     try:
         ready = prepare(config, _known_tokens(config.default_user))

@@ -6,7 +6,7 @@ phases; :class:`Platform` wires both to a database and a backend.
 
 from __future__ import annotations
 
-from paddlecloud.controller.config import ComputeLimits, PlatformConfig
+from paddlecloud.controller.config import ComputeLimits, MetricsAccess, PlatformConfig
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.jobtokens import JobIdentity, is_job_token
 from paddlecloud.controller.platform import Platform
@@ -17,6 +17,7 @@ __all__ = [
     "Identity",
     "JobIdentity",
     "JobService",
+    "MetricsAccess",
     "Platform",
     "PlatformConfig",
     "is_job_token",

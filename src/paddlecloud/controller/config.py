@@ -6,11 +6,13 @@ backend registry (``backends.registry``) makes it from ``up``'s options and make
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ComputeLimits", "PlatformConfig"]
+__all__ = ["ComputeLimits", "MetricsAccess", "PlatformConfig"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,28 @@ class ComputeLimits:
     cpu_m: int | None = None
     memory: int | None = None
     gpu: int | None = None
+
+
+@dataclass(frozen=True)
+class MetricsAccess:
+    """Who may read ``GET /metrics`` besides admins (docs/metrics.md): anyone who reaches the port
+    (``public``, ``up --metrics-public``), or whoever sends the scrape token (``up
+    --metrics-token-file``; only its SHA-256 is kept), which grants nothing else."""
+
+    public: bool = False
+    token_sha256: str = ""
+
+    @classmethod
+    def with_token(cls, token: str) -> MetricsAccess:
+        return cls(token_sha256=hashlib.sha256(token.encode()).hexdigest())
+
+    def allows(self, token: str | None) -> bool:
+        """Whether ``token`` (or none) may read the metrics without being an admin's."""
+        if self.public:
+            return True
+        if not token or not self.token_sha256:
+            return False
+        return hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), self.token_sha256)
 
 
 @dataclass(frozen=True)
@@ -60,6 +84,8 @@ class PlatformConfig:
     #: that backend's settings (``LocalSettings``, ``KubeSettings``, ...: its registry entry's
     #: ``settings_type``); None: its defaults
     backend_settings: Any = None
+    #: who may read GET /metrics besides admins
+    metrics_access: MetricsAccess = field(default_factory=MetricsAccess)
 
     @property
     def db_url(self) -> str:

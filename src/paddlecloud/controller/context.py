@@ -1,4 +1,5 @@
-"""What the controller's parts share: settings, database, backend, clock, one mutex, one wake-up.
+"""What the controller's parts share: settings, database, backend, clock, one mutex, one wake-up,
+the platform's metrics (``controller.metrics``) and its recorded history (``controller.history``).
 
 The mutex serialises every change of job state: a reconcile cycle holds it from start to end, and
 request handlers hold it only around their database writes (never across a slow backend call; a
@@ -23,7 +24,9 @@ from paddlecloud.backends.base import Backend, JobLaunch
 from paddlecloud.backends.errors import BackendError
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
+from paddlecloud.controller.history import History
 from paddlecloud.controller.jobtokens import issue_job_token
+from paddlecloud.controller.metrics import PlatformMetrics
 from paddlecloud.controller.specs import SpecCache
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
@@ -71,6 +74,10 @@ class Context:
     retrying: dict[str, float] = field(default_factory=dict)
     #: stored specs parsed once per job (every cycle reads every queued and running job's)
     specs: SpecCache = field(default_factory=SpecCache)
+    #: this platform's Prometheus registry and counters (never the process-wide default registry)
+    metrics: PlatformMetrics = field(default_factory=PlatformMetrics)
+    #: cluster use and queue over the last hour, each job's trainers over time (for charts)
+    history: History = field(default_factory=History)
 
     def wake(self) -> None:
         self.wake_event.set()

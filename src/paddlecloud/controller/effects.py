@@ -14,7 +14,9 @@ Order within a cycle (the plan was computed assuming it):
   4. ``Admit``: Starting, worker rows and an event, committed *before* the backend starts anything;
   5. ``Resize`` grows: new trainers are added to the running job.
 
-Every decision that changes a job is a job event, so ``describe`` shows the job's scheduling history.
+Every decision that changes a job is a job event, so ``describe`` shows the job's scheduling history,
+and is counted in the platform's metrics (``paddlecloud_scheduler_decisions_total``: a wait when the
+job's reason changes); a job's first admission observes its queueing delay.
 A backend call that raises fails that job alone (``controller.confine``: ``StartFailed`` for a start,
 ``StopFailed`` for a preemption or a shrink, its processes stopped and its placement freed); a grow
 that raises leaves the job as it was (a ``ResizeFailed`` event) with the trainers it did get. A
@@ -104,6 +106,7 @@ def _after_preemption(plan: Plan, jobs: list[str]) -> list[Wait]:
 def _wait(ctx: Context, row: JobRow, wait: Wait) -> None:
     if row.reason != wait.reason:
         ctx.event(row, "Normal", str(wait.reason), wait.message)
+        ctx.metrics.decision("wait", str(wait.reason))
     row.reason, row.message = str(wait.reason), wait.message
 
 
@@ -111,7 +114,10 @@ def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
     now = ctx.clock.now()
     row.phase = JobPhase.STARTING
     row.reason, row.message = "Admitted", admit.message
-    row.started_at = row.started_at if row.started_at is not None else now
+    ctx.metrics.decision("admit")
+    if row.started_at is None:  # its first admission
+        ctx.metrics.queueing_delay.observe(max(now - row.submitted_at, 0.0))
+        row.started_at = now
     row.accounted_at = now
     row.attempts += 1
     row.placement = [_as_json(p) for p in admit.placement]
@@ -145,6 +151,7 @@ def _preempt(ctx: Context, row: JobRow, p: Preempt) -> None:
     row.phase, row.reason = JobPhase.PREEMPTING, "Preempting"
     row.message = f"{p.message}; stopping its workers ({grace:g} s to checkpoint)"
     ctx.event(row, "Warning", "Preempting", row.message)
+    ctx.metrics.decision("preempt")
     ctx.stop_in_background(job_key(row.user, row.name), grace)
 
 
@@ -191,3 +198,4 @@ def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int) -> None:
     row.placement = pservers + [_as_json(p) for p in r.placement]
     row.resized_at = ctx.clock.now()
     ctx.event(row, "Normal", "Resized", f"trainers {before} -> {r.trainers}: {r.message}")
+    ctx.metrics.decision("resize", "Grow" if r.trainers > before else "Shrink")

@@ -8,7 +8,9 @@ Uploads of files larger than one chunk are resumable: ``begin`` returns an id th
 digests of the chunks it already holds and sends only the others. Each chunk is hashed while it is
 written and kept only if it matches the digest the client sent; ``complete`` checks the whole-file
 checksum from the kept digests and renames the file into place. Quota is checked before any byte is
-written: used + reserved by uploads in progress + this file <= limit.
+written: used + reserved by uploads in progress + this file <= limit. The bytes received (chunks,
+small files) and sent (downloads, as they are handed to the server) are counted in the platform's
+metrics (``paddlecloud_pfs_received_bytes_total`` / ``..._sent_bytes_total``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from paddlecloud.api.errors import (
     PaddleCloudError,
 )
 from paddlecloud.api.files import ChecksumView, FileInfo, StorageUsage, UploadView
+from paddlecloud.controller.metrics import PlatformMetrics
 from paddlecloud.controller.users import Identity
 from paddlecloud.core.checksum import ChunkedHasher, file_checksum
 from paddlecloud.core.pfspath import PfsPath, PfsPathError, parse_pfs_path
@@ -63,8 +66,11 @@ class _Usage:
 class ChunkWriter:
     """Receives one chunk's bytes block by block (written at once, hashed as they pass)."""
 
-    def __init__(self, store: FileStore, state: UploadState, index: int, digest: str) -> None:
+    def __init__(
+        self, store: FileStore, state: UploadState, index: int, digest: str, received: Callable[[int], None]
+    ) -> None:
         self.store, self.state, self.index, self.digest = store, state, index, digest
+        self._received = received
         self.offset = index * state.chunk_size
         self.expected = min(state.chunk_size, state.size - self.offset)
         self.written = 0
@@ -76,9 +82,9 @@ class ChunkWriter:
                 f"chunk {self.index} is longer than {self.expected} bytes", code=ErrorCode.INVALID_REQUEST
             )
         at = self.offset + self.written
-        self.written += self._do(
-            lambda: self.store.upload_write(self.state.id, at, pieces, self._hash.update)
-        )
+        n = self._do(lambda: self.store.upload_write(self.state.id, at, pieces, self._hash.update))
+        self.written += n
+        self._received(n)
 
     def finish(self) -> None:
         if self.written != self.expected:
@@ -130,8 +136,11 @@ def _storage_error(exc: StorageError, path: str) -> PaddleCloudError:
 
 
 class FileService:
-    def __init__(self, store: FileStore, datacenter: str, quota_of: QuotaSource) -> None:
+    def __init__(
+        self, store: FileStore, datacenter: str, quota_of: QuotaSource, metrics: PlatformMetrics | None = None
+    ) -> None:
         self.store = store
+        self.metrics = metrics or PlatformMetrics()
         self.datacenter = datacenter
         self.quota_of = quota_of
         self._usage: dict[str, _Usage] = {}
@@ -252,6 +261,16 @@ class FileService:
         return self._info(dst, self._do(dst, lambda: self.store.move(src.key, dst.key)))
 
     def read(self, who: Identity, text: str, offset: int, length: int | None) -> tuple[int, Iterator[bytes]]:
+        """A download: the file's size and its bytes (counted as sent as they are taken)."""
+        size, blocks = self._read(who, text, offset, length)
+        return size, self._sent(blocks)
+
+    def _sent(self, blocks: Iterator[bytes]) -> Iterator[bytes]:
+        for b in blocks:
+            self.metrics.pfs_sent.inc(len(b))
+            yield b
+
+    def _read(self, who: Identity, text: str, offset: int, length: int | None) -> tuple[int, Iterator[bytes]]:
         path = self.resolve(who, text, write=False)
         e = self._do(path, lambda: self.store.stat(path.key))
         if e is None:
@@ -259,7 +278,7 @@ class FileService:
         return e.size, self._do(path, lambda: self.store.read(path.key, offset, length, 1 << 20))
 
     def checksum(self, who: Identity, text: str, chunk_size: int) -> ChecksumView:
-        size, blocks = self.read(who, text, 0, None)
+        size, blocks = self._read(who, text, 0, None)
         h = ChunkedHasher(chunk_size)
         for b in blocks:
             h.update(b)
@@ -277,6 +296,7 @@ class FileService:
             )
         self._reserve(who, path, len(data), exclude_upload=None)
         e = self._do(path, lambda: self.store.put_small(path.key, [data], overwrite))
+        self.metrics.pfs_received.inc(len(data))
         self._account(path, len(data), overwrite)
         return self._info(path, e)
 
@@ -341,7 +361,7 @@ class FileService:
             raise InvalidInput("missing or malformed chunk digest header", code=ErrorCode.INVALID_REQUEST)
         if index in state.received:  # a re-send: until it verifies, the chunk counts as missing again
             self.store.upload_unmark(upload_id, index)
-        return ChunkWriter(self.store, state, index, digest)
+        return ChunkWriter(self.store, state, index, digest, self.metrics.pfs_received.inc)
 
     def complete_upload(self, who: Identity, upload_id: str, checksum: str, overwrite: bool) -> FileInfo:
         state = self._upload(who, upload_id)

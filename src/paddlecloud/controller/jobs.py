@@ -1,4 +1,5 @@
-"""Job operations behind the REST routes: submit, list, get, kill, delete, workers, logs, quota.
+"""Job operations behind the REST routes: submit, list, get, kill, delete, workers, logs, quota,
+and a job's trainers over time (``controller.history``).
 
 Every method takes the caller's :class:`Identity`; users see only their own jobs. Admins act on
 another user's jobs with the ``user`` argument (anyone may name themselves; a non-admin naming someone
@@ -21,6 +22,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound
 from paddlecloud.api.files import FileInfo
+from paddlecloud.api.history import TrainerHistory
 from paddlecloud.api.models import (
     JobDetail,
     JobList,
@@ -70,6 +72,10 @@ class JobListQuery:
     user: str | None = None
 
 
+def _job_not_found(name: str) -> NotFound:
+    return NotFound(f"job {name!r} not found (see: paddlecloud get jobs -a)", code=ErrorCode.JOB_NOT_FOUND)
+
+
 def _limit_view(r: Resources) -> ResourceView:
     """A limit for display: an unlimited dimension shows as 'unlimited'."""
     huge = 1 << 60
@@ -111,10 +117,19 @@ class JobService:
         loads = [selectinload(JobRow.workers), *([selectinload(JobRow.events)] if events else [])]
         row = s.scalar(select(JobRow).where(JobRow.user == owner, JobRow.name == name).options(*loads))
         if row is None:
-            raise NotFound(
-                f"job {name!r} not found (see: paddlecloud get jobs -a)", code=ErrorCode.JOB_NOT_FOUND
-            )
+            raise _job_not_found(name)
         return row
+
+    def trainers_history(self, who: Identity, name: str, user: str | None = None) -> TrainerHistory:
+        """The job's trainer count over time as the reconciler observed it (``History``); another
+        user's job is not found."""
+        owner = self._owner(who, user)
+        with self.ctx.session() as s:
+            job_id = s.scalar(select(JobRow.id).where(JobRow.user == owner, JobRow.name == name))
+        if job_id is None:
+            raise _job_not_found(name)
+        points = self.ctx.history.job_trainers_history(job_key(owner, name), job_id)
+        return TrainerHistory(user=owner, job=name, items=points)
 
     def _list_key(self, who: Identity, q: JobListQuery) -> tuple[str | None, bool]:
         """Whose jobs ``q`` lists (None: everyone's), after the permission checks."""

@@ -5,7 +5,11 @@
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
                            ├─ TaskService (the jobs' data task masters)
                            ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
-                           └─ ClusterState               (nodes and queue as the scheduler sees them)
+                           ├─ ClusterState               (nodes and queue as the scheduler sees them)
+                           └─ PlatformMetrics (a registry of its own) + History (controller.history)
+
+``metrics_text(token)`` is ``GET /metrics`` (who may read it: ``PlatformConfig.metrics_access``);
+``history`` the recorded time series the console charts.
 
 The server holds one Platform; tests build one against a temp dir and a manual clock.
 """
@@ -23,13 +27,15 @@ from paddlecloud.backends.registry import BackendConfigError
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
+from paddlecloud.controller.history import History
 from paddlecloud.controller.jobs import JobService
+from paddlecloud.controller.metrics import PlatformMetrics, live_figures
 from paddlecloud.controller.quotas import storage_quota
 from paddlecloud.controller.readcache import ReadCache
 from paddlecloud.controller.reconciler import Reconciler
 from paddlecloud.controller.scheduling import ClusterState
 from paddlecloud.controller.tasks import TaskService
-from paddlecloud.controller.users import Identity, UserDirectory
+from paddlecloud.controller.users import Identity, UserDirectory, require_admin
 from paddlecloud.core.clock import Clock, SystemClock
 from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.storage import LocalDirStore
@@ -87,10 +93,12 @@ class Platform:
             with db.session() as s:
                 return storage_quota(s, user, config.storage_quota)
 
-        files = FileService(LocalDirStore(config.pfs_dir), config.datacenter, quota_of)
-        ctx = Context(config=config, db=db, backend=backend, clock=clock, files=files)
+        metrics = PlatformMetrics()
+        files = FileService(LocalDirStore(config.pfs_dir), config.datacenter, quota_of, metrics)
+        ctx = Context(config=config, db=db, backend=backend, clock=clock, files=files, metrics=metrics)
         holder.append(ctx)
         reconciler = Reconciler(ctx, make_policy(config.policy))
+        metrics.watch(lambda: live_figures(db, reconciler.nodes))
         return cls(
             ctx=ctx,
             jobs=JobService(ctx),
@@ -100,6 +108,22 @@ class Platform:
             tasks=TaskService(ctx),
             cluster=ClusterState(ctx, reconciler),
         )
+
+    @property
+    def history(self) -> History:
+        """Cluster use and queue over the last hour, each job's trainers over time (the console's
+        charts): ``history.cluster_history()``, ``history.job_trainers_history("user/name")``."""
+        return self.ctx.history
+
+    def metrics_text(self, token: str | None) -> bytes:
+        """``GET /metrics``: every metric in the Prometheus text format, for whoever
+        ``config.metrics_access`` lets read it (``Unauthorized`` / ``Forbidden`` otherwise)."""
+        access = self.ctx.config.metrics_access
+        if not access.allows(token):
+            require_admin(
+                self.authenticate(token), "reading /metrics (or: the scrape token of up --metrics-token-file)"
+            )
+        return self.ctx.metrics.exposition()
 
     def start(self) -> None:
         self.reconciler.start()

@@ -29,6 +29,11 @@ Elastic bounds reach the policy only when the backend declares the ``resize`` ca
 engine shared with other work (``shared-capacity``) the snapshot's nodes also count what the engine
 says that work holds, and a job waiting for capacity is told whose load it waits behind.
 
+Each cycle also feeds the platform's metrics (its own duration, the policy's) and its history
+(``controller.history``): every job holding resources has its trainer count observed, and at most
+every ``History.interval_s`` the cluster's allocation and queue are recorded; ``nodes`` keeps the
+last view of the nodes for the metrics' node gauges.
+
 The loop runs in a thread, every ``tick_seconds`` or at once when something calls ``Context.wake``.
 """
 
@@ -39,9 +44,10 @@ import threading
 import time
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from paddlecloud.api.history import ClusterPoint
 from paddlecloud.backends.base import Capability, JobStatus
 from paddlecloud.controller.capacity import name_foreign_load, node_states
 from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
@@ -51,7 +57,8 @@ from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
 from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
-from paddlecloud.scheduler import JobRequest, Plan, Policy, Snapshot
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot
 from paddlecloud.store.tables import JobRow
 
 __all__ = ["Reconciler"]
@@ -91,6 +98,9 @@ class Reconciler:
         self._held: frozenset[str] = frozenset()
         #: started jobs not yet re-adopted after a restart (the backend was unavailable): by key
         self._unadopted: set[str] = set()
+        #: the nodes as the last cycle that looked saw them (the metrics' node gauges), and that cycle
+        self.nodes: tuple[NodeState, ...] = ()
+        self._nodes_cycle = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -192,10 +202,13 @@ class Reconciler:
     # -- one cycle ------------------------------------------------------------------------------
 
     def tick(self) -> None:
+        started = time.perf_counter()
         with self.ctx.mutex, self.ctx.session() as s:
             self.cycle += 1
             self._observe(s)
             self._schedule(s)
+            self._record_cluster(s)
+        self.ctx.metrics.reconcile_cycle.observe(time.perf_counter() - started)
 
     def _observe(self, s: Session) -> None:
         rows = s.scalars(
@@ -228,8 +241,22 @@ class Reconciler:
             account(row, now, self.ctx.specs)
             self.apply_status(row, status)
             if row.spec.get("tasks"):  # a dead trainer's tasks go to the others now, not at expiry
-                release_ended(s, row.id, status.workers)
+                self.ctx.metrics.lease("released", release_ended(s, row.id, status.workers))
             s.commit()
+        self._observe_trainers(rows, now)
+
+    def _observe_trainers(self, rows: Sequence[JobRow], now: float) -> None:
+        """Each job still holding resources: its trainers in the history; the others hold none."""
+        seen = set()
+        for row in rows:
+            if row.phase not in HOLDING:
+                continue
+            key = job_key(row.user, row.name)
+            names = trainer_names(row)
+            running = sum(1 for w in row.workers if w.name in names and w.state == WorkerState.RUNNING)
+            self.ctx.history.observe_job(key, row.id, now, len(names), running)
+            seen.add(key)
+        self.ctx.history.end_jobs(seen, now)
 
     def apply_status(self, row: JobRow, status: JobStatus) -> None:
         record_workers(self.ctx, row, status)
@@ -285,12 +312,49 @@ class Reconciler:
             ),
             quotas=compute_quotas(s),
         )
+        started = time.perf_counter()
         plan = self.policy.schedule(snap)
+        self.ctx.metrics.scheduling_round.observe(time.perf_counter() - started)
         if Capability.SHARED_CAPACITY in self.ctx.backend.capabilities:
             plan = name_foreign_load(plan, nodes, snap)
         self.last = (snap, plan)
         rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
         self._held |= apply_plan(self.ctx, s, plan, rows)
+        holding_now = [r for r in (*queued, *holding) if r.phase in HOLDING]  # after the plan
+        self.nodes, self._nodes_cycle = node_states(self.ctx, holding_now, nodes), self.cycle
+
+    def _record_cluster(self, s: Session) -> None:
+        """At most every ``history.interval_s``: the cluster's allocation and queue in the history
+        (the nodes looked at again unless this cycle's scheduling already did)."""
+        now = self.ctx.clock.now()
+        if not self.ctx.history.due(now):
+            return
+        holding = s.scalars(select(JobRow).where(JobRow.phase.in_(HOLDING))).all()
+        if self._nodes_cycle != self.cycle:
+            try:
+                self.nodes = node_states(self.ctx, holding, self.ctx.backend.nodes())
+            except Exception as exc:  # an engine unreachable now: the next cycle records instead
+                log.warning("cluster history: the backend's nodes are unavailable: %s", exc)
+                return
+            self._nodes_cycle = self.cycle
+        queued = s.scalar(
+            select(func.count()).where(JobRow.phase == JobPhase.QUEUED, JobRow.stop_requested.is_(False))
+        )
+        held = sum((n.allocated for n in self.nodes), Resources())
+        capacity = sum((n.capacity for n in self.nodes), Resources())
+        self.ctx.history.record_cluster(
+            ClusterPoint(
+                t=now,
+                cpu_allocated=held.cpu_m / 1000,
+                cpu_capacity=capacity.cpu_m / 1000,
+                memory_allocated=held.memory,
+                memory_capacity=capacity.memory,
+                gpu_allocated=held.gpu,
+                gpu_capacity=capacity.gpu,
+                queued=int(queued or 0),
+                running=len(holding),
+            )
+        )
 
     def _requests(self, s: Session, queued: Sequence[JobRow], elastic: bool) -> tuple[JobRequest, ...]:
         """The queued jobs as the scheduler sees them; one whose stored spec cannot be read fails."""

@@ -2,7 +2,8 @@
 
 ``job_request``: a job row as the scheduler sees it (elastic bounds only where the backend can
 resize). ``placement_of`` / ``trainer_names``: a job's recorded placement. ``record_workers``: write
-what the backend observed (worker states, backend events) onto a job row. ``account``: add the
+what the backend observed (worker states, backend events) onto a job row, counting the restarts
+among the events (``paddlecloud_worker_restarts_total``). ``account``: add the
 service a started job received since it was last accounted (trainer-seconds; GPU-seconds for GPU
 jobs), which the least-attained-service policies order by.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import JobStatus
 from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.metrics import RESTART_EVENTS
 from paddlecloud.controller.specs import SpecCache
 from paddlecloud.scheduler import JobRequest, WorkerPlacement
 from paddlecloud.store.tables import JobRow, WorkerRow
@@ -79,3 +81,5 @@ def record_workers(ctx: Context, row: JobRow, status: JobStatus) -> None:
         w.started_at, w.finished_at = ws.started_at, ws.finished_at
     for ev in status.events:
         ctx.event(row, ev.type, ev.reason, ev.message)
+        if ev.reason in RESTART_EVENTS:
+            ctx.metrics.restarts.labels(row.user).inc()

@@ -11,7 +11,9 @@
 
 Every decision is a pure function of ``core.tasks``; this module loads rows, asks, writes them
 back and commits before it answers, so an acknowledged ``done`` survives a server restart and a
-lease survives it too (it simply expires if its trainer is gone). Time is ``ctx.clock``.
+lease survives it too (it simply expires if its trainer is gone). Time is ``ctx.clock``. Leases
+granted and how they end (done, failed, expired, released, lost) are counted once committed
+(``paddlecloud_task_leases_total``).
 
 Concurrency: the operations of one job (lease, done, fail, renew) are serialised per job, those of
 different jobs run concurrently. In the process by a lock per job (:class:`JobLocks`); across server
@@ -351,12 +353,25 @@ class TaskService:
             )
             if again is not None:  # a retried request: the same answer
                 return self._leased(q, again)
-            self._refuse_ended_run(s, q.job_id, req)
+            with self._counting_lost():
+                self._refuse_ended_run(s, q.job_id, req)
             now = self.ctx.clock.now()
-            self._reclaim(s, q, now)
+            expired = self._reclaim(s, q, now)
             answer = self._step(s, q, req, now)
             s.commit()
+            self.ctx.metrics.lease("expired", expired)
+            self.ctx.metrics.lease("granted", int(answer.status == "leased"))
             return answer
+
+    @contextmanager
+    def _counting_lost(self) -> Iterator[None]:
+        """Count a ``lease_lost`` refusal raised inside (and let it through)."""
+        try:
+            yield
+        except Conflict as exc:
+            if exc.code == ErrorCode.LEASE_LOST:
+                self.ctx.metrics.lease("lost")
+            raise
 
     @staticmethod
     def _refuse_ended_run(s: Session, job_id: int, req: LeaseRequest) -> None:
@@ -403,15 +418,16 @@ class TaskService:
             return self._answer(q, "finished")
 
     @staticmethod
-    def _reclaim(s: Session, q: TaskQueueRow, now: float) -> None:
-        """Expired leases back to todo (or failed at the limit), counted as failures."""
+    def _reclaim(s: Session, q: TaskQueueRow, now: float) -> int:
+        """Expired leases back to todo (or failed at the limit), counted as failures; how many."""
         stale = s.scalars(
             select(TaskRow).where(
                 TaskRow.queue_id == q.id, TaskRow.state == TaskState.LEASED, TaskRow.lease_expires <= now
             )
-        )
+        ).all()
         for t in stale:
             _store(t, logic.reclaim(_slot(t), now, _limits(q)))
+        return len(stale)
 
     @staticmethod
     def _next_pass(s: Session, q: TaskQueueRow) -> None:
@@ -447,7 +463,7 @@ class TaskService:
 
     def done(self, who: Caller, name: str, index: int, req: AckRequest, user: str | None = None) -> TaskView:
         """Acknowledge a task done (idempotent for the lease that did it)."""
-        with self._locked(who, name, user) as (s, q):
+        with self._locked(who, name, user) as (s, q), self._counting_lost():
             t = self._task(s, q, index)
             try:
                 slot, new = logic.complete(_slot(t), req.lease)
@@ -457,22 +473,24 @@ class TaskService:
                 _store(t, slot)
                 t.done_passes += 1
                 s.commit()
+                self.ctx.metrics.lease("done")
             return _view(q, t)
 
     def fail(self, who: Caller, name: str, index: int, req: AckRequest, user: str | None = None) -> TaskView:
         """The holder gives the task back as failed: handed out again, or failed at the limit."""
-        with self._locked(who, name, user) as (s, q):
+        with self._locked(who, name, user) as (s, q), self._counting_lost():
             t = self._task(s, q, index)
             try:
                 _store(t, logic.fail(_slot(t), req.lease, _limits(q), req.error))
             except LeaseError as exc:
                 raise _lost(exc) from None
             s.commit()
+            self.ctx.metrics.lease("failed")
             return _view(q, t)
 
     def renew(self, who: Caller, name: str, index: int, req: AckRequest, user: str | None = None) -> TaskView:
         """Extend the holder's lease by the queue's lease time from now."""
-        with self._locked(who, name, user) as (s, q):
+        with self._locked(who, name, user) as (s, q), self._counting_lost():
             t = self._task(s, q, index)
             try:
                 _store(t, logic.renew(_slot(t), req.lease, self.ctx.clock.now(), _limits(q)))

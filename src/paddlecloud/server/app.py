@@ -1,8 +1,10 @@
 """The FastAPI application: ``create_app(platform)`` mounts the routers under ``/api/v1`` and the web
 console (``paddlecloud.console``) under ``/ui`` (``/`` leads there).
 
-Request path: version check (middleware) → auth (dependency) → route → ``JobService`` → response
-model. The OpenAPI document is served at ``/api/v1/openapi.json`` and browsable at ``/docs``.
+API request path: request timing (middleware, the platform's metrics) → version check (middleware) → body
+limit (middleware) → auth (dependency) → route → ``JobService`` → response model. The OpenAPI
+document is served at ``/api/v1/openapi.json`` and browsable at ``/docs``; Prometheus metrics at
+``/metrics`` (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from paddlecloud.console import create_console
 from paddlecloud.controller import Platform
 from paddlecloud.server import (
     routes_jobs,
+    routes_metrics,
     routes_pfs,
     routes_scheduling,
     routes_system,
@@ -29,6 +32,7 @@ from paddlecloud.server import (
 )
 from paddlecloud.server.errors import install_error_handlers
 from paddlecloud.server.limits import BodyLimitMiddleware
+from paddlecloud.server.metrics import RequestMetricsMiddleware
 
 __all__ = ["ApiVersionMiddleware", "create_app"]
 
@@ -92,12 +96,15 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=platform.ctx.config.max_request_bytes)
     app.add_middleware(ApiVersionMiddleware)
+    app.add_middleware(RequestMetricsMiddleware, metrics=platform.ctx.metrics)  # outermost: times all
     app.include_router(routes_system.router, prefix=API_PREFIX)
     app.include_router(routes_jobs.router, prefix=API_PREFIX)
     app.include_router(routes_tasks.router, prefix=API_PREFIX)
     app.include_router(routes_pfs.router, prefix=API_PREFIX)
     app.include_router(routes_users.router, prefix=API_PREFIX)
     app.include_router(routes_scheduling.router, prefix=API_PREFIX)
+    app.include_router(routes_metrics.router, prefix=API_PREFIX)
+    app.include_router(routes_metrics.metrics_router)
     app.mount("/ui", create_console(platform))
     app.add_route("/", _to_console, include_in_schema=False)
     return app

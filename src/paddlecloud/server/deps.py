@@ -1,7 +1,8 @@
 """Request dependencies: the platform held by the app, and the caller's identity from its token.
 
 ``Caller``: a user token (every route). ``TaskCaller``: a user token or a job token (``pcj_…``, the
-task routes only; it names one job, see ``controller/jobtokens.py``).
+task routes only; it names one job, see ``controller/jobtokens.py``). ``BearerToken``: the token as
+sent, unchecked (``/metrics``, whose access rule is the platform's).
 
 ``Caller`` is resolved on the event loop when the platform knows the token from memory, and in the
 thread pool (a database read) only when it does not: a request then costs no thread hop for its
@@ -18,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from paddlecloud.controller import Identity, JobIdentity, Platform, is_job_token
 
-__all__ = ["Caller", "PlatformDep", "TaskCaller", "get_platform", "memory_or_thread"]
+__all__ = ["BearerToken", "Caller", "PlatformDep", "TaskCaller", "get_platform", "memory_or_thread"]
 
 T = TypeVar("T")
 
@@ -59,5 +60,6 @@ def _task_caller(request: Request, platform: PlatformDep) -> Identity | JobIdent
     return platform.authenticate(token)
 
 
+BearerToken = Annotated[str | None, Depends(_bearer)]
 Caller = Annotated[Identity, Depends(_identity)]
 TaskCaller = Annotated[Identity | JobIdentity, Depends(_task_caller)]

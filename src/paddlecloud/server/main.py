@@ -26,12 +26,13 @@ from paddlecloud.backends.local.sandbox import IsolationError
 from paddlecloud.backends.options import OptionError
 from paddlecloud.backends.registry import BackendEntry, UnknownBackend, backend_names
 from paddlecloud.backends.registry import entry as backend_entry
-from paddlecloud.controller import ComputeLimits, Platform, PlatformConfig
+from paddlecloud.controller import ComputeLimits, MetricsAccess, Platform, PlatformConfig
 from paddlecloud.server.app import create_app
 
 __all__ = [
     "ComputeLimits",
     "IsolationError",
+    "MetricsAccess",
     "OptionError",
     "PlatformConfig",
     "Prepared",

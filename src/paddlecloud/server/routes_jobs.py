@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
+from paddlecloud.api.history import TrainerHistory
 from paddlecloud.api.models import (
     JobDetail,
     JobList,
@@ -72,6 +73,12 @@ def delete_job(name: str, who: Caller, platform: PlatformDep, user: UserParam = 
 @router.get("/jobs/{name}/workers", response_model=WorkerList, tags=["jobs"])
 def list_workers(name: str, who: Caller, platform: PlatformDep, user: UserParam = None) -> WorkerList:
     return WorkerList(items=platform.jobs.workers(who, name, user))
+
+
+@router.get("/jobs/{name}/history", response_model=TrainerHistory, tags=["jobs"])
+def job_history(name: str, who: Caller, platform: PlatformDep, user: UserParam = None) -> TrainerHistory:
+    """The job's trainer count over time (held and running; a point per change)."""
+    return platform.jobs.trainers_history(who, name, user)
 
 
 @router.get("/jobs/{name}/logs", tags=["jobs"], response_class=StreamingResponse)
