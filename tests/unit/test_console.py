@@ -313,3 +313,22 @@ def test_api_cluster_and_queue(world: MemoryWorld) -> None:
     assert [(e["position"], e["name"], e["reason"]) for e in queue["items"]] == [
         (1, "huge", "ExceedsNodeCapacity")
     ]
+
+
+def test_chart_data(world: MemoryWorld) -> None:
+    """The charts' data: a job's trainers over time (its owner's only) and the cluster's last hour."""
+    world.clock.advance(15)
+    world.tick(2)
+    c, _ = logged_in(world, "alice")
+    trainers = c.get("/ui/jobs/train/trainers.json").json()
+    assert trainers["step"] and len(trainers["x"]) >= 2
+    assert [s["label"] for s in trainers["series"]] == ["trainers", "running"]
+    assert trainers["series"][0]["values"][0] == 1
+    bob, _ = logged_in(world, "bob")
+    assert bob.get("/ui/jobs/train/trainers.json").status_code == 404
+    util = bob.get("/ui/cluster/history.json", params={"chart": "util"}).json()
+    assert util["unit"] == "%" and util["max"] == 100 and len(util["x"]) >= 2
+    assert util["series"][0]["label"] == "CPU" and util["series"][0]["values"][-1] == 25.0  # 1 of 4 CPUs
+    queue = bob.get("/ui/cluster/history.json", params={"chart": "queue"}).json()
+    assert [s["values"][-1] for s in queue["series"]] == [1, 1]  # "huge" waits, "train" runs
+    assert bob.get("/ui/cluster/history.json", params={"chart": "secrets"}).status_code == 422

@@ -11,14 +11,15 @@ Each calls the controller view the REST API serves (``ClusterState``, ``JobServi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from paddlecloud.console.auth import Session, session
 from paddlecloud.console.pages_jobs import platform_of
 from paddlecloud.console.render import built, fragment, live, page
+from paddlecloud.console.views import cluster_chart
 
 __all__ = ["router"]
 
@@ -49,7 +50,12 @@ def _quota(request: Request, sess: Session, params: dict[str, str]) -> dict[str,
 
 _PAGES: dict[str, Builder] = {"queue": _queue, "cluster": _cluster, "quota": _quota}
 #: what a page shows besides its live part (chart sources, filled in by the history)
-_FIXED: dict[str, dict[str, str]] = {"cluster": {"util_src": "", "queue_src": ""}}
+_FIXED: dict[str, dict[str, str]] = {
+    "cluster": {
+        "util_src": "/ui/cluster/history.json?chart=util",
+        "queue_src": "/ui/cluster/history.json?chart=queue",
+    }
+}
 
 
 def _part(name: str, request: Request, sess: Session, params: dict[str, str]) -> dict[str, Any]:
@@ -104,3 +110,12 @@ def quota(request: Request, sess: SessionDep) -> HTMLResponse:
 @router.get("/_quota", response_class=HTMLResponse)
 async def quota_live(request: Request, sess: SessionDep, since: SinceQ = None) -> Response:
     return await _live("quota", request, sess, since, {})
+
+
+@router.get("/cluster/history.json")
+def cluster_history(
+    request: Request, sess: SessionDep, chart: Annotated[Literal["util", "queue"], Query()] = "util"
+) -> JSONResponse:
+    """The last hour of the cluster, for its charts (aggregates only: any signed-in user)."""
+    del sess  # signed in is enough, as for GET /api/v1/cluster/history
+    return JSONResponse(cluster_chart(platform_of(request), chart))

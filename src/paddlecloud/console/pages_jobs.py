@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from paddlecloud.console.auth import Session, session, verified_form
@@ -35,6 +35,7 @@ from paddlecloud.console.views import (
     jobs_page,
     log_live,
     log_tail,
+    trainer_chart,
     unfinished_jobs,
 )
 from paddlecloud.controller import Platform
@@ -129,8 +130,9 @@ def _job_part(request: Request, sess: Session, name: str, user: str | None) -> d
         data = job_page(platform_of(request), sess.who, name, user)
         return {"d": data, "job": data.job}
 
+    query = f"?{urlencode({'user': user})}" if user else ""
     fixed = {"section": "jobs", "user_q": {"user": user} if user else {}, "who": sess.who, "csrf": sess.csrf,
-             "chart_src": ""}  # fmt: skip
+             "chart_src": f"/ui/jobs/{quote(name, safe='')}/trainers.json{query}"}  # fmt: skip
     return {"key": ("job", sess.who.name, sess.who.is_admin, name, user), "build": build, "fixed": fixed}
 
 
@@ -202,3 +204,9 @@ async def log(
     if since == value:
         return Response(status_code=204, headers=headers)
     return PlainTextResponse(text, headers=headers)
+
+
+@router.get("/jobs/{name}/trainers.json")
+def trainers(request: Request, sess: SessionDep, name: NameP, user: UserQ = None) -> JSONResponse:
+    """The job's trainer count over time, for its chart."""
+    return JSONResponse(trainer_chart(platform_of(request), sess.who, name, user))

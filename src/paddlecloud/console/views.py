@@ -6,6 +6,7 @@ ordering and bounding what a page lists.
                                          JobService.finished (one page of the history)
       ─▶ jobs_page(...)                  ─▶ waiting / active / finished
     job_page(platform, who, name, user)  JobService.get + TaskService.status + FileService.listdir
+    trainer_chart, cluster_chart         JobService.trainers_history, History ─▶ uPlot columns
     log_tail / log_live(platform, who, q)  JobService.logs (a bounded tail); JobService.workers:
                                          may more come?
 """
@@ -37,12 +38,14 @@ __all__ = [
     "JobsFilter",
     "JobsPageData",
     "LogQuery",
+    "cluster_chart",
     "finished_jobs",
     "job_page",
     "job_users",
     "jobs_page",
     "log_live",
     "log_tail",
+    "trainer_chart",
     "unfinished_jobs",
 ]
 
@@ -215,3 +218,38 @@ def log_live(platform: Platform, who: Identity, q: LogQuery) -> bool:
     if q.worker == "prepare":
         return any(w.state == WorkerState.PENDING for w in workers)
     return any(w.name == q.worker and w.state in _LIVE_WORKER for w in workers)
+
+
+def trainer_chart(platform: Platform, who: Identity, name: str, user: str | None) -> dict[str, Any]:
+    """The job's trainers over time (``History``, via ``JobService.trainers_history``) as uPlot
+    columns: a step chart, each point holding until the next."""
+    points = platform.jobs.trainers_history(who, name, user).items
+    return {
+        "x": [p.t for p in points],
+        "series": [
+            {"label": "trainers", "values": [p.trainers for p in points]},
+            {"label": "running", "values": [p.running for p in points]},
+        ],
+        "step": True,
+    }
+
+
+def cluster_chart(platform: Platform, kind: str) -> dict[str, Any]:
+    """The last hour of the cluster (``History.cluster_history``) as uPlot columns: ``util``, the
+    share of each resource held (%), or ``queue``, jobs waiting and running."""
+    points = platform.history.cluster_history()
+    x = [p.t for p in points]
+    if kind == "queue":
+        return {"x": x, "series": [{"label": "waiting", "values": [p.queued for p in points]},
+                                   {"label": "running", "values": [p.running for p in points]}]}  # fmt: skip
+
+    def share(part: float, whole: float) -> float | None:
+        return round(100 * part / whole, 1) if whole else None
+
+    series = [
+        {"label": "CPU", "values": [share(p.cpu_allocated, p.cpu_capacity) for p in points]},
+        {"label": "memory", "values": [share(p.memory_allocated, p.memory_capacity) for p in points]},
+    ]
+    if any(p.gpu_capacity for p in points):
+        series.append({"label": "GPUs", "values": [share(p.gpu_allocated, p.gpu_capacity) for p in points]})
+    return {"x": x, "series": series, "unit": "%", "max": 100}

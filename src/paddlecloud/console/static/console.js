@@ -169,7 +169,9 @@
   }
 
   // -- charts -----------------------------------------------------------------------------------
+  // a [data-chart] element holds the URL of {x: [unix s], series: [{label, values}], unit, max, step}
   var palette = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2"];
+  var fills = ["rgba(37, 99, 235, 0.10)", "rgba(22, 163, 74, 0.08)", "rgba(217, 119, 6, 0.08)"];
   function drawChart(box) {
     var src = box.getAttribute("data-chart");
     if (!src || typeof uPlot === "undefined") return;
@@ -177,22 +179,25 @@
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (data) {
         if (!data || !data.x || data.x.length < 2) return;
-        var series = [{}];
-        var columns = [data.x];
+        var unit = data.unit || "";
+        var series = [{}], columns = [data.x];
         data.series.forEach(function (s, i) {
-          series.push({ label: s.label, stroke: palette[i % palette.length], width: 2,
-                        fill: i === 0 ? "rgba(37, 99, 235, 0.08)" : undefined,
-                        value: function (u, v) { return v == null ? "–" : v + (data.unit || ""); } });
+          series.push({
+            label: s.label, stroke: palette[i % palette.length], width: 2, fill: fills[i],
+            paths: data.step ? uPlot.paths.stepped({ align: 1 }) : undefined,
+            value: function (u, v) { return v == null ? "–" : v + unit; }
+          });
           columns.push(s.values);
         });
         var opts = {
           width: Math.max(280, box.clientWidth), height: 230, series: series,
-          scales: { y: { range: data.max ? [0, data.max] : function (u, lo, hi) { return [0, Math.max(1, hi)]; } } },
-          axes: [{}, { values: function (u, ticks) { return ticks.map(function (t) { return t + (data.unit || ""); }); } }],
+          scales: { y: { range: function (u, lo, hi) { return [0, data.max || Math.max(1, Math.ceil(hi * 1.15))]; } } },
+          axes: [{}, { size: 50, incrs: unit ? undefined : [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+                       values: function (u, ticks) { return ticks.map(function (t) { return t + unit; }); } }],
           legend: { show: true }
         };
-        box.replaceChildren();
         if (box._plot) box._plot.destroy();
+        box.replaceChildren();
         box._plot = new uPlot(opts, columns, box);
       })
       .catch(function () { /* keep the last chart */ });
@@ -201,6 +206,10 @@
   window.addEventListener("load", function () {
     drawCharts();
     setInterval(drawCharts, 30000);
+  });
+  // a job's state changed (its live part was swapped in): its trainer chart may have too
+  document.addEventListener("htmx:afterSwap", function (e) {
+    if (e.detail.target && e.detail.target.id === "job-live") drawCharts();
   });
   var resizeTimer = null;
   window.addEventListener("resize", function () {
