@@ -32,6 +32,7 @@ from paddlecloud.console import pages_cluster, pages_jobs, pages_pfs
 from paddlecloud.console.auth import (
     COOKIE_MAX_AGE,
     check_origin,
+    cookie_flags,
     cookie_name,
     safe_next,
     session,
@@ -80,13 +81,7 @@ def _session_routes(app: FastAPI) -> None:
             return _login_page(request, safe_next(next), "That token is not valid.", status=401)
         response = RedirectResponse(safe_next(next), status_code=303)
         response.set_cookie(
-            cookie_name(request),
-            token.strip(),
-            max_age=COOKIE_MAX_AGE,
-            path="/ui",
-            secure=request.url.scheme == "https",
-            httponly=True,
-            samesite="lax",
+            cookie_name(request), token.strip(), max_age=COOKIE_MAX_AGE, **cookie_flags(request)
         )
         return response
 
@@ -94,13 +89,7 @@ def _session_routes(app: FastAPI) -> None:
     async def logout(request: Request) -> Response:
         await verified_form(request, await session(request))
         response = RedirectResponse("/ui/login", status_code=303)
-        response.delete_cookie(
-            cookie_name(request),
-            path="/ui",
-            secure=request.url.scheme == "https",
-            httponly=True,
-            samesite="lax",
-        )
+        response.delete_cookie(cookie_name(request), **cookie_flags(request))
         return response
 
     @app.get("", include_in_schema=False)

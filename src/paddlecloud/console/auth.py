@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import Request
@@ -37,6 +38,7 @@ __all__ = [
     "Session",
     "check_csrf",
     "check_origin",
+    "cookie_flags",
     "cookie_name",
     "csrf_token",
     "safe_next",
@@ -69,6 +71,11 @@ class Session:
 
 def cookie_name(request: Request) -> str:
     return "__Secure-paddlecloud" if request.url.scheme == "https" else "paddlecloud"
+
+
+def cookie_flags(request: Request) -> dict[str, Any]:
+    """The session cookie's attributes (the same when it is set and when it is deleted)."""
+    return {"path": "/ui", "secure": request.url.scheme == "https", "httponly": True, "samesite": "lax"}
 
 
 def csrf_token(token: str) -> str:
