@@ -138,6 +138,7 @@ def check_csrf(request: Request, sess: Session, form_value: str | None) -> None:
 async def verified_form(request: Request, sess: Session, *, max_files: int = 0) -> FormData:
     """The body of a state-changing request (a form, possibly empty), after :func:`check_csrf`.
     Nothing of the request is acted on before this returns."""
+    check_origin(request)  # before reading a body another site may have sent
     kind = request.headers.get("content-type", "")
     form = FormData()
     if kind.startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
