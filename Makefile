@@ -31,8 +31,8 @@ unit: install
 e2e: install
 	$(VENV)/bin/pytest tests/e2e -q
 
-test: lint              ## everything CI runs (installs PostgreSQL and bubblewrap when root + apt-get)
-	bash scripts/ensure-system-packages.sh postgresql bubblewrap
+test: lint              ## everything CI runs (installs PostgreSQL, bubblewrap, Chromium when root + apt-get)
+	bash scripts/ensure-system-packages.sh postgresql bubblewrap chromium
 	$(VENV)/bin/pytest tests -q --durations=30
 
 bench: install

@@ -48,6 +48,8 @@ for _ in $(seq 1 100); do
 done
 $PC version
 grep -m1 "isolation:" "$DEMO/server.log" || true
+TOKEN=$(.venv/bin/python -c 'import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(c["datacenters"][c["current"]]["token"])' "$PADDLECLOUD_CONFIG")
+echo "== web console: http://127.0.0.1:$PORT/ui/ (log in with the token $TOKEN); watch the job there while the demo runs"
 
 echo "== the data set: 20,000 rows in 8 shard files, copied to pfs:data/fit-a-line"
 .venv/bin/python examples/fit_a_line/data.py "$DEMO/dataset"

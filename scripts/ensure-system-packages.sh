@@ -2,18 +2,29 @@
 # Make sure the Debian packages the tests (or the demo) need are installed; install the missing ones
 # when running as root with apt-get. Idempotent and quick when everything is there (no apt call).
 #
-#   scripts/ensure-system-packages.sh postgresql bubblewrap   # make test
+#   scripts/ensure-system-packages.sh postgresql bubblewrap chromium   # make test
 #   scripts/ensure-system-packages.sh bubblewrap              # make demo (may fail: it then runs unconfined)
 #
 #   postgresql   initdb / pg_ctl for the PostgreSQL tests (each test starts its own throw-away cluster)
 #   bubblewrap   bwrap, the sandbox of every local worker (docs/security.md)
+#   chromium     headless Chromium and its WebDriver (Debian: chromium, chromium-driver) for the web
+#                console's browser tests (tests/e2e/test_console_browser.py)
 set -euo pipefail
 
 present() {
   case "$1" in
     postgresql) command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 ;;
     bubblewrap) command -v bwrap >/dev/null 2>&1 ;;
-    *) echo "ensure-system-packages: unknown package '$1' (known: postgresql, bubblewrap)" >&2; exit 2 ;;
+    chromium) command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 ;;
+    *) echo "ensure-system-packages: unknown package '$1' (known: postgresql, bubblewrap, chromium)" >&2; exit 2 ;;
+  esac
+}
+
+# the Debian packages that provide each
+debs() {
+  case "$1" in
+    chromium) echo chromium chromium-driver ;;
+    *) echo "$1" ;;
   esac
 }
 
@@ -25,11 +36,13 @@ done
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${missing[*]} (Debian packages)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # shellcheck disable=SC2046  # one word per package
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(for p in "${missing[@]}"; do debs "$p"; done) >/dev/null
   for pkg in "${missing[@]}"; do
     present "$pkg" || { echo "ensure-system-packages: $pkg still missing after apt-get install" >&2; exit 1; }
   done
 else
-  echo "missing Debian package(s): ${missing[*]}; install them (apt-get install ${missing[*]}) or run this as root" >&2
+  wanted=$(for p in "${missing[@]}"; do debs "$p"; done | tr '\n' ' ')
+  echo "missing Debian package(s): ${wanted}; install them (apt-get install ${wanted}) or run this as root" >&2
   exit 1
 fi

@@ -202,6 +202,12 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/api/v1/whoami"): {"self": True},
     ("GET", "/api/v1/quota"): {"self": True},
     ("GET", "/api/v1/pfs/usage"): {"self": True},
+    # the cluster and the queue: every user sees them, other users' jobs unnamed (test_c_queue...)
+    ("GET", "/api/v1/cluster"): {"self": True},
+    ("GET", "/api/v1/queue"): {
+        "self": True,
+        "probe": lambda w, t: [Request("GET", "/queue", params={"user": t.user})],
+    },
     ("GET", "/api/v1/jobs"): {
         "self": True,
         "probe": lambda w, t: [Request("GET", "/jobs", params={"user": t.user})],
@@ -575,6 +581,26 @@ def test_c_self_scoped_routes_show_only_the_caller(shared: World) -> None:
     # usage takes no user parameter: asking for alice's is ignored, not honoured
     r = world.call("bob", Request("GET", "/pfs/usage", params={"user": "alice"}))
     assert r.status_code == 200 and r.json()["user"] == "bob"
+
+
+def test_c_queue_and_cluster_name_no_other_users_job(shared: World) -> None:
+    """Bob sees alice's waiting job's place and size in the queue, never its name, owner or message;
+    only admins may filter the queue by another user."""
+    world = shared
+    queue = world.call("bob", Request("GET", "/queue"))
+    assert queue.status_code == 200
+    (entry,) = queue.json()["items"]
+    assert entry["position"] == 1 and not entry["mine"]
+    assert (entry["name"], entry["user"], entry["message"]) == ("", "", "")
+    assert "secret-job" not in queue.text and "alice" not in queue.text
+    cluster = world.call("bob", Request("GET", "/cluster"))
+    assert cluster.status_code == 200 and cluster.json()["jobs_queued"] == 1
+    assert "secret-job" not in cluster.text and "alice" not in cluster.text
+    r = world.call("bob", Request("GET", "/queue", params={"user": "alice"}))
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    for who, params in (("alice", {}), ("root", {}), ("root", {"user": "alice"})):
+        (mine,) = world.call(who, Request("GET", "/queue", params=params)).json()["items"]
+        assert (mine["name"], mine["user"], mine["mine"]) == ("secret-job", "alice", who == "alice")
 
 
 def test_upload_ids_are_per_user(world: World) -> None:

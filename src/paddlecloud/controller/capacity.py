@@ -21,10 +21,13 @@ from paddlecloud.api.errors import ErrorCode, InvalidInput
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, NodeInfo
 from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.records import job_request
 from paddlecloud.core.quantity import format_cpu, human_memory
+from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest, NodeState, Plan, Snapshot, Wait, WaitReason, never_placeable
+from paddlecloud.store.tables import JobRow
 
-__all__ = ["check_capacity", "foreign_load", "name_foreign_load"]
+__all__ = ["check_capacity", "foreign_load", "name_foreign_load", "node_states"]
 
 #: the waits that are about capacity held by others
 _CAPACITY_WAITS = (WaitReason.INSUFFICIENT_RESOURCES, WaitReason.LOWER_PRIORITY, WaitReason.FAIR_SHARE)
@@ -105,3 +108,25 @@ def name_foreign_load(plan: Plan, nodes: Sequence[NodeInfo], snap: Snapshot) -> 
     ]
     resizes = [dataclasses.replace(r, message=short(r.job, r.trainers, r.message)) for r in plan.resize]
     return dataclasses.replace(plan, wait=waits, admit=admits, resize=resizes)
+
+
+def node_states(ctx: Context, holding: Sequence[JobRow], nodes: Sequence[NodeInfo]) -> tuple[NodeState, ...]:
+    """The nodes as the policy sees them (and the cluster page shows them): what this platform's
+    started jobs (``holding``) hold by their placements, plus, on a shared engine
+    (``SHARED_CAPACITY``), what the engine reports that other work holds."""
+    used: dict[str, Resources] = {}
+    gpus_used: dict[str, set[int]] = {}
+    for row in holding:
+        req = job_request(row, specs=ctx.specs)
+        for p in row.placement or []:
+            need = req.pserver if p["role"] == "pserver" else req.trainer
+            used[p["node"]] = used.get(p["node"], Resources()) + need
+            gpus_used.setdefault(p["node"], set()).update(p.get("gpus", []))
+    shared = Capability.SHARED_CAPACITY in ctx.backend.capabilities
+    out = []
+    for n in nodes:
+        held = used.get(n.name, Resources()) + (n.foreign if shared else Resources())
+        taken = gpus_used.get(n.name, set()) | (set(n.foreign_gpus) if shared else set())
+        free_gpus = tuple(g for g in n.gpus if g not in taken)
+        out.append(NodeState(name=n.name, capacity=n.capacity, allocated=held, free_gpus=free_gpus))
+    return tuple(out)

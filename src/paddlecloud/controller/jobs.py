@@ -13,7 +13,7 @@ submit is durable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -108,13 +108,14 @@ class JobService:
         require_admin(who, "acting on another user's jobs")
         return user
 
-    def _row(self, s: Session, who: Identity, name: str, user: str | None = None) -> JobRow:
+    def _row(
+        self, s: Session, who: Identity, name: str, user: str | None = None, *, events: bool = True
+    ) -> JobRow:
+        """The job with its workers (and its events unless ``events`` is False: the readers that
+        need only the workers, e.g. every poll of a log, skip that query)."""
         owner = self._owner(who, user)
-        row = s.scalar(
-            select(JobRow)
-            .where(JobRow.user == owner, JobRow.name == name)
-            .options(selectinload(JobRow.workers), selectinload(JobRow.events))
-        )
+        loads = [selectinload(JobRow.workers), *([selectinload(JobRow.events)] if events else [])]
+        row = s.scalar(select(JobRow).where(JobRow.user == owner, JobRow.name == name).options(*loads))
         if row is None:
             raise _job_not_found(name)
         return row
@@ -163,18 +164,35 @@ class JobService:
                 q = q.where(JobRow.user == owner)
             if not all_jobs:
                 q = q.where(JobRow.phase.not_in(list(TERMINAL_PHASES)))
-            rows = s.scalars(q).all()
-            counts: dict[int, RoleTally] = {}
-            if rows:
-                ids = [r.id for r in rows]
-                tq = (
-                    select(WorkerRow.job_id, WorkerRow.role, WorkerRow.state, func.count())
-                    .where(WorkerRow.job_id.in_(ids))
-                    .group_by(WorkerRow.job_id, WorkerRow.role, WorkerRow.state)
-                )
-                for job_id, role, state, n in s.execute(tq):
-                    counts.setdefault(job_id, {})[(role, state)] = n
-            return [job_view(r, counts.get(r.id, {})) for r in rows]
+            return self._views(s, s.scalars(q).all())
+
+    @staticmethod
+    def _views(s: Session, rows: Sequence[JobRow]) -> list[JobView]:
+        """``rows`` as list entries, their workers counted by role and state in one query."""
+        counts: dict[int, RoleTally] = {}
+        if rows:
+            tq = (
+                select(WorkerRow.job_id, WorkerRow.role, WorkerRow.state, func.count())
+                .where(WorkerRow.job_id.in_([r.id for r in rows]))
+                .group_by(WorkerRow.job_id, WorkerRow.role, WorkerRow.state)
+            )
+            for job_id, role, state, n in s.execute(tq):
+                counts.setdefault(job_id, {})[(role, state)] = n
+        return [job_view(r, counts.get(r.id, {})) for r in rows]
+
+    def finished(
+        self, who: Identity, q: JobListQuery, phases: Collection[JobPhase], limit: int
+    ) -> tuple[list[JobView], int]:
+        """The newest ``limit`` finished jobs of ``q`` (in ``phases``, a subset of the terminal
+        ones), most recently finished first, and how many there are: one page of a long history
+        without reading it all (the web console's Jobs page)."""
+        owner, _ = self._list_key(who, q)
+        wanted = [p for p in phases if p in TERMINAL_PHASES]
+        with self.ctx.session() as s:
+            where = [JobRow.phase.in_(wanted)] + ([JobRow.user == owner] if owner is not None else [])
+            total = s.scalar(select(func.count()).select_from(JobRow).where(*where)) or 0
+            page = select(JobRow).where(*where).order_by(JobRow.finished_at.desc(), JobRow.id.desc())
+            return self._views(s, s.scalars(page.limit(limit)).all()), int(total)
 
     def get(self, who: Identity, name: str, user: str | None = None) -> JobDetail:
         with self.ctx.session() as s:
@@ -182,7 +200,7 @@ class JobService:
 
     def workers(self, who: Identity, name: str, user: str | None = None) -> list[WorkerView]:
         with self.ctx.session() as s:
-            return [worker_view(w) for w in self._row(s, who, name, user).workers]
+            return [worker_view(w) for w in self._row(s, who, name, user, events=False).workers]
 
     def package_reader(self, job: JobIdentity, path: str) -> Identity:
         """Whom a job token reads ``path`` as: its job's owner, and only its job's own package (what
@@ -361,7 +379,7 @@ class JobService:
         user: str | None = None,
     ) -> Iterator[bytes]:
         with self.ctx.session() as s:
-            row = self._row(s, who, name, user)
+            row = self._row(s, who, name, user, events=False)
             names = [w.name for w in row.workers]
             key = job_key(row.user, row.name)
         if worker:

@@ -5,6 +5,7 @@
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
                            ├─ TaskService (the jobs' data task masters)
                            ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
+                           ├─ ClusterState               (nodes and queue as the scheduler sees them)
                            └─ PlatformMetrics (a registry of its own) + History (controller.history)
 
 ``metrics_text(token)`` is ``GET /metrics`` (who may read it: ``PlatformConfig.metrics_access``);
@@ -32,6 +33,7 @@ from paddlecloud.controller.metrics import PlatformMetrics, live_figures
 from paddlecloud.controller.quotas import storage_quota
 from paddlecloud.controller.readcache import ReadCache
 from paddlecloud.controller.reconciler import Reconciler
+from paddlecloud.controller.scheduling import ClusterState
 from paddlecloud.controller.tasks import TaskService
 from paddlecloud.controller.users import Identity, UserDirectory, require_admin
 from paddlecloud.core.clock import Clock, SystemClock
@@ -56,6 +58,7 @@ class Platform:
     reconciler: Reconciler
     files: FileService
     tasks: TaskService
+    cluster: ClusterState
     #: sha256 of a user token -> who it is; dropped on any write to the users table
     _tokens: ReadCache[str, Identity] | None = field(default=None, repr=False)
 
@@ -103,6 +106,7 @@ class Platform:
             reconciler=reconciler,
             files=files,
             tasks=TaskService(ctx),
+            cluster=ClusterState(ctx, reconciler),
         )
 
     @property

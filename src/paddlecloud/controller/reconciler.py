@@ -48,8 +48,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from paddlecloud.api.history import ClusterPoint
-from paddlecloud.backends.base import Capability, JobStatus, NodeInfo
-from paddlecloud.controller.capacity import name_foreign_load
+from paddlecloud.backends.base import Capability, JobStatus
+from paddlecloud.controller.capacity import name_foreign_load, node_states
 from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
@@ -303,7 +303,7 @@ class Reconciler:
         snap = Snapshot(
             cycle=self.cycle,
             now=self.ctx.clock.now(),
-            nodes=self._nodes(holding, nodes),
+            nodes=node_states(self.ctx, holding, nodes),
             queue=waiting,
             running=tuple(
                 job_request(r, elastic, self.ctx.specs)
@@ -321,7 +321,7 @@ class Reconciler:
         rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
         self._held |= apply_plan(self.ctx, s, plan, rows)
         holding_now = [r for r in (*queued, *holding) if r.phase in HOLDING]  # after the plan
-        self.nodes, self._nodes_cycle = self._nodes(holding_now, nodes), self.cycle
+        self.nodes, self._nodes_cycle = node_states(self.ctx, holding_now, nodes), self.cycle
 
     def _record_cluster(self, s: Session) -> None:
         """At most every ``history.interval_s``: the cluster's allocation and queue in the history
@@ -332,7 +332,7 @@ class Reconciler:
         holding = s.scalars(select(JobRow).where(JobRow.phase.in_(HOLDING))).all()
         if self._nodes_cycle != self.cycle:
             try:
-                self.nodes = self._nodes(holding, self.ctx.backend.nodes())
+                self.nodes = node_states(self.ctx, holding, self.ctx.backend.nodes())
             except Exception as exc:  # an engine unreachable now: the next cycle records instead
                 log.warning("cluster history: the backend's nodes are unavailable: %s", exc)
                 return
@@ -365,25 +365,4 @@ class Reconciler:
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.INVALID_SPEC, "reading the job's spec", exc)
                 s.commit()
-        return tuple(out)
-
-    def _nodes(self, active: Sequence[JobRow], nodes: Sequence[NodeInfo]) -> tuple[NodeState, ...]:
-        """The nodes as the policy sees them: what this platform's started jobs hold by their
-        placements, plus, on a shared engine (``SHARED_CAPACITY``), what the engine reports that
-        other work holds."""
-        used: dict[str, Resources] = {}
-        gpus_used: dict[str, set[int]] = {}
-        for row in active:
-            req = job_request(row, specs=self.ctx.specs)
-            for p in row.placement or []:
-                need = req.pserver if p["role"] == "pserver" else req.trainer
-                used[p["node"]] = used.get(p["node"], Resources()) + need
-                gpus_used.setdefault(p["node"], set()).update(p.get("gpus", []))
-        shared = Capability.SHARED_CAPACITY in self.ctx.backend.capabilities
-        out = []
-        for n in nodes:
-            held = used.get(n.name, Resources()) + (n.foreign if shared else Resources())
-            taken = gpus_used.get(n.name, set()) | (set(n.foreign_gpus) if shared else set())
-            free_gpus = tuple(g for g in n.gpus if g not in taken)
-            out.append(NodeState(name=n.name, capacity=n.capacity, allocated=held, free_gpus=free_gpus))
         return tuple(out)

@@ -1,6 +1,7 @@
-"""The FastAPI application: ``create_app(platform)`` mounts the routers under ``/api/v1``.
+"""The FastAPI application: ``create_app(platform)`` mounts the routers under ``/api/v1`` and the web
+console (``paddlecloud.console``) under ``/ui`` (``/`` leads there).
 
-Request path: request timing (middleware, the platform's metrics) → version check (middleware) → body
+API request path: request timing (middleware, the platform's metrics) → version check (middleware) → body
 limit (middleware) → auth (dependency) → route → ``JobService`` → response model. The OpenAPI
 document is served at ``/api/v1/openapi.json`` and browsable at ``/docs``; Prometheus metrics at
 ``/metrics`` (docs/metrics.md).
@@ -11,18 +12,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paddlecloud._version import API_VERSION, MIN_CLIENT_API_VERSION, __version__
 from paddlecloud.api import API_PREFIX, HEADER_API_VERSION, HEADER_MIN_API_VERSION
 from paddlecloud.api.errors import ErrorCode, VersionMismatch
+from paddlecloud.console import create_console
 from paddlecloud.controller import Platform
 from paddlecloud.server import (
     routes_jobs,
     routes_metrics,
     routes_pfs,
+    routes_scheduling,
     routes_system,
     routes_tasks,
     routes_users,
@@ -99,6 +102,14 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     app.include_router(routes_tasks.router, prefix=API_PREFIX)
     app.include_router(routes_pfs.router, prefix=API_PREFIX)
     app.include_router(routes_users.router, prefix=API_PREFIX)
+    app.include_router(routes_scheduling.router, prefix=API_PREFIX)
     app.include_router(routes_metrics.router, prefix=API_PREFIX)
     app.include_router(routes_metrics.metrics_router)
+    app.mount("/ui", create_console(platform))
+    app.add_route("/", _to_console, include_in_schema=False)
     return app
+
+
+async def _to_console(_request: Request) -> RedirectResponse:
+    """``/`` in a browser: the web console."""
+    return RedirectResponse("/ui/", status_code=307)

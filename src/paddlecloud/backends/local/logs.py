@@ -51,11 +51,12 @@ def _tail_offset(path: Path, lines: int) -> int:
             block = f.read(step)
             if pos + step == size and block.endswith(b"\n"):
                 found -= 1  # the final newline does not start a line
-            for i in range(len(block) - 1, -1, -1):
-                if block[i] == 0x0A:
-                    found += 1
-                    if found == lines:
-                        return pos + i + 1
+            end = len(block)
+            while (i := block.rfind(b"\n", 0, end)) >= 0:  # newlines from the end, found in C
+                found += 1
+                if found == lines:
+                    return pos + i + 1
+                end = i
     return 0
 
 
