@@ -25,9 +25,11 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from paddlecloud.backends.base import JobLaunch, LogRequest
 from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
+from paddlecloud.backends.slurm.script import BatchScripts
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
 
@@ -36,12 +38,21 @@ PROGRAM = "import time; print('started', repr(time.time()), flush=True)\n"
 PARTS = ("start -> program", "start -> batch script", "batch script -> program")
 
 
-class StampedBackend(SlurmBackend):
-    """The Slurm backend whose batch scripts print when they began, before their usual command."""
+class StampedScripts(BatchScripts):
+    """Batch scripts that print when they began, before their usual command."""
 
-    def _sbatch(self, *args: object) -> tuple[list[str], dict[str, str]]:
-        argv, env = super()._sbatch(*args)  # type: ignore[arg-type]
+    def sbatch(self, *args: Any) -> tuple[list[str], dict[str, str]]:
+        argv, env = super().sbatch(*args)
         return [a.replace("--wrap=exec ", "--wrap=date +batch%s.%N; exec ", 1) for a in argv], env
+
+
+class StampedBackend(SlurmBackend):
+    """The Slurm backend with :class:`StampedScripts`."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        s = self._scripts
+        self._scripts = StampedScripts(s.settings, s.pythonpath, s.sandbox)
 
 
 def one_start(backend: SlurmBackend, root: Path, name: str) -> tuple[float, float, float]:

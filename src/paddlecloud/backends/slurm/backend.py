@@ -43,15 +43,10 @@ import dataclasses
 import itertools
 import json
 import logging
-import math
-import os
-import shlex
 import shutil
 import socket
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -71,15 +66,11 @@ from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_run
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.sandbox import (
     ConfinementError,
-    JobJail,
-    WorkerDirs,
     choose,
     make_dirs,
     read_status,
-    worker_base_env,
 )
 from paddlecloud.backends.slurm import commands as sc
-from paddlecloud.backends.slurm.jail import JailSpec
 from paddlecloud.backends.slurm.records import (
     ENDED,
     RENDEZVOUS,
@@ -88,26 +79,21 @@ from paddlecloud.backends.slurm.records import (
     Stage,
     WorkerRecord,
     read_record,
-    slug,
     write_record,
 )
+from paddlecloud.backends.slurm.script import DEFAULT_NEED, MIB, BatchScripts, status_file
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
-from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
+from paddlecloud.core.envcontract import Topology
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import Exit, Restart, decide
 from paddlecloud.runtime import membership
-from paddlecloud.runtime.torchelastic import RUN_TAG_VAR
 from paddlecloud.scheduler import WorkerPlacement
 
 __all__ = ["SlurmBackend", "create"]
 
 log = logging.getLogger("paddlecloud.backends.slurm")
-
-_MIB = 1024 * 1024
-#: what a worker needs when the launch does not say (one CPU, 512 MiB)
-_DEFAULT_NEED = Resources(cpu_m=1000, memory=512 * _MIB)
 
 
 class SlurmBackend:
@@ -145,6 +131,7 @@ class SlurmBackend:
         self._sandbox, self.isolation = choose(
             settings.isolation, self._pythonpath, gpus=False, private=(self.root,)
         )
+        self._scripts = BatchScripts(settings, self._pythonpath, self._sandbox)
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -172,10 +159,10 @@ class SlurmBackend:
             ours = mine.get(n.name, Resources())
             foreign = Resources(
                 max(n.alloc_cpus * 1000 - ours.cpu_m, 0),
-                max(n.alloc_memory_mib * _MIB - ours.memory, 0),
+                max(n.alloc_memory_mib * MIB - ours.memory, 0),
                 max(n.alloc_gpus - ours.gpu, 0),
             )
-            size = Resources(n.cpus * 1000, n.memory_mib * _MIB, n.gpus)
+            size = Resources(n.cpus * 1000, n.memory_mib * MIB, n.gpus)
             note = f"Slurm: {', '.join(holders[n.name])}" if foreign and holders.get(n.name) else ""
             # Slurm picks the GPU indices: which ones other work holds is not ours to know, only how
             # many (the highest indices stand for them)
@@ -255,13 +242,13 @@ class SlurmBackend:
         where Slurm likes (the first node), it could take a CPU that a trainer planned there needs."""
         planned: dict[str, Resources] = {}
         for p in launch.placement:
-            planned[p.node] = planned.get(p.node, Resources()) + launch.resources.get(p.role, _DEFAULT_NEED)
+            planned[p.node] = planned.get(p.node, Resources()) + launch.resources.get(p.role, DEFAULT_NEED)
         mine = self._requested_by_us()
         room = {
             n.name: n.capacity - n.foreign - mine.get(n.name, Resources()) - planned.get(n.name, Resources())
             for n in self._last_nodes
         }
-        fits = [(free.cpu_m, name) for name, free in room.items() if _DEFAULT_NEED.fits_in(free)]
+        fits = [(free.cpu_m, name) for name, free in room.items() if DEFAULT_NEED.fits_in(free)]
         return max(fits)[1] if fits else ""
 
     def _prepare(self, job: JobRecord, requirements: str) -> None:
@@ -282,7 +269,7 @@ class SlurmBackend:
 
     def _begin(self, job: JobRecord) -> None:
         """Submit the first workers: the pservers, or the trainers of a job without any."""
-        jail = self._jail(job)
+        jail = self._scripts.jail(job)
         try:
             if jail is not None:
                 jail.check()  # every place the workers will see can be bound (and the home exists)
@@ -394,7 +381,7 @@ class SlurmBackend:
                 if w.state in ENDED:
                     return w.restart_at is None
                 # between two syncs: the run's launcher has written its exit status
-                return self._status_file(job, w).exists()
+                return status_file(job, w).exists()
 
         return read_logs(self._job_dir(req.key) / "logs", req, ended)
 
@@ -507,7 +494,7 @@ class SlurmBackend:
                 continue
             if w.slurm_id is not None:  # a restart: its next run
                 w.run += 1
-            argv, env = self._sbatch(job, w, topology)
+            argv, env = self._scripts.sbatch(job, w, topology)
             try:
                 w.slurm_id = sc.submit(argv, env, self.settings.command_timeout)
             except sc.SlurmCommandError as exc:
@@ -522,95 +509,6 @@ class SlurmBackend:
             )
             job.events.append(BackendEvent("Normal", "Submitted", f"{w.name} is Slurm job {w.slurm_id}"))
         self._record(job)
-
-    def _sbatch(
-        self, job: JobRecord, w: WorkerRecord, topology: Topology
-    ) -> tuple[list[str], dict[str, str]]:
-        launch, s = job.launch, self.settings
-        need = launch.resources.get(w.role, _DEFAULT_NEED)
-        cwd = job.dir / "workers" / w.name
-        if not cwd.exists():
-            shutil.copytree(job.dir / "package", cwd, symlinks=True)
-        wrap, base = self._wrap(job, w, cwd, gpus=need.gpu > 0)
-        argv = [
-            f"--job-name=pc-{slug(launch.user)}-{slug(launch.name)}-{w.name}-r{w.run}",
-            f"--comment=paddlecloud:{launch.key}",
-            f"--chdir={cwd}",
-            f"--output={job.dir / 'logs' / f'{w.name}.{w.run}.log'}",
-            "--open-mode=append",
-            "--ntasks=1",
-            f"--cpus-per-task={max(1, math.ceil(need.cpu_m / 1000))}",
-            f"--mem={max(1, math.ceil(need.memory / _MIB))}M",
-            "--no-requeue",
-            *([f"--nodelist={w.node}"] if w.node else []),
-            *([f"--gres=gpu:{need.gpu}"] if need.gpu else []),
-            *([f"--partition={s.partition}"] if s.partition else []),
-            *([f"--account={s.account_of(launch.user)}"] if s.account else []),
-            *([f"--qos={s.qos}"] if s.qos else []),
-            *s.sbatch_args,
-            f"--wrap=exec {wrap}",
-        ]
-        # gpus: how many (the framework's settings); Slurm picks which (CUDA_VISIBLE_DEVICES below)
-        ctx = WorkerContext(
-            job_name=launch.name, user=launch.user, framework=launch.framework, role=w.role, index=w.index,
-            topology=topology, output_dir=str(launch.output_dir), restart=w.run, files=launch.files,
-            gpus=tuple(range(need.gpu)) if need.gpu else None, trainer_range=launch.trainer_range,
-            user_env=launch.env, api=launch.api,
-            membership_file=str(job.dir / "contract" / "membership.json"),
-        )  # fmt: skip
-        env = {**base, **worker_env(ctx)}
-        if need.gpu:  # Slurm sets them to the GPUs it gives the job (GRES), whatever the indices here
-            env.pop("CUDA_VISIBLE_DEVICES", None)
-            env.pop("NVIDIA_VISIBLE_DEVICES", None)
-        return argv, env
-
-    def _wrap(self, job: JobRecord, w: WorkerRecord, cwd: Path, *, gpus: bool) -> tuple[str, dict[str, str]]:
-        """The batch script's command for this run of ``w`` and its environment before the env
-        contract: the launcher, or with a sandbox the node-side jail (``jail.py``) that starts it."""
-        s = self.settings
-        status = self._status_file(job, w)
-        shutil.rmtree(status.parent, ignore_errors=True)
-        status.parent.mkdir(parents=True)
-        tag = uuid.uuid4().hex  # tells torch's elastic agents apart (runtime.torchelastic)
-        launcher = ["-m", "paddlecloud.runtime.launcher", "--status", str(status), "--cwd", str(cwd),
-                    _command(w, job.launch.entry)]  # fmt: skip
-        common = {RUN_TAG_VAR: tag, **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")}}
-        jail = self._jail(job)
-        if jail is None:
-            bins = [f"{job.env_dir}/bin"] if job.env_dir else []
-            env = {
-                "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
-                **({"PYTHONPATH": str(self._pythonpath)} if job.env_dir else {}),
-                "HOME": str(cwd),
-                "LANG": os.environ.get("LANG", "C.UTF-8"),
-            }
-            return shlex.join([s.python, *launcher]), {**env, **common}
-        dirs = WorkerDirs(cwd=cwd, status=status.parent, tmp=job.dir / "tmp" / w.name,
-                          hostname=f"{w.name}-{tag[:8]}")  # fmt: skip
-        spec = job.dir / "run" / f"{w.name}.{w.run}.jail.json"
-        JailSpec.of(jail, dirs, launcher, gpus=gpus).write(spec)
-        env = worker_base_env(
-            os.environ, (), sandboxed=True, env_dir=jail.env_dir, shim=self._pythonpath, user=job.launch.user
-        )
-        env.update(common)
-        return shlex.join([s.python, "-I", "-m", "paddlecloud.backends.slurm.jail", str(spec)]), env
-
-    def _jail(self, job: JobRecord) -> JobJail | None:
-        """What the job's workers are confined to (None: isolation none); without requirements.txt
-        its environment is the launcher's Python (``SlurmSettings.python``: the same path on every node)."""
-        if self._sandbox is None:
-            return None
-        python = self.settings.python
-        prefix = (
-            Path(sys.prefix) if python == sys.executable else Path(python).parent.parent
-        )  # PREFIX/bin/python
-        env_dir = Path(job.env_dir) if job.env_dir else prefix
-        return self._sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",))
-
-    @staticmethod
-    def _status_file(job: JobRecord, w: WorkerRecord) -> Path:
-        """Where this run's launcher writes its exit status (its folder is bound into a sandbox)."""
-        return job.dir / "run" / f"{w.name}.{w.run}" / "exit.json"
 
     def _refresh(self, job: JobRecord) -> None:
         """Every worker's state from one ``squeue --json`` and the launchers' status files."""
@@ -669,7 +567,7 @@ class SlurmBackend:
 
     def _exit_status(self, job: JobRecord, w: WorkerRecord) -> int | None:
         try:
-            raw = json.loads(read_status(self._status_file(job, w)))  # the job's folder: no link, no FIFO
+            raw = json.loads(read_status(status_file(job, w)))  # the job's folder: no link, no FIFO
             code = raw["exit_code"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -759,7 +657,7 @@ class SlurmBackend:
             with job.lock:
                 for w in job.workers.values():
                     if w.state == WorkerState.RUNNING and w.ran_on == w.node and w.role != RENDEZVOUS:
-                        need = job.launch.resources.get(w.role, _DEFAULT_NEED)
+                        need = job.launch.resources.get(w.role, DEFAULT_NEED)
                         out[w.ran_on] = out.get(w.ran_on, Resources()) + need
         return out
 
@@ -783,11 +681,6 @@ class SlurmBackend:
     def _job_dir(self, key: str) -> Path:
         user, _, name = key.partition("/")
         return self.root / "jobs" / user / name
-
-
-def _command(w: WorkerRecord, entry: str) -> str:
-    """What the worker runs: the job's entry, or the platform's store for the rendezvous."""
-    return f"python -m paddlecloud.runtime.rendezvous {w.port} 0.0.0.0" if w.role == RENDEZVOUS else entry
 
 
 def _requirements(package: Path) -> str:

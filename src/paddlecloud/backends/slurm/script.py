@@ -1,0 +1,140 @@
+"""What one run of a worker is submitted to Slurm as: its ``sbatch`` arguments, the batch script's
+command and its environment (docs/slurm.md).
+
+    SlurmBackend._submit ──BatchScripts.sbatch(job, worker, topology)──▶ (argv, env) ──▶ sbatch
+        argv: --job-name pc-<user>-<job>-<worker>-r<run>, --comment paddlecloud:<key>, -n1 -c CPUS
+              --mem M [--gres=gpu:N] [--nodelist NODE] [--partition/--account/--qos], site args,
+              --wrap "exec COMMAND"
+        COMMAND: the launcher (``python -m paddlecloud.runtime.launcher``), or with a sandbox the
+              node-side jail (``jail.py``) reading the spec written here, which starts the launcher
+        env:  the env contract (``core.envcontract``) over the launcher's or the sandbox's base
+
+The exit status of each run is written by its launcher to :func:`status_file`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import shutil
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from paddlecloud.backends.local.sandbox import JobJail, Sandbox, WorkerDirs, worker_base_env
+from paddlecloud.backends.slurm.jail import JailSpec
+from paddlecloud.backends.slurm.records import RENDEZVOUS, JobRecord, WorkerRecord, slug
+from paddlecloud.backends.slurm.settings import SlurmSettings
+from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
+from paddlecloud.core.resources import Resources
+from paddlecloud.runtime.torchelastic import RUN_TAG_VAR
+
+__all__ = ["DEFAULT_NEED", "MIB", "BatchScripts", "command", "status_file"]
+
+MIB = 1024 * 1024
+#: what a worker needs when the launch does not say (one CPU, 512 MiB)
+DEFAULT_NEED = Resources(cpu_m=1000, memory=512 * MIB)
+
+
+@dataclass(frozen=True)
+class BatchScripts:
+    """The submissions of one backend: its settings, the runtime shim's folder (``PYTHONPATH`` of
+    job environments) and its sandbox (None: isolation none)."""
+
+    settings: SlurmSettings
+    pythonpath: Path
+    sandbox: Sandbox | None
+
+    def sbatch(self, job: JobRecord, w: WorkerRecord, topology: Topology) -> tuple[list[str], dict[str, str]]:
+        launch, s = job.launch, self.settings
+        need = launch.resources.get(w.role, DEFAULT_NEED)
+        cwd = job.dir / "workers" / w.name
+        if not cwd.exists():
+            shutil.copytree(job.dir / "package", cwd, symlinks=True)
+        wrap, base = self._wrap(job, w, cwd, gpus=need.gpu > 0)
+        argv = [
+            f"--job-name=pc-{slug(launch.user)}-{slug(launch.name)}-{w.name}-r{w.run}",
+            f"--comment=paddlecloud:{launch.key}",
+            f"--chdir={cwd}",
+            f"--output={job.dir / 'logs' / f'{w.name}.{w.run}.log'}",
+            "--open-mode=append",
+            "--ntasks=1",
+            f"--cpus-per-task={max(1, math.ceil(need.cpu_m / 1000))}",
+            f"--mem={max(1, math.ceil(need.memory / MIB))}M",
+            "--no-requeue",
+            *([f"--nodelist={w.node}"] if w.node else []),
+            *([f"--gres=gpu:{need.gpu}"] if need.gpu else []),
+            *([f"--partition={s.partition}"] if s.partition else []),
+            *([f"--account={s.account_of(launch.user)}"] if s.account else []),
+            *([f"--qos={s.qos}"] if s.qos else []),
+            *s.sbatch_args,
+            f"--wrap=exec {wrap}",
+        ]
+        # gpus: how many (the framework's settings); Slurm picks which (CUDA_VISIBLE_DEVICES below)
+        ctx = WorkerContext(
+            job_name=launch.name, user=launch.user, framework=launch.framework, role=w.role, index=w.index,
+            topology=topology, output_dir=str(launch.output_dir), restart=w.run, files=launch.files,
+            gpus=tuple(range(need.gpu)) if need.gpu else None, trainer_range=launch.trainer_range,
+            user_env=launch.env, api=launch.api,
+            membership_file=str(job.dir / "contract" / "membership.json"),
+        )  # fmt: skip
+        env = {**base, **worker_env(ctx)}
+        if need.gpu:  # Slurm sets them to the GPUs it gives the job (GRES), whatever the indices here
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            env.pop("NVIDIA_VISIBLE_DEVICES", None)
+        return argv, env
+
+    def _wrap(self, job: JobRecord, w: WorkerRecord, cwd: Path, *, gpus: bool) -> tuple[str, dict[str, str]]:
+        """The batch script's command for this run of ``w`` and its environment before the env
+        contract: the launcher, or with a sandbox the node-side jail (``jail.py``) that starts it."""
+        s = self.settings
+        status = status_file(job, w)
+        shutil.rmtree(status.parent, ignore_errors=True)
+        status.parent.mkdir(parents=True)
+        tag = uuid.uuid4().hex  # tells torch's elastic agents apart (runtime.torchelastic)
+        launcher = ["-m", "paddlecloud.runtime.launcher", "--status", str(status), "--cwd", str(cwd),
+                    command(w, job.launch.entry)]  # fmt: skip
+        common = {RUN_TAG_VAR: tag, **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")}}
+        jail = self.jail(job)
+        if jail is None:
+            bins = [f"{job.env_dir}/bin"] if job.env_dir else []
+            env = {
+                "PATH": ":".join([*bins, os.path.dirname(s.python), os.environ.get("PATH", "/usr/bin:/bin")]),
+                **({"PYTHONPATH": str(self.pythonpath)} if job.env_dir else {}),
+                "HOME": str(cwd),
+                "LANG": os.environ.get("LANG", "C.UTF-8"),
+            }
+            return shlex.join([s.python, *launcher]), {**env, **common}
+        dirs = WorkerDirs(cwd=cwd, status=status.parent, tmp=job.dir / "tmp" / w.name,
+                          hostname=f"{w.name}-{tag[:8]}")  # fmt: skip
+        spec = job.dir / "run" / f"{w.name}.{w.run}.jail.json"
+        JailSpec.of(jail, dirs, launcher, gpus=gpus).write(spec)
+        env = worker_base_env(
+            os.environ, (), sandboxed=True, env_dir=jail.env_dir, shim=self.pythonpath, user=job.launch.user
+        )
+        env.update(common)
+        return shlex.join([s.python, "-I", "-m", "paddlecloud.backends.slurm.jail", str(spec)]), env
+
+    def jail(self, job: JobRecord) -> JobJail | None:
+        """What the job's workers are confined to (None: isolation none); without requirements.txt
+        its environment is the launcher's Python (``SlurmSettings.python``: the same path on every node)."""
+        if self.sandbox is None:
+            return None
+        python = self.settings.python
+        prefix = (
+            Path(sys.prefix) if python == sys.executable else Path(python).parent.parent
+        )  # PREFIX/bin/python
+        env_dir = Path(job.env_dir) if job.env_dir else prefix
+        return self.sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",))
+
+
+def status_file(job: JobRecord, w: WorkerRecord) -> Path:
+    """Where this run's launcher writes its exit status (its folder is bound into a sandbox)."""
+    return job.dir / "run" / f"{w.name}.{w.run}" / "exit.json"
+
+
+def command(w: WorkerRecord, entry: str) -> str:
+    """What the worker runs: the job's entry, or the platform's store for the rendezvous."""
+    return f"python -m paddlecloud.runtime.rendezvous {w.port} 0.0.0.0" if w.role == RENDEZVOUS else entry
