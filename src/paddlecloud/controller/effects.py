@@ -187,7 +187,8 @@ def _grow(ctx: Context, row: JobRow, r: Resize) -> None:
         if not done:
             return
         kept = [p for p in r.placement if f"trainer-{p.index}" in have] + done
-        r = Resize(r.job, len(kept), tuple(kept), f"{r.message} (only {len(done)} of {len(added)} added)")
+        note = f"{r.message} (only {len(done)} of {len(added)} added)"
+        r = Resize(r.job, len(kept), tuple(kept), note)
     for p in done:
         _pending_worker(row, p)
     _record_resize(ctx, row, r, len(have))

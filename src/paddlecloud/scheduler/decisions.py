@@ -40,6 +40,8 @@ class Admit:
     job: str
     placement: tuple[WorkerPlacement, ...]
     message: str
+    #: adaptive-batch jobs: the global batch chosen for this many trainers (0: the job's own)
+    batch_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class Resize:
     trainers: int
     placement: tuple[WorkerPlacement, ...]
     message: str
+    #: adaptive-batch jobs: the global batch chosen for ``trainers`` (0: the job's own)
+    batch_size: int = 0
 
 
 @dataclass(frozen=True)

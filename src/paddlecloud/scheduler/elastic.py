@@ -380,7 +380,9 @@ def emit(
             trainers = alloc.trainers[job.key]
             nodes = sorted({p.node for p in trainers})
             msg = f"admitted with {len(trainers)} trainers on {', '.join(nodes)}"
-            plan.admit.append(Admit(job.key, (*admitted[job.key], *trainers), msg))
+            batch = job.batch(len(trainers))
+            msg += f", global batch {batch}" if batch else ""
+            plan.admit.append(Admit(job.key, (*admitted[job.key], *trainers), msg, batch))
     for job in snap.running:
         if job.key in preempted:
             plan.preempt.append(Preempt(job.key, "preempted for a job ahead of it (priority / least served)"))
@@ -389,4 +391,6 @@ def emit(
         if n != job.running:
             verb = "grown" if n > job.running else "shrunk"
             msg = f"{verb} from {job.running} to {n} trainers"
-            plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg))
+            batch = job.batch(n)
+            msg += f", global batch {batch}" if batch else ""
+            plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))

@@ -67,7 +67,9 @@ class FifoPolicy:
             if placement is not None:
                 ledger.charge(job, job.trainers, pservers=True)
                 nodes = sorted({p.node for p in placement})
-                plan.admit.append(Admit(job.key, placement, f"admitted on {', '.join(nodes)}"))
+                batch = job.batch(job.trainers)
+                msg = f"admitted on {', '.join(nodes)}" + (f", global batch {batch}" if batch else "")
+                plan.admit.append(Admit(job.key, placement, msg, batch))
                 continue
             plan.wait.append(_short(job, pool, order.ahead(job)))
             head = head or job

@@ -54,6 +54,9 @@ class JobRequest:
     running: int = 0
     placement: tuple[WorkerPlacement, ...] = ()
     resized_at: float = float("-inf")
+    #: adaptive-batch jobs (``scheduler.goodput``): the best global batch per trainer count
+    #: (``batches[n - 1]``), and ``speedup`` is then goodput, not throughput; empty: a fixed batch
+    batches: tuple[int, ...] = ()
 
     @property
     def lo(self) -> int:
@@ -66,6 +69,12 @@ class JobRequest:
     @property
     def elastic(self) -> bool:
         return self.hi > self.lo
+
+    def batch(self, n: int) -> int:
+        """The global batch an adaptive job gets on ``n`` trainers (0: a fixed-batch job)."""
+        if not self.batches or n <= 0:
+            return 0
+        return self.batches[min(n, len(self.batches)) - 1]
 
     def rate(self, n: int) -> float:
         """Relative throughput on ``n`` trainers."""
