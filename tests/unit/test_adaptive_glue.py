@@ -21,6 +21,7 @@ from paddlecloud.controller.jobtokens import issue_job_token
 from paddlecloud.controller.records import job_request
 from paddlecloud.core.resources import Resources
 from paddlecloud.runtime import contract as c
+from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.scheduler.goodput import AdaptiveBatch, FittedStepTime, goodput_table
 from paddlecloud.server import create_app
 from paddlecloud.store.tables import JobRow
@@ -122,7 +123,9 @@ def test_reports_grow_the_batch_with_the_trainers_and_the_plan_assigns_it(
     assert req.batches[-1] > 64  # four trainers: a larger batch than the job's own
     assert req.speedup[-1] > 1.0
     world.tick()
-    _snap, plan = world.platform.reconciler.last  # type: ignore[misc]
+    snap, plan = world.platform.reconciler.last  # type: ignore[misc]
+    assert snap.queue[0].batches == req.batches  # what the loop gave the policy
+    assert make_policy(world.platform.reconciler.policy.name).schedule(snap) == plan  # the simulator's too
     (admit,) = plan.admit
     n = sum(p.role == "trainer" for p in admit.placement)
     assert admit.batch_size == req.batch(n) > 0
