@@ -220,14 +220,26 @@ class _Cycle:
         return pservers, victims
 
     def _shrink_for(self, job: JobRequest, need: int) -> bool | None:
-        """Shrink until ``need`` trainers of ``job`` would fit; whether they do with pservers too
-        (None: not known)."""
-        while not self.alloc.fits(job.trainer, need):
-            other = self.soft.pop(self.alloc)
+        """Shrink until ``need`` trainers of ``job`` would fit, with its pservers (placed and taken
+        back to learn that) if it has any; whether they do (None: not known)."""
+        alloc = self.alloc
+        while not alloc.fits(job.trainer, need) or (job.pservers and not self._fits_with_pservers(job, need)):
+            other = self.soft.pop(alloc)
             if other is None:
                 return False
-            self.alloc.shrink(other, self.alloc.count(other.key) - 1)
-        return None if job.pservers else True
+            alloc.shrink(other, alloc.count(other.key) - 1)
+        return True
+
+    def _fits_with_pservers(self, job: JobRequest, need: int) -> bool:
+        """Whether ``job``'s pservers and ``need`` trainers fit together now (nothing stays placed)."""
+        pservers = self.alloc.place_pservers(job)
+        if pservers is None:
+            return False
+        fits = self.alloc.grow(job, need)
+        if fits:
+            self.alloc.shrink(job, 0)
+        self.alloc.unplace_pservers(job, pservers)
+        return fits
 
     def _preempt_for(self, job: JobRequest, need: int, fits: bool | None = None) -> list[JobRequest]:
         """Release running jobs from the end of the order until ``job`` fits (``fits``: whether it
