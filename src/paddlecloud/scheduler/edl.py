@@ -21,6 +21,7 @@ the rest.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from paddlecloud.scheduler.alloc import Allocation
@@ -116,6 +117,8 @@ class _Scaler:
         self.used, self.cap = (cg + wg, cg) if cg else (cc + wc, cc)
         self.elastic: list[JobRequest] = []
         self._static: list[tuple[int, int, int, int, int]] = []
+        #: what the trainers above a min add up to (cpu, memory, GPUs), once make_room needs it
+        self._spare: list[int] | None = None
 
     def load(self, extra_cpu: int = 0, extra_gpu: int = 0) -> float:
         """Used / capacity (GPUs, or cpu on a cluster without GPUs), with ``extra`` more in use."""
@@ -171,24 +174,21 @@ class _Scaler:
         (most fulfilled job first, never below a min) until it fits; if it cannot fit even so,
         nothing changes and the answer is False."""
         alloc, ledger = self.alloc, self.ledger
-        spare = [0, 0, 0]  # what the free capacity and every trainer above a min add up to
-        for j, (lo, _, g, c, m) in zip(self.elastic, self._static, strict=True):
-            extra = alloc.count(j.key) - lo
-            if extra > 0:
-                spare[0], spare[1], spare[2] = spare[0] + c * extra, spare[1] + m * extra, spare[2] + g * extra
-        need = started(job, job.lo)
-        pool = alloc.pool
-        if any(n > s + f for n, s, f in zip(need, spare, (pool.tcpu, pool.tmem, pool.tgpu), strict=True)):
-            return False
         alloc.begin()
         shed: list[JobRequest] = []
+        heap: list[tuple[float, int, int, int, int]] | None = None
         while True:
             pservers = alloc.place_pservers(job)
             if pservers is not None:
                 if alloc.grow(job, job.lo):
                     break
                 alloc.unplace_pservers(job, pservers)
-            gone = self._shed_one()
+            if heap is None:
+                if not self._could_fit(job):
+                    alloc.rollback()
+                    return False
+                heap = self._donors()
+            gone = self._shed_one(heap)
             if gone is None:
                 alloc.rollback()
                 return False
@@ -196,19 +196,47 @@ class _Scaler:
         alloc.commit()
         for j in shed:
             ledger.credit(j, 1)
+            t = j.trainer
+            self._spare = [a - b for a, b in zip(self._spare or (0, 0, 0), (t.cpu_m, t.memory, t.gpu), strict=True)]
         ledger.charge(job, job.lo, pservers=True)
         admitted[job.key] = pservers
         return True
 
-    def _shed_one(self) -> JobRequest | None:
+    def _could_fit(self, job: JobRequest) -> bool:
+        """Whether ``job``'s min fits in the free capacity plus every trainer above a min, summed
+        over the nodes (a cheap bound: no shedding is tried for a job it rules out)."""
+        if self._spare is None:
+            spare = [0, 0, 0]
+            for j, (lo, _, g, c, m) in zip(self.elastic, self._static, strict=True):
+                extra = self.alloc.count(j.key) - lo
+                if extra > 0:
+                    spare[0], spare[1], spare[2] = spare[0] + c * extra, spare[1] + m * extra, spare[2] + g * extra
+            self._spare = spare
+        pool = self.alloc.pool
+        free = (pool.tcpu, pool.tmem, pool.tgpu)
+        return all(n <= s + f for n, s, f in zip(started(job, job.lo), self._spare, free, strict=True))
+
+    def _donors(self) -> list[tuple[float, int, int, int, int]]:
+        """The elastic jobs above their min, most fulfilled first (as :meth:`order` reversed)."""
+        trainers, heap = self.alloc.trainers, []
+        for k, (j, (lo, span, g, c, m)) in enumerate(zip(self.elastic, self._static, strict=True)):
+            n = len(trainers.get(j.key, ()))
+            if n > lo:
+                heap.append((-(n - lo) / span, -g, -c, -m, k))
+        heapq.heapify(heap)
+        return heap
+
+    def _shed_one(self, heap: list[tuple[float, int, int, int, int]]) -> JobRequest | None:
         """One trainer less for the most fulfilled elastic job above its min (None: none is)."""
-        for k in self.order(reverse=True):
-            job = self.elastic[k]
-            n = self.alloc.count(job.key)
-            if n > self._static[k][0]:
-                self.alloc.shrink(job, n - 1)
-                return job
-        return None
+        if not heap:
+            return None
+        _, g, c, m, k = heapq.heappop(heap)
+        job, (lo, span) = self.elastic[k], self._static[k][:2]
+        n = self.alloc.count(job.key) - 1
+        self.alloc.shrink(job, n)
+        if n > lo:
+            heapq.heappush(heap, (-(n - lo) / span, g, c, m, k))
+        return job
 
     def _shrink_pass(self) -> bool:
         alloc, changed = self.alloc, False
