@@ -57,10 +57,13 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 @click.option(
     "--format", "fmt", type=click.Choice(["pollux", "philly", "edl"]), default="pollux", show_default=True
 )
-@click.option("--nodes", type=click.IntRange(1, 100_000), help="default: 16 (Pollux) / 24 (EDL)")
+@click.option("--nodes", type=click.IntRange(1, 100_000), help="default: 16 (Pollux) / 133 (EDL)")
 @click.option("--gpus-per-node", type=click.IntRange(0, 64), help="default: 4")
 @click.option("--traces", type=click.Path(exists=True, file_okay=False), help="Pollux job profiles")
 @click.option("--limit", type=int, default=1000, show_default=True, help="Philly: the N earliest jobs")
+@click.option("--passes", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="EDL: passes of the experiment, each with its own seeded submission times")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="EDL: the first pass's seed")
 @click.option(
     "--summary-json", type=click.Path(dir_okay=False, path_type=Path), help="write all figures here"
 )
@@ -74,8 +77,8 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
                    "JCT distribution, per policy")  # fmt: skip
 def sim(
     workloads: tuple[str, ...], policies: list[str], fmt: str, nodes: int | None, gpus_per_node: int | None,
-    traces: str | None, limit: int, summary_json: Path | None, series_points: int, plot: Path | None,
-    html: Path | None,
+    traces: str | None, limit: int, passes: int, seed: int, summary_json: Path | None, series_points: int,
+    plot: Path | None, html: Path | None,
 ) -> None:  # fmt: skip
     """Simulate WORKLOAD files (Pollux CSVs, philly.csv) or the EDL scenario (--format edl)."""
     from paddlecloud.sim.runner import RunSpec, run_report
@@ -84,7 +87,8 @@ def sim(
         if not Path(w).is_file():
             raise click.BadParameter(f"{w}: no such file", param_hint="WORKLOADS")
     try:
-        report = run_report(RunSpec(list(workloads), policies, fmt, traces, nodes, gpus_per_node, limit))
+        spec = RunSpec(list(workloads), policies, fmt, traces, nodes, gpus_per_node, limit, passes, seed)
+        report = run_report(spec)
     except (ValueError, KeyError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     _print_means(report)
@@ -105,6 +109,8 @@ def sim(
 
 
 def _print_means(report: Report) -> None:
+    from paddlecloud.sim.workload import EDL_WINDOW_AFTER_LAST_S
+
     rows = [[pol] + [format(per["mean"][key], spec) for _, key, spec in _COLUMNS]
             for pol, per in report.summaries.items()]  # fmt: skip
     unit = "GPUs" if report.util_unit == "gpu" else "CPU cores"
@@ -112,6 +118,16 @@ def _print_means(report: Report) -> None:
         f"mean over {len(report.workloads)} workload(s); UTIL / USEFUL: share of {report.capacity} {unit}:"
     )
     print_table(["POLICY"] + [head for head, _, _ in _COLUMNS], rows)
+    if report.spec.format == "edl":
+        click.echo(
+            f"\nas the EDL report measured them (mean of {len(report.workloads)} pass(es); up to "
+            f"{EDL_WINDOW_AFTER_LAST_S:g} s after the last submission, when its script killed every job):"
+        )
+        print_table(
+            ["POLICY", "AVG PENDING s", "CPU UTIL"],
+            [[pol, f"{per['mean']['report_pending_s']:.0f}", f"{per['mean']['report_cpu_util']:.2f}"]
+             for pol, per in report.summaries.items()],
+        )  # fmt: skip
     for pol, per in report.summaries.items():
         left = sum(s["unfinished"] for wl, s in per.items() if wl != "mean")
         if left:

@@ -55,7 +55,10 @@ class _Run:
     job: SimJob
     work: float
     done: float = 0.0
+    #: the trainers' placement (``n`` counts these)
     placement: tuple[WorkerPlacement, ...] = ()
+    #: the pservers' placement, fixed from admission to the end or a preemption
+    pservers: tuple[WorkerPlacement, ...] = ()
     first_start: float | None = None
     finished: float | None = None
     attained: float = 0.0
@@ -76,6 +79,8 @@ class SimResult:
     policy: str
     jct: dict[str, float] = field(default_factory=dict)
     queue_delay: dict[str, float] = field(default_factory=dict)
+    #: each job's first start, finished or not (a run cut at the horizon has unfinished ones)
+    first_start: dict[str, float] = field(default_factory=dict)
     unfinished: list[str] = field(default_factory=list)
     #: first submission to last completion
     makespan: float = 0.0
@@ -140,6 +145,7 @@ def simulate(
         w.progress(result)
         w.skip_idle(result.series)
     result.unfinished = [n for n, r in w.runs.items() if r.finished is None]
+    result.first_start = {n: r.first_start for n, r in w.runs.items() if r.first_start is not None}
     result.resizes = sum(r.resizes for r in w.runs.values())
     result.preemptions = sum(r.preemptions for r in w.runs.values())
     return result
@@ -181,6 +187,7 @@ class _World:
         for a in plan.admit:
             r = self.runs[a.job]
             r.placement = tuple(p for p in a.placement if p.role == "trainer")
+            r.pservers = tuple(p for p in a.placement if p.role == "pserver")
             r.first_start = t if r.first_start is None else r.first_start
             r.paused_until, r.resized_at = pause, t
             self.queued.remove(a.job)
@@ -191,7 +198,7 @@ class _World:
             r.resizes += 1
         for pre in plan.preempt:
             r = self.runs[pre.job]
-            r.placement, r.preemptions = (), r.preemptions + 1
+            r.placement, r.pservers, r.preemptions = (), (), r.preemptions + 1
             self.running.remove(pre.job)
             self.queued.append(pre.job)
 
@@ -201,7 +208,7 @@ class _World:
         used, useful, holding = 0, 0.0, len(self.running)
         for name in list(self.running):
             r = self.runs[name]
-            used += r.n * _units(r.job)
+            used += r.n * _units(r.job) + len(r.pservers) * _pserver_units(r.job)
             useful += _advance(r, t, t + dt, self.models)
             if r.finished is not None:
                 self.running.remove(name)
@@ -227,6 +234,11 @@ class _World:
 def _units(job: SimJob) -> int:
     """What utilisation counts per replica: GPUs, or whole CPU cores on a CPU cluster."""
     return job.gpus_per_replica or max(job.cpu_m_per_replica // 1000, 1)
+
+
+def _pserver_units(job: SimJob) -> int:
+    """What utilisation counts per pserver: whole CPU cores on a CPU cluster (pservers hold no GPU)."""
+    return 0 if job.gpus_per_replica else job.cpu_m_per_pserver // 1000
 
 
 def _advance(r: _Run, t: float, end: float, models: Mapping[str, ThroughputModel]) -> float:
@@ -270,6 +282,8 @@ def _snapshot(
         for p in r.placement:
             allocated[p.node] = allocated[p.node] + r.job.replica
             gpus_used[p.node].update(p.gpus)
+        for p in r.pservers:
+            allocated[p.node] = allocated[p.node] + r.job.pserver
     nodes = tuple(
         NodeState(n, spec.node, allocated[n], tuple(g for g in range(spec.node.gpu) if g not in gpus_used[n]))
         for n in names
@@ -281,10 +295,10 @@ def _snapshot(
         if key not in speedups:
             speedups[key] = speedup_table(models[j.app], j.global_bsz, j.hi, spec.node.gpu or 4)
         return JobRequest(
-            key=j.name, user=j.tenant or "sim", priority=0, submitted_at=j.submit_time, pservers=0,
-            pserver=Resources(), trainers=j.num_replicas, trainer=j.replica, min_trainers=j.lo,
-            max_trainers=j.hi, attained=r.attained, speedup=speedups[key], running=r.n,
-            placement=r.placement, resized_at=r.resized_at,
+            key=j.name, user=j.tenant or "sim", priority=0, submitted_at=j.submit_time,
+            pservers=j.pservers, pserver=j.pserver, trainers=j.num_replicas, trainer=j.replica,
+            min_trainers=j.lo, max_trainers=j.hi, attained=r.attained, speedup=speedups[key],
+            running=r.n, placement=(*r.pservers, *r.placement), resized_at=r.resized_at,
         )  # fmt: skip
 
     return Snapshot(

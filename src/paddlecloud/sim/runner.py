@@ -21,12 +21,14 @@ from typing import Any
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import policy as make_policy
-from paddlecloud.sim.engine import SimConfig, simulate, widen
+from paddlecloud.sim.engine import SimConfig, SimResult, simulate, widen
 from paddlecloud.sim.profiles import ElasticCpuModel, ThroughputModel, load_profiles
 from paddlecloud.sim.series import Series, combine
 from paddlecloud.sim.workload import (
     EDL_APP,
     EDL_CLUSTER,
+    EDL_ROUND_S,
+    EDL_WINDOW_AFTER_LAST_S,
     POLLUX_CLUSTER,
     ClusterSpec,
     SimJob,
@@ -35,7 +37,7 @@ from paddlecloud.sim.workload import (
     load_pollux,
 )
 
-__all__ = ["Report", "RunSpec", "run", "run_report", "speedup_model"]
+__all__ = ["Report", "RunSpec", "edl_window", "run", "run_report", "speedup_model"]
 
 ELASTIC_POLICIES = ("elastic", "edl")
 Summary = dict[str, float]
@@ -66,8 +68,11 @@ def speedup_model(fmt: str, gpus_per_node: int = 4) -> str:
         return (
             f"synthetic near-linear CPU model (no measured profile): n trainers process "
             f"n x {m.per_trainer:g} / (1 + {m.contention:g} x (n - 1)) samples/s whatever the nodes, "
-            f"{m.work_samples:,.0f} samples per job; static policies (fifo, fifo-backfill, tiresias) "
-            f"keep each job at its minimum trainers, edl and elastic may give it up to {m.trainer_cap}"
+            f"{m.work_samples:,.0f} samples per job; the EDL report's jobs (10 pservers of 4 CPU, "
+            f"trainers of 5 CPU): static policies (fifo, fifo-backfill, tiresias) run each at a fixed "
+            f"{m.trainer_cap} trainers (autoscaling OFF), edl and elastic at 2..{m.trainer_cap} (ON); "
+            f"{EDL_ROUND_S:g} s rounds; report_pending_s and report_cpu_util are measured over the "
+            f"report's window, to {EDL_WINDOW_AFTER_LAST_S:g} s after the last submission"
         )
     rule = _PROFILE_RULE.format(g=gpus_per_node or 4)
     if fmt == "philly":
@@ -84,6 +89,9 @@ class RunSpec:
     nodes: int | None = None
     gpus_per_node: int | None = None
     philly_limit: int | None = 1000
+    #: EDL: how many seeded passes (each a workload ``pass-<k>``), drawn from seeds seed..seed+passes-1
+    passes: int = 10
+    seed: int = 0
 
 
 def _traces(spec: RunSpec) -> Path:
@@ -99,8 +107,10 @@ def _traces(spec: RunSpec) -> Path:
 
 def _inputs(spec: RunSpec) -> tuple[dict[str, list[SimJob]], Mapping[str, ThroughputModel], ClusterSpec]:
     if spec.format == "edl":
-        cluster = EDL_CLUSTER
-        return {"edl": edl_scenario()}, {EDL_APP: ElasticCpuModel()}, _shape(cluster, spec)
+        if spec.passes < 1:
+            raise ValueError(f"--passes must be >= 1, got {spec.passes}")
+        loads = {f"pass-{k}": edl_scenario(seed=spec.seed + k) for k in range(spec.passes)}
+        return loads, {EDL_APP: ElasticCpuModel()}, _shape(EDL_CLUSTER, spec)
     if not spec.workloads:
         raise ValueError("name at least one workload file")
     profiles = load_profiles(_traces(spec))
@@ -172,12 +182,26 @@ class Report:
 
 def _jobs_for(policy: str, spec: RunSpec, jobs: list[SimJob], models: Mapping[str, ThroughputModel],
               cluster: ClusterSpec) -> list[SimJob]:  # fmt: skip
-    """Elastic policies get elastic bounds; on the EDL scenario static ones run each job at its minimum."""
+    """Elastic policies get elastic bounds; on the EDL scenario static ones run the report's
+    autoscaling-OFF jobs, each a fixed ``max`` trainers."""
     if policy in ELASTIC_POLICIES and spec.format != "edl":
         return widen(jobs, models, cluster.nodes * (cluster.node.gpu or 64))
     if policy not in ELASTIC_POLICIES and spec.format == "edl":
-        return [dataclasses.replace(j, min_replicas=0, max_replicas=0, num_replicas=j.lo) for j in jobs]
+        return [dataclasses.replace(j, min_replicas=0, max_replicas=0, num_replicas=j.hi) for j in jobs]
     return jobs
+
+
+def edl_window(jobs: Sequence[SimJob], res: SimResult, capacity: int) -> Summary:
+    """The EDL report's two figures, measured as its scripts did over its window (every job is
+    killed ``EDL_WINDOW_AFTER_LAST_S`` after the last submission): ``report_pending_s``, the mean
+    of each job's first start (or the kill, if it never started) minus its submission, and
+    ``report_cpu_util``, the CPU cores running pods hold over the window / the cluster's."""
+    first = min(j.submit_time for j in jobs)
+    end = max(j.submit_time for j in jobs) + EDL_WINDOW_AFTER_LAST_S
+    waits = [min(res.first_start.get(j.name, end), end) - j.submit_time for j in jobs]
+    s = res.series
+    held = sum(a * max(0.0, min(t + dt, end) - max(t, first)) for t, dt, a in zip(s.t, s.dt, s.allocated))
+    return {"report_pending_s": sum(waits) / len(waits), "report_cpu_util": held / (capacity * (end - first))}
 
 
 def run_report(spec: RunSpec) -> Report:
@@ -192,9 +216,12 @@ def run_report(spec: RunSpec) -> Report:
         per: dict[str, Summary] = {}
         report.series[name] = {}
         report.jcts[name] = {}
+        cfg = SimConfig(cluster, round_s=EDL_ROUND_S) if spec.format == "edl" else SimConfig(cluster)
         for wl, jobs in loads.items():
-            res = simulate(_jobs_for(name, spec, jobs, models, cluster), models, pol, SimConfig(cluster))
+            res = simulate(_jobs_for(name, spec, jobs, models, cluster), models, pol, cfg)
             per[wl] = res.summary(capacity)
+            if spec.format == "edl":
+                per[wl].update(edl_window(jobs, res, capacity))
             report.series[name][wl] = res.series
             report.jcts[name][wl] = sorted(res.jct.values())
         keys = next(iter(per.values())).keys()
