@@ -332,15 +332,16 @@ CASES = [
          [(elastic("E", 4, 1, 4), ["n0"] * 4)], want(resize={"E": 1}, admit={"W": 2})),
     # load 62 / 70 cores <= 0.97, but no node has 2 cores free (1 left on each): trainers are shed
     # until the waiting job fits, rather than leaving it to wait for a job to end
-    case("edl", "sheds-trainers-when-free-cpu-is-only-fragments", [gnode(f"c{i}", gpus=0, cpu=7) for i in range(10)],
-         [job("W", 1, gpu=0, cpu=2, at=100)],
+    case("edl", "sheds-trainers-when-free-cpu-is-only-fragments",
+         [gnode(f"c{i}", gpus=0, cpu=7) for i in range(10)], [job("W", 1, gpu=0, cpu=2, at=100)],
          [(elastic("E", 30, 1, 30, gpu=0, cpu=2), [f"c{i // 3}" for i in range(30)])],
          want(resize={"E": 29}, admit={"W": 1})),
     # a waiting job with pservers: elastic jobs shrink until its pservers and trainers fit together
     # (shrinking until its trainer alone fit left both on the same 2 free cores: it waited for ever)
     *(
         case(p, "shrinks-until-pservers-and-trainers-fit", [gnode(f"c{i}", gpus=0, cpu=8) for i in range(2)],
-             [dataclasses.replace(job("W", 1, gpu=0, cpu=2, at=100), pservers=1, pserver=Resources(2000, GI, 0))],
+             [dataclasses.replace(job("W", 1, gpu=0, cpu=2, at=100), pservers=1,
+                                  pserver=Resources(2000, GI, 0))],
              [(elastic("E", 8, 1, 8, gpu=0, cpu=2), ["c0"] * 4 + ["c1"] * 4)],
              want(resize={"E": n}, admit={"W": 1}))
         for p, n in (("edl", 5), ("elastic", 6))  # edl keeps its 3 % headroom: (5 x 2 + 4) / 16 cores

@@ -8,13 +8,15 @@ the window only (the figures cannot depend on what happens after it), so the tes
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from paddlecloud import scheduler
 from paddlecloud.core.resources import Resources
+from paddlecloud.sim import runner
 from paddlecloud.sim.engine import SimConfig, SimResult, simulate
 from paddlecloud.sim.profiles import ElasticCpuModel, ThroughputModel
-from paddlecloud.sim import runner
 from paddlecloud.sim.runner import RunSpec, edl_window, run_report
 from paddlecloud.sim.series import Series
 from paddlecloud.sim.workload import (
@@ -41,7 +43,7 @@ def test_scenario_is_the_reports() -> None:
         for j in (a, b):
             assert j.replica == Resources(cpu_m=5_000, memory=8 * GIB)
             assert (j.pservers, j.pserver) == (10, Resources(cpu_m=4_000, memory=5 * GIB))
-    gaps = [y.submit_time - x.submit_time for x, y in zip(on, on[1:], strict=False)]
+    gaps = [y.submit_time - x.submit_time for x, y in itertools.pairwise(on)]
     assert all(10.0 <= g <= 15.0 for g in gaps) and len(set(gaps)) > 10  # sleep 10 + the submit's time
     assert on[0].submit_time == 0.0
     assert [j.submit_time for j in edl_scenario(seed=3)] == [j.submit_time for j in on]  # seeded

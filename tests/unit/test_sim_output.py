@@ -276,7 +276,8 @@ def test_html_report_escapes_what_it_did_not_write(tmp_path: Path) -> None:
 
 def test_sim_html_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "sim.html"
-    assert cli("sim", "--format", "edl", "--passes", "1", "--policy", "fifo,elastic", "--html", str(page)) == 0
+    code = cli("sim", "--format", "edl", "--passes", "1", "--policy", "fifo,elastic", "--html", str(page))
+    assert code == 0
     assert capsys.readouterr().out.endswith(f"page: {page}\n")
     text = page.read_text()
     assert '"fifo"' in text and '"elastic"' in text and "jct_cdf" in text

@@ -194,10 +194,10 @@ class _Scaler:
                 return False
             shed.append(gone)
         alloc.commit()
-        for j in shed:
+        for j in shed:  # (shedding came after _could_fit, which set _spare)
             ledger.credit(j, 1)
-            t = j.trainer
-            self._spare = [a - b for a, b in zip(self._spare or (0, 0, 0), (t.cpu_m, t.memory, t.gpu), strict=True)]
+            t, spare = j.trainer, self._spare or [0, 0, 0]
+            self._spare = [spare[0] - t.cpu_m, spare[1] - t.memory, spare[2] - t.gpu]
         ledger.charge(job, job.lo, pservers=True)
         admitted[job.key] = pservers
         return True
@@ -210,7 +210,7 @@ class _Scaler:
             for j, (lo, _, g, c, m) in zip(self.elastic, self._static, strict=True):
                 extra = self.alloc.count(j.key) - lo
                 if extra > 0:
-                    spare[0], spare[1], spare[2] = spare[0] + c * extra, spare[1] + m * extra, spare[2] + g * extra
+                    spare = [spare[0] + c * extra, spare[1] + m * extra, spare[2] + g * extra]
             self._spare = spare
         pool = self.alloc.pool
         free = (pool.tcpu, pool.tmem, pool.tgpu)

@@ -5,7 +5,8 @@ Every ``round_s`` seconds of virtual time (60 s, as Pollux's simulator):
   2. a :class:`paddlecloud.scheduler.Snapshot` is built exactly as the live server builds one
      (nodes with what running jobs hold, the queue, the running jobs with their placement, attained
      service and speed-up table), and the named policy returns a Plan;
-  3. the plan is applied: admitted jobs start, resized jobs change trainers, preempted jobs go back
+  3. the plan is applied: admitted jobs start (their pservers, if any, stay where they were placed
+     until the job ends or is preempted), resized jobs change trainers, preempted jobs go back
      to the queue keeping their progress (they checkpoint); every start, resize or resume costs
      ``restart_s`` seconds without progress;
   4. running jobs progress at their measured throughput for their trainer count and placement
@@ -15,13 +16,13 @@ Every ``round_s`` seconds of virtual time (60 s, as Pollux's simulator):
      arrival and the gap is one empty row.
 The global batch size never changes: a resize only re-splits it (gradient accumulation in the model).
 
-Utilisation counts GPUs, or whole CPU cores of CPU-only jobs. *Allocated* is what running jobs hold
-for the whole round (a job that finishes mid-round holds its GPUs until the next round, as the
-scheduler only reallocates then). *Useful* is the part that trained at single-replica speed: per job,
-``GPUs x seconds progressing (not restarting, not finished) x parallel efficiency``, where the
-efficiency is ``throughput(n replicas, placement) / (n x throughput(1 replica))`` at the job's fixed
-global batch (capped at 1). Both summary ratios divide by ``capacity x busy time`` (rounds in which a
-job waited or ran).
+Utilisation counts GPUs, or whole CPU cores of CPU-only jobs (trainers and pservers). *Allocated* is
+what running jobs hold for the whole round (a job that finishes mid-round holds its GPUs until the
+next round, as the scheduler only reallocates then). *Useful* is the part that trained at
+single-replica speed: per job, ``GPUs x seconds progressing (not restarting, not finished) x
+parallel efficiency``, where the efficiency is ``throughput(n replicas, placement) / (n x
+throughput(1 replica))`` at the job's fixed global batch (capped at 1). Both summary ratios divide by
+``capacity x busy time`` (rounds in which a job waited or ran).
 """
 
 from __future__ import annotations

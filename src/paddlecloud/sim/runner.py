@@ -200,7 +200,8 @@ def edl_window(jobs: Sequence[SimJob], res: SimResult, capacity: int) -> Summary
     end = max(j.submit_time for j in jobs) + EDL_WINDOW_AFTER_LAST_S
     waits = [min(res.first_start.get(j.name, end), end) - j.submit_time for j in jobs]
     s = res.series
-    held = sum(a * max(0.0, min(t + dt, end) - max(t, first)) for t, dt, a in zip(s.t, s.dt, s.allocated))
+    rows = zip(s.t, s.dt, s.allocated, strict=True)
+    held = sum(a * max(0.0, min(t + dt, end) - max(t, first)) for t, dt, a in rows)
     return {"report_pending_s": sum(waits) / len(waits), "report_cpu_util": held / (capacity * (end - first))}
 
 
