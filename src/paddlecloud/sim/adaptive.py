@@ -30,7 +30,7 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from paddlecloud.scheduler.goodput import AdaptiveBatch, GoodputTable, goodput_table
+from paddlecloud.scheduler.goodput import AdaptiveBatch, GoodputModel, GoodputTable
 from paddlecloud.sim.profiles import AppProfile, packed_nodes
 
 __all__ = ["AdaptiveModel", "Tables"]
@@ -96,6 +96,7 @@ class Tables:
 
     gpus_per_node: int
     cache: dict[tuple[int, int, int, int, int, int], GoodputTable] = field(default_factory=dict)
+    models: dict[tuple[int, int, int, int], GoodputModel] = field(default_factory=dict)
 
     def table(
         self, model: AdaptiveModel, bounds: tuple[int, int], replicas: int, batch: int, epoch: int
@@ -103,14 +104,12 @@ class Tables:
         key = (id(model), bounds[0], bounds[1], replicas, batch, epoch)
         hit = self.cache.get(key)
         if hit is None:
-            p = model.profile
-            spec = AdaptiveBatch(
-                model.init,
-                min(bounds[0], model.init),
-                max(bounds[1], model.init),
-                max_local=math.inf,
-                min_local=p.min_local_bsz,
-            )
-            nodes = [packed_nodes(n, self.gpus_per_node) for n in range(1, replicas + 1)]
-            hit = self.cache[key] = goodput_table(p, spec, model.noise(batch, epoch), nodes)
+            gm = self.models.get(key[:4])
+            if gm is None:
+                p = model.profile
+                lo, hi = min(bounds[0], model.init), max(bounds[1], model.init)
+                spec = AdaptiveBatch(model.init, lo, hi, max_local=math.inf, min_local=p.min_local_bsz)
+                nodes = tuple(packed_nodes(n, self.gpus_per_node) for n in range(1, replicas + 1))
+                gm = self.models[key[:4]] = GoodputModel(p, spec, nodes)
+            hit = self.cache[key] = gm.table(model.noise(batch, epoch))
         return hit

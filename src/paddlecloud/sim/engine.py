@@ -362,6 +362,7 @@ def _snapshot(
             pserver=Resources(), trainers=j.num_replicas, trainer=j.replica, min_trainers=j.lo,
             max_trainers=j.hi, attained=r.attained, speedup=speedup, running=r.n,
             placement=r.placement, resized_at=r.resized_at, batches=batches,
+            batch_size=r.batch if batches and r.n else 0,
         )  # fmt: skip
 
     return Snapshot(
