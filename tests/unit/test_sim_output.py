@@ -30,7 +30,8 @@ ONE_NODE = ClusterSpec(nodes=1, node=Resources(cpu_m=64_000, memory=2**38, gpu=4
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = {
     "jobs", "unfinished", "avg_jct_s", "median_jct_s", "p99_jct_s", "avg_queue_s", "p99_queue_s",
-    "makespan_s", "gpu_util", "useful_gpu_util", "resizes", "preemptions",
+    "makespan_s", "gpu_util", "useful_gpu_util", "resizes", "preemptions", "goodput_util",
+    "adaptive_stat_eff",
 }  # fmt: skip
 
 
@@ -179,8 +180,10 @@ def test_series_flag_adds_bounded_series(tmp_path: Path) -> None:
     assert doc["cluster"]["util_unit"] == "cpu_core" and doc["cluster"]["capacity"] == 24 * 64
     assert "synthetic" in doc["speedup_model"]
     series = doc["series"]["elastic"]["edl"]
-    assert set(series) == {"t_s", "gpu_util", "useful_gpu_util", "queued", "running"}
+    assert set(series) == {"t_s", "gpu_util", "useful_gpu_util", "goodput_util", "adaptive_stat_eff",
+                           "queued", "running"}  # fmt: skip
     assert all(len(col) == 25 for col in series.values())
+    assert series["adaptive_stat_eff"] == [None] * 25  # no adaptive job
     assert max(series["gpu_util"]) <= 1.0 and series["t_s"][0] == 0
 
 
