@@ -18,10 +18,9 @@ Progress (the paper's model, counted in examples at ``M0``)
 What the scheduler sees (:meth:`AdaptiveModel.table`)
     ``goodput.goodput_table`` over the application's profile (step time per placement, gradient
     accumulation above its largest measured local batch) with the gradient noise scale the job would
-    report now: ``B_noise = init_batch_size x grad_var / grad_sqr`` of the traces at the batch it
-    runs and the epoch it is in (the traces measure ``grad_var`` at the application's smallest
-    validated batch's scale). Tables are cached by (job shape, batch, epoch): a workload has a few
-    hundred.
+    report now: ``B_noise = init_batch_size x grad_var / grad_sqr`` of the traces at its initial
+    batch in the epoch it is in (the traces measure ``grad_var`` at the application's smallest
+    validated batch's scale). Tables are cached by (job shape, epoch): a workload has a few hundred.
 """
 
 from __future__ import annotations
@@ -70,9 +69,12 @@ class AdaptiveModel:
         p = self.profile
         return self.init * p.gain(batch, epoch) / (batch * p.gain(self.init, epoch))
 
-    def noise(self, batch: float, epoch: int) -> float:
-        """The gradient noise scale (samples) a job training at ``batch`` during ``epoch`` reports."""
-        sqr, var = self.profile.grad_stats(batch, epoch)
+    def noise(self, epoch: int) -> float:
+        """The gradient noise scale (samples) the job reports during ``epoch``: the traces' at its
+        initial batch (one measure whatever batch it runs at, as the live runtime reports it at the
+        ``M0`` scale; the traces' statistics at other batches come from other training runs, and
+        reading them at the batch it runs made jobs flip between two batches)."""
+        sqr, var = self.profile.grad_stats(self.init, epoch)
         return self.profile.init_batch_size * var / sqr if sqr > 0 else 0.0
 
     def advance(self, done: float, seconds: float, throughput: float, batch: float) -> tuple[float, float]:
@@ -95,13 +97,11 @@ class Tables:
     """The goodput tables of a run's adaptive jobs, cached (see the module docstring)."""
 
     gpus_per_node: int
-    cache: dict[tuple[int, int, int, int, int, int], GoodputTable] = field(default_factory=dict)
+    cache: dict[tuple[int, int, int, int, int], GoodputTable] = field(default_factory=dict)
     models: dict[tuple[int, int, int, int], GoodputModel] = field(default_factory=dict)
 
-    def table(
-        self, model: AdaptiveModel, bounds: tuple[int, int], replicas: int, batch: int, epoch: int
-    ) -> GoodputTable:
-        key = (id(model), bounds[0], bounds[1], replicas, batch, epoch)
+    def table(self, model: AdaptiveModel, bounds: tuple[int, int], replicas: int, epoch: int) -> GoodputTable:
+        key = (id(model), bounds[0], bounds[1], replicas, epoch)
         hit = self.cache.get(key)
         if hit is None:
             gm = self.models.get(key[:4])
@@ -111,5 +111,5 @@ class Tables:
                 spec = AdaptiveBatch(model.init, lo, hi, max_local=math.inf, min_local=p.min_local_bsz)
                 nodes = tuple(packed_nodes(n, self.gpus_per_node) for n in range(1, replicas + 1))
                 gm = self.models[key[:4]] = GoodputModel(p, spec, nodes)
-            hit = self.cache[key] = gm.table(model.noise(batch, epoch))
+            hit = self.cache[key] = gm.table(model.noise(epoch))
         return hit

@@ -350,7 +350,7 @@ def _snapshot(
         j = r.job
         batches: tuple[int, ...] = ()
         if r.adaptive is not None and j.adaptive is not None:
-            table = tables.table(r.adaptive, j.adaptive, j.hi, r.batch, r.adaptive.epoch(r.done))
+            table = tables.table(r.adaptive, j.adaptive, j.hi, r.adaptive.epoch(r.done))
             speedup, batches = table.speedup, table.batches
         else:
             key = (j.app, j.global_bsz, j.hi)
