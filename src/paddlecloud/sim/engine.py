@@ -332,7 +332,7 @@ def _snapshot(
     running: list[str],
     models: Mapping[str, ThroughputModel],
     speedups: dict[tuple[str, int, int], tuple[float, ...]],
-    tables: Tables,
+    tables: Tables | None = None,
 ) -> Snapshot:
     allocated = {n: Resources() for n in names}
     gpus_used: dict[str, set[int]] = {n: set() for n in names}
@@ -349,7 +349,7 @@ def _snapshot(
     def request(r: _Run) -> JobRequest:
         j = r.job
         batches: tuple[int, ...] = ()
-        if r.adaptive is not None and j.adaptive is not None:
+        if r.adaptive is not None and j.adaptive is not None and tables is not None:
             table = tables.table(r.adaptive, j.adaptive, j.hi, r.adaptive.epoch(r.done))
             speedup, batches = table.speedup, table.batches
         else:
