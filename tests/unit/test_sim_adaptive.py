@@ -1,20 +1,18 @@
 """sim.adaptive and the engine's adaptive-batch jobs: exact progress at any batch, the seeded choice
-of adaptive jobs, the ``sim --adaptive-fraction`` option (measured profiles of ../shared/data)."""
+of adaptive jobs (measured profiles of ../shared/data; the CLI option: test_sim_output.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 import paddlecloud.scheduler as scheduler
-from paddlecloud.cli.main import main
 from paddlecloud.core.resources import Resources
 from paddlecloud.sim import ClusterSpec, SimJob, load_profiles
 from paddlecloud.sim.adaptive import AdaptiveModel
 from paddlecloud.sim.engine import SimConfig, SimResult, simulate
-from paddlecloud.sim.runner import DEFAULT_POLICY, RunSpec, choose_adaptive, make_adaptive
+from paddlecloud.sim.runner import RunSpec, choose_adaptive, make_adaptive
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "pollux" / "traces"
 PROFILES = load_profiles(TRACES)
@@ -101,41 +99,3 @@ def test_the_fraction_is_checked() -> None:
         RunSpec(["x.csv"], ["elastic"], adaptive_fraction=1.5)
     with pytest.raises(ValueError, match="pollux format"):
         RunSpec([], ["elastic"], format="edl", adaptive_fraction=0.5)
-
-
-def cli(*args: str) -> int:
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
-def tiny(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.csv"
-    path.write_text(
-        "name,time,application,num_replicas,batch_size\n"
-        "cifar10-0,0,cifar10,4,512\nncf-1,30,ncf,2,1024\nncf-2,60,ncf,8,1024\ncifar10-3,90,cifar10,2,256\n"
-    )
-    return path
-
-
-def test_cli_rejects_a_fraction_outside_0_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli("sim", str(tiny(tmp_path)), "--traces", str(TRACES), "--adaptive-fraction", "2") == 2
-    err = capsys.readouterr().err
-    assert "--adaptive-fraction" in err and "0<=x<=1" in err and "Traceback" not in err
-    assert cli("sim", "--format", "edl", "--adaptive-fraction", "0.5") == 2
-    assert "--format pollux" in capsys.readouterr().err
-
-
-def test_cli_half_adaptive_lists_the_jobs_and_series(tmp_path: Path) -> None:
-    js = tmp_path / "s.json"
-    assert cli("sim", str(tiny(tmp_path)), "--traces", str(TRACES), "--adaptive-fraction", "0.5",
-               "--summary-json", str(js), "--series", "10") == 0  # fmt: skip
-    doc = json.loads(js.read_text())
-    assert list(doc["policies"]) == [DEFAULT_POLICY]  # no --policy: the server's default
-    assert doc["adaptive"]["fraction"] == 0.5 and len(doc["adaptive"]["jobs"]["tiny"]) == 2
-    mean = doc["policies"][DEFAULT_POLICY]["tiny"]
-    assert mean["adaptive_avg_jct_s"] > 0 and mean["fixed_avg_jct_s"] > 0 and mean["adaptive_stat_eff"] > 0
-    series = doc["series"][DEFAULT_POLICY]["tiny"]
-    assert any(e is not None for e in series["adaptive_stat_eff"]) and max(series["goodput_util"]) > 0
