@@ -122,6 +122,7 @@ def test_reports_grow_the_batch_with_the_trainers_and_the_plan_assigns_it(
     assert list(req.batches) == sorted(req.batches) and req.batches[0] < req.batches[-1]
     assert req.batches[-1] > 64  # four trainers: a larger batch than the job's own
     assert req.speedup[-1] > 1.0
+    assert req.batch_size == 0  # not running: no batch of its own yet
     world.tick()
     snap, plan = world.platform.reconciler.last  # type: ignore[misc]
     assert snap.queue[0].batches == req.batches  # what the loop gave the policy
@@ -170,6 +171,7 @@ def test_a_grow_assigns_the_batch_of_the_trainers_it_got(world: MemoryWorld, pac
     assert len(calls) >= 2, calls  # the grow was tried for more than one trainer
     assert state.trainers == 2
     assert state.batch_size == plan.batch(2) != one
+    assert plan.batch_size == state.batch_size  # what it runs at: elastic's batch-only resize reads it
     job = alice.job("ada")
     assert any("only 1 of" in e.message for e in job.events if e.reason == "Resized")
     assert any(

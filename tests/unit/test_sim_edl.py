@@ -146,6 +146,6 @@ def test_runner_gives_static_policies_the_off_jobs_and_elastic_ones_the_on_jobs(
     on, spec = edl_scenario(seed=2), RunSpec([], ["fifo"], format="edl")
     off = edl_scenario(seed=2, autoscaling=False)
     for name in ("fifo", "fifo-backfill", "tiresias"):
-        assert runner._jobs_for(name, spec, on, MODELS, EDL_CLUSTER) == off
+        assert runner._jobs_for(name, spec, on, MODELS, EDL_CLUSTER, set()) == off
     for name in ("edl", "elastic"):
-        assert runner._jobs_for(name, spec, on, MODELS, EDL_CLUSTER) == on
+        assert runner._jobs_for(name, spec, on, MODELS, EDL_CLUSTER, set()) == on

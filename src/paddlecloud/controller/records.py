@@ -52,6 +52,8 @@ def job_request(
         max(spec.trainers.max or spec.trainers.count, spec.trainers.count) if elastic else spec.trainers.count
     )
     plan = plans.table(row, spec, hi) if plans is not None else None
+    running = sum(1 for p in placement if p.role == "trainer")
+    adaptive = plan is not None and bool(plan.batches) and running > 0 and row.adaptive is not None
     return JobRequest(
         key=job_key(row.user, row.name),
         user=row.user,
@@ -64,11 +66,13 @@ def job_request(
         min_trainers=(spec.trainers.min or 0) if elastic else 0,
         max_trainers=(spec.trainers.max or 0) if elastic else 0,
         attained=row.attained,
-        running=sum(1 for p in placement if p.role == "trainer"),
+        running=running,
         placement=placement,
         resized_at=row.resized_at if row.resized_at is not None else float("-inf"),
         batches=plan.batches if plan is not None else (),
         speedup=plan.speedup if plan is not None else (),
+        # the batch it runs at: elastic's batch-only resize compares it with the table's
+        batch_size=row.adaptive.batch_size if adaptive and row.adaptive is not None else 0,
     )
 
 

@@ -113,8 +113,9 @@ class SimJob:
 
     ``num_replicas`` is what was asked for; an elastic job may run with any count in
     ``[min_replicas, max_replicas]`` (0 means "= num_replicas", as in the scheduler's
-    ``JobRequest``). ``global_bsz`` stays fixed whatever the replica count. ``work`` (samples) is
-    set by loaders whose jobs carry their own size; None means the model's ``work(global_bsz)``.
+    ``JobRequest``). ``global_bsz`` stays fixed whatever the replica count (``adaptive`` jobs: where
+    they start, see ``sim.adaptive``). ``work`` (samples) is set by loaders whose jobs carry their
+    own size; None means the model's ``work(global_bsz)``.
     ``trace_duration`` is the traced run time (Philly) on ``num_replicas`` replicas.
     """
 
@@ -135,6 +136,9 @@ class SimJob:
     pservers: int = 0
     cpu_m_per_pserver: int = 0
     memory_per_pserver: int = 0
+    #: adaptive-batch jobs (``sim.adaptive``): the global batch bounds ``(lo, hi)`` the scheduler may
+    #: choose in; ``global_bsz`` is where the job starts and the unit of its progress. None: fixed
+    adaptive: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.num_replicas < 1:
@@ -152,6 +156,8 @@ class SimJob:
             raise ValueError(f"{self.name}: work must be > 0, got {self.work}")
         if self.pservers < 0:
             raise ValueError(f"{self.name}: pservers must be >= 0, got {self.pservers}")
+        if self.adaptive is not None and not 1 <= self.adaptive[0] <= self.global_bsz <= self.adaptive[1]:
+            raise ValueError(f"{self.name}: need 1 <= lo <= global_bsz <= hi, got {self.adaptive}")
 
     @property
     def lo(self) -> int:
