@@ -62,7 +62,7 @@ class Options:
     #: EMA factor per measured step (0.99: about the last 100 steps count)
     smoothing: float = 0.99
     #: one replica without accumulation: measure by splitting every n-th step in two (0: never)
-    split_every: int = 4
+    split_every: int = 8
     #: steps at the start of a run left out of the step time (DDP's first steps build its buckets)
     warmup_steps: int = 3
 
