@@ -21,6 +21,7 @@ from paddlecloud.controller.jobtokens import issue_job_token
 from paddlecloud.controller.records import job_request
 from paddlecloud.core.resources import Resources
 from paddlecloud.runtime import contract as c
+from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.scheduler.goodput import AdaptiveBatch, FittedStepTime, goodput_table
 from paddlecloud.server import create_app
 from paddlecloud.store.tables import JobRow
@@ -122,7 +123,9 @@ def test_reports_grow_the_batch_with_the_trainers_and_the_plan_assigns_it(
     assert req.batches[-1] > 64  # four trainers: a larger batch than the job's own
     assert req.speedup[-1] > 1.0
     world.tick()
-    _snap, plan = world.platform.reconciler.last  # type: ignore[misc]
+    snap, plan = world.platform.reconciler.last  # type: ignore[misc]
+    assert snap.queue[0].batches == req.batches  # what the loop gave the policy
+    assert make_policy(world.platform.reconciler.policy.name).schedule(snap) == plan  # the simulator's too
     (admit,) = plan.admit
     n = sum(p.role == "trainer" for p in admit.placement)
     assert admit.batch_size == req.batch(n) > 0
@@ -172,3 +175,32 @@ def test_a_grow_assigns_the_batch_of_the_trainers_it_got(world: MemoryWorld, pac
     assert any(
         e.message.startswith(f"global batch {one} -> {state.batch_size} on 2 trainers") for e in job.events
     )
+
+
+def test_the_console_job_page_shows_the_live_state(world: MemoryWorld, package: Path) -> None:
+    token = world.platform.ensure_user("alice")
+    alice = Client(
+        endpoint="http://testserver", token=token, http=TestClient(create_app(world.platform, run_loop=False))
+    )
+    submit(world, alice, "ada", package, batch={**BATCH, "lr_rule": "linear"})
+    job = worker(world, "ada")
+    report_model(world, job, "ada")
+    world.tick()
+    page = TestClient(create_app(world.platform, run_loop=False), base_url="http://127.0.0.1:8080")
+    auth = {"Authorization": f"Bearer {token}"}
+    state = alice.adaptive("ada")
+    html = page.get("/ui/jobs/ada", headers=auth).text
+    assert "starts at 64, adaptive 32..4096, LR rule linear" in html
+    assert (
+        f'<dd class="adaptive-batch"><strong>{state.batch_size}</strong> on {state.trainers} trainer' in html
+    )
+    assert '<dd class="adaptive-noise">6,400</dd>' in html
+    assert "(4 reports)" in html
+    live = page.get("/ui/jobs/ada/_live", headers=auth).text
+    since = live.split("/_live?since=", 1)[1].split('"', 1)[0]
+    assert page.get("/ui/jobs/ada/_live", params={"since": since}, headers=auth).status_code == 204
+    job.adaptive_report(
+        "ada", AdaptiveReport(replicas=1, local_bsz=64.0, step_time_s=0.3, lr_gain=2.0, batch_size=64)
+    )
+    changed = page.get("/ui/jobs/ada/_live", params={"since": since}, headers=auth)
+    assert changed.status_code == 200 and '<dd class="adaptive-gain">2</dd>' in changed.text

@@ -11,8 +11,8 @@
 
 Who may call: a job token for its own job only (any other name is ``job_not_found``: a job token
 does not reveal which jobs exist); a user token for the user's own jobs, admins for anyone's
-(``?user=``); another user's job is ``job_not_found``. Reports come from the job's workers: a user
-token may read the state but not report (``forbidden``). A job submitted without
+(``?user=``); another user's job is ``job_not_found``. Reports come from the job's workers; its
+owner may report too (the owner's code holds the job token anyway). A job submitted without
 ``batch.adaptive`` is ``not_adaptive`` (409). Time is ``ctx.clock``; no reconciler mutex is taken.
 """
 
@@ -22,7 +22,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from paddlecloud.api.adaptive import AdaptiveReport, AdaptiveState
-from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, NotFound
+from paddlecloud.api.errors import Conflict, ErrorCode, NotFound
 from paddlecloud.api.models import JobSpec
 from paddlecloud.controller.batches import adaptive_spec, state_view
 from paddlecloud.controller.context import Context
@@ -97,11 +97,6 @@ class AdaptiveService:
         """Store the report (at most one per job per ``REPORT_INTERVAL_S``); the assignment now."""
         with self.ctx.session() as s:
             row, spec = self._job(s, who, name, user)
-            if not isinstance(who, JobIdentity):
-                raise Forbidden(
-                    "reports come from the job's workers, with its token (PADDLECLOUD_JOB_TOKEN)",
-                    code=ErrorCode.FORBIDDEN,
-                )
             state = row.adaptive
             if state is None:  # pragma: no cover - made at submit for every adaptive job
                 state = row.adaptive = AdaptiveRow(batch_size=spec.batch.size if spec.batch else 1)

@@ -26,7 +26,7 @@ from sqlalchemy.orm import object_session
 
 from paddlecloud.api.adaptive import AdaptiveState, BatchSpec
 from paddlecloud.api.models import JobSpec
-from paddlecloud.runtime import contract as c
+from paddlecloud.core.envcontract import batch_vars
 from paddlecloud.scheduler.goodput import AdaptiveBatch, FittedStepTime, GoodputTable, goodput_table
 from paddlecloud.store.tables import AdaptiveReportRow, AdaptiveRow, JobRow
 
@@ -83,13 +83,7 @@ def batch_env(spec: JobSpec, state: AdaptiveRow | None) -> dict[str, str]:
     view = state_view(spec, state)
     if view is None:
         return {}
-    return {
-        c.BATCH_SIZE: str(view.batch_size),
-        c.BATCH_MIN: str(view.min),
-        c.BATCH_MAX: str(view.max),
-        c.BATCH_INIT: str(view.init),
-        c.LR_RULE: str(view.lr_rule),
-    }
+    return batch_vars(view.batch_size, (view.min, view.max), view.init, str(view.lr_rule))
 
 
 @dataclass(frozen=True)

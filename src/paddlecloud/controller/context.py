@@ -22,7 +22,7 @@ from paddlecloud.api import API_PREFIX
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Backend, JobLaunch
 from paddlecloud.backends.errors import BackendError
-from paddlecloud.controller.batches import BatchPlans, batch_env
+from paddlecloud.controller.batches import BatchPlans, adaptive_spec, batch_env
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.history import History
@@ -148,6 +148,7 @@ class Context:
             package_url=package_url(self.config.api_url, row.package_id),
             home_dir=self._area(f"/pfs/{self.config.datacenter}/home/{row.user}"),
             public_dir=self._area(f"/pfs/{self.config.datacenter}/public"),
+            batch=adaptive_spec(parsed),
         )
 
     def _area(self, pfs_path: str) -> Path | None:
