@@ -187,15 +187,16 @@ def main():
         stats = torch.zeros(2, dtype=torch.float64)
         if ada is not None:
             adaptive_epoch(ada, model, loader, loss_fn, stats)
-        for i, (x, y) in enumerate(loader if ada is None else ()):
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            (loss / len(y)).backward()
-            optimizer.step()
-            stats += torch.tensor([loss.item(), len(y)], dtype=torch.float64)
-            step = epoch * len(loader) + i + 1
-            if PROGRESS_EVERY and rank == 0 and step % PROGRESS_EVERY == 0:
-                log(f"step {step} epoch {epoch} world {world} at {time.time():.3f} started {started:.3f}")
+        else:
+            for i, (x, y) in enumerate(loader):
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                (loss / len(y)).backward()
+                optimizer.step()
+                stats += torch.tensor([loss.item(), len(y)], dtype=torch.float64)
+                step = epoch * len(loader) + i + 1
+                if PROGRESS_EVERY and rank == 0 and step % PROGRESS_EVERY == 0:
+                    log(f"step {step} epoch {epoch} world {world} at {time.time():.3f} started {started:.3f}")
         dist.all_reduce(stats)
         train_loss = (stats[0] / stats[1]).item()
         test_loss, test_acc = evaluate(model, test_set, rank, world, loss_fn)

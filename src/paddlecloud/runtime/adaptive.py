@@ -1,9 +1,9 @@
 """Adaptive batch size inside a worker: the assigned batch, its split, the LR gain, the noise scale.
 
 A job submitted with ``--adaptive-batch-size MIN:MAX`` lets the scheduler choose its global batch
-(docs/adaptive.md). Inside the job this module does the arithmetic and the talking, standard library
-only; :class:`AdaptiveDDP` (``runtime.adaptive_torch``, imported on first use) drives a PyTorch DDP
-training loop with it::
+(docs/env-contract.md, "Adaptive batch size"). Inside the job this module does the arithmetic and
+the talking, standard library only; :class:`AdaptiveDDP` (``runtime.adaptive_torch``, imported on
+first use) drives a PyTorch DDP training loop with it::
 
     server ──GET /api/v1/jobs/{job}/adaptive──▶ Assignment (global batch now, initial, bounds, LR rule)
     Assignment, world size, max local batch ──plan()──▶ Plan (local = micro batch x accumulation steps)
