@@ -149,10 +149,11 @@ class AdaptiveDDP:
         self.assignment = self._agree(read_assignment(job_api, None, batch, self.options.lr_rule))
         self.plan: Plan = plan(self.assignment.batch_size, self.world, max_local_batch)
         self.estimator = NoiseEstimator(self.assignment.init, self.options.smoothing)
-        self.gain = 1.0 if self.assignment.lr_rule == "adascale" else self._gain()
+        self.gain = self._gain()
         #: samples trained, counted at the initial batch (``gain x init`` per full step)
         self.progress = 0.0
-        self.steps = 0
+        #: optimizer steps over the job (kept in the checkpoint), and in this process
+        self.steps = self._run_steps = 0
         self._times: list[float] = []
         self._hook = _Hook(dist, self.world)
         if self.world > 1 and hasattr(model, "register_comm_hook"):
@@ -244,11 +245,12 @@ class AdaptiveDDP:
         if measure:
             self._measure(first, rows[0], total)
         self.steps += 1
+        self._run_steps += 1
         if self.steps % self.options.sync_every == 0:
             self._sync()
         self._optimizer_step()
         self.progress += self.gain * self.assignment.init * total / self.plan.local
-        if self.steps > self.options.warmup_steps:
+        if self._run_steps > self.options.warmup_steps:
             self._times.append(time.perf_counter() - started)
         if self.reporter is not None:
             self.reporter.offer(self._report)
@@ -266,8 +268,10 @@ class AdaptiveDDP:
     def _measure(self, first: float, first_rows: int, total: int) -> None:
         if self.world == 1:
             small_sqr, small, big_sqr, big = first, first_rows, self._grad_sqr(), total
-        else:
+        elif self._hook.local and self._hook.total:
             (small_sqr, big_sqr), small, big = self._hook.sums(), total, total * self.world
+        else:  # the hook did not run (a model that is not DDP): nothing measured
+            return
         if 0 < small < big:
             self.estimator.measure(small_sqr, small, big_sqr, big)
 
