@@ -5,8 +5,9 @@ One server (bench/_server.py: a fresh data dir, one virtual node of 4 CPUs, the 
 warm-up run builds the job's PyTorch environment first, so no timed run pays for it. Then, per run
 and in the order given: a blocker job holds 3 of the 4 CPUs; examples/torch_ddp is submitted in its
 adaptive mode (``--env ADAPTIVE=1 --env EPOCHS=N``, torchrun, elastic 1..4 trainers of 1 CPU,
-``--batch-size 32``), so it starts on 1 trainer; ``--hold`` seconds after it is Running the blocker
-is killed and the scheduler grows the job to 4 trainers. The two modes differ only in the spec:
+``--batch-size 32``), so it starts on 1 trainer; ``--hold`` seconds after it starts training (its
+log's ``adaptive:`` line) the blocker is killed and the scheduler grows the job to 4 trainers.
+The two modes differ only in the spec:
 
 - ``adaptive``: ``--adaptive-batch-size 32:1024``: the job reports its gradient noise scale and step
   time, and the scheduler picks the global batch when it grows the job (AdaScale LR gain);
@@ -17,7 +18,7 @@ Both train the same length: EPOCHS epochs at the initial batch (the adaptive job
 ``gain x 32`` samples per step). Printed per run: wall time from Running to Succeeded and from
 submit, the final test accuracy, the global batches trained at, the job's BatchSize events.
 
-    .venv/bin/python bench/adaptive_torch.py [--epochs 16] [--hold 15] [--order fixed,adaptive,...]
+    .venv/bin/python bench/adaptive_torch.py [--epochs 16] [--hold 10] [--order fixed,adaptive,...]
 
 ``--probe PYTHON`` instead runs bench/_adaptive_probe.py under ``PYTHON -m torch.distributed.run``
 (an interpreter with torch) on 1, 2 and 4 local processes: the helper's per-step overhead against
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -67,15 +69,17 @@ def run(srv: Server, mode: str, index: int, epochs: int, hold: float) -> dict[st
     )  # fmt: skip
     _wait(srv, name, {"Running"}, 600)
     running = time.monotonic()
-    time.sleep(hold)
+    logs = srv.data_dir / "cluster/jobs/default" / name / "logs"
+    while "adaptive: global batch" not in _read(logs):
+        assert time.monotonic() - running < 600, f"{name} never started training"
+        time.sleep(0.5)
+    time.sleep(hold)  # training on 1 trainer (the adaptive job reports 2 s after it starts)
     srv.cli("kill", hold_name, "--grace", "1")
     job = _wait(srv, name, {"Succeeded", "Failed"}, 1800)
     done = time.monotonic()
-    logs = "".join(
-        p.read_text() for p in (srv.data_dir / "cluster/jobs/default" / name / "logs").glob("trainer-*")
-    )
-    acc = re.findall(r"final accuracy ([0-9.]+)$", logs, re.M)
-    batches = sorted({int(b) for b in re.findall(r"progress [0-9.]+ global batch (\d+)", logs)})
+    text = _read(logs)
+    acc = re.findall(r"final accuracy ([0-9.]+)$", text, re.M)
+    batches = sorted({int(b) for b in re.findall(r"progress [0-9.]+ global batch (\d+)", text)})
     events = [e["message"] for e in job["events"] if e["reason"] == "BatchSize"]
     return {
         "mode": mode, "phase": job["phase"], "running_s": done - running, "submit_s": done - submitted,
@@ -83,23 +87,35 @@ def run(srv: Server, mode: str, index: int, epochs: int, hold: float) -> dict[st
     }  # fmt: skip
 
 
+def _read(logs: Path) -> str:
+    return "".join(p.read_text() for p in sorted(logs.glob("trainer-*")))
+
+
 def live(epochs: int, hold: float, order: list[str]) -> None:
     with platform(up_args=["--node-cpu", "4"]) as (srv, _client, _base):
-        srv.cli("submit", str(EXAMPLE), "--name", "warmup", "--framework", "torch", "--entry",
-                "python train.py", "--trainers", "1", "--cpu", "1", "--env", "EPOCHS=1")  # fmt: skip
-        _wait(srv, "warmup", {"Succeeded"}, 900)
-        results = []
-        for i, mode in enumerate(order):
-            r = run(srv, mode, i, epochs, hold)
-            results.append(r)
-            print(
-                f"{mode:8s} {r['phase']}: {r['running_s']:.1f} s from Running ({r['submit_s']:.1f} s from "
-                f"submit), accuracy {r['accuracy']}, global batches {r['batches']}, events {r['events']}",
-                flush=True,
-            )
-        for mode in sorted(set(order)):
-            times = [float(r["running_s"]) for r in results if r["mode"] == mode]
-            print(f"{mode:8s} median {statistics.median(times):.1f} s over {len(times)} run(s)")
+        try:
+            runs(srv, epochs, hold, order)
+        finally:  # jobs outlive their server: stop them first
+            for job in srv.json("get", "jobs")["items"]:
+                srv.cli("kill", job["name"], "--grace", "1", check=False)
+
+
+def runs(srv: Server, epochs: int, hold: float, order: list[str]) -> None:
+    srv.cli("submit", str(EXAMPLE), "--name", "warmup", "--framework", "torch", "--entry",
+            "python train.py", "--trainers", "1", "--cpu", "1", "--env", "EPOCHS=1")  # fmt: skip
+    _wait(srv, "warmup", {"Succeeded"}, 900)
+    results = []
+    for i, mode in enumerate(order):
+        r = run(srv, mode, i, epochs, hold)
+        results.append(r)
+        print(
+            f"{mode:8s} {r['phase']}: {r['running_s']:.1f} s from Running ({r['submit_s']:.1f} s from "
+            f"submit), accuracy {r['accuracy']}, global batches {r['batches']}, events {r['events']}",
+            flush=True,
+        )
+    for mode in sorted(set(order)):
+        times = [float(r["running_s"]) for r in results if r["mode"] == mode]
+        print(f"{mode:8s} median {statistics.median(times):.1f} s over {len(times)} run(s)")
 
 
 def probe(python: str) -> None:
@@ -123,6 +139,7 @@ def main() -> None:
         "--probe", metavar="PYTHON", help="measure the helper's overhead and noise estimate instead"
     )
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that the server and its jobs are stopped
     if args.probe:
         probe(args.probe)
         return

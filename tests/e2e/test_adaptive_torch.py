@@ -60,7 +60,7 @@ def test_the_adaptive_example_trains_at_the_batch_the_scheduler_grows(small: Ser
         "--cpu", "1", "--batch-size", str(INIT), "--adaptive-batch-size", f"{INIT}:1024",
         "--env", "ADAPTIVE=1", "--env", f"EPOCHS={EPOCHS}",
     )  # fmt: skip
-    small.wait_phase("ada", {"Running"}, timeout=300)
+    small.wait_phase("ada", {"Running"}, timeout=600)  # builds the torch environment first
     # one trainer reports what it measures (the first report ~2 s after it starts training)
     _until("a report", lambda: _adaptive(small, "ada")["reports"] >= 1, timeout=120)
     one = _adaptive(small, "ada")
