@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.conftest import ROOT, Server, write_package
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(900)  # a loaded machine builds the torch environment slowly
 
 INIT = 32
 #: epochs at the initial batch: long enough to report on one trainer and to be grown
