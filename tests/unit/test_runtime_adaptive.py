@@ -106,7 +106,9 @@ def test_the_estimate_is_smoothed_resumable_and_unknown_before_a_window() -> Non
     assert est.window() == (0.0, 8.0, 1.0)
     est.update(*est.window())
     assert est.window() == (0.0, 0.0, 0.0)
-    assert (est.grad_sqr, est.grad_var, est.noise_scale) == (0.0, 1.0, None)  # |G|² 0: no finite scale
+    # |G|² measured at 0 (lost in the noise): the largest noise scale, not an unknown one
+    assert est.grad_var == 1.0 and est.noise_scale == pytest.approx(adaptive.MAX_NOISE * 8)
+    assert lr_gain("adascale", 4.0, est.grad_sqr, est.grad_var) == pytest.approx(4.0, rel=0.01)
     est.update(10.0, 0.0, 10)  # ten steps at |G|² 1, no noise: the earlier window still weighs in
     t = 0.9**10
     assert est.grad_sqr == pytest.approx((1 - t) / (t * 0.1 + 1 - t))

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LR_RULES",
+    "MAX_NOISE",
     "AdaptiveApiError",
     "AdaptiveDDP",
     "Assignment",
@@ -282,6 +283,10 @@ def two_batch_estimate(small_sqr: float, small: float, big_sqr: float, big: floa
     return sqr, var
 
 
+#: the largest noise scale an estimate gives, in initial batches (see ``NoiseEstimator.grad_sqr``)
+MAX_NOISE = 1000
+
+
 @dataclass
 class NoiseEstimator:
     """``|G|²`` and ``tr(Σ)`` from per-step measurements: summed over a window (so that replicas can
@@ -319,8 +324,13 @@ class NoiseEstimator:
 
     @property
     def grad_sqr(self) -> float | None:
-        """``|G|²`` (>= 0), None before the first window."""
-        return max(self._ema[0] / self._ema[2], 0.0) if self.measured else None
+        """``|G|²``, None before the first window. Late in training ``|G|²`` sinks into the noise and
+        its estimate to 0 or below: it is then taken as ``tr(Σ) / (MAX_NOISE x init)``, a noise scale
+        of ``MAX_NOISE`` initial batches ("mostly noise"), not an unknown or infinite one."""
+        if not self.measured:
+            return None
+        var = max(self._ema[1] / self._ema[2], 0.0)
+        return max(self._ema[0] / self._ema[2], var / (MAX_NOISE * self.init))
 
     @property
     def grad_var(self) -> float | None:
