@@ -33,7 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot, WorkerPlacement
+from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot
+from paddlecloud.scheduler.apply import JobState, apply_plan
 from paddlecloud.sim.profiles import ThroughputModel
 from paddlecloud.sim.series import Series
 from paddlecloud.sim.workload import ClusterSpec, SimJob, job_work, speedup_table
@@ -51,18 +52,12 @@ class SimConfig:
 
 
 @dataclass
-class _Run:
+class _Run(JobState):
     job: SimJob
     work: float
     done: float = 0.0
-    placement: tuple[WorkerPlacement, ...] = ()
-    first_start: float | None = None
     finished: float | None = None
     attained: float = 0.0
-    resized_at: float = float("-inf")
-    paused_until: float = 0.0
-    resizes: int = 0
-    preemptions: int = 0
     #: throughput of one replica at the job's global batch (set on first progress)
     base_rate: float = 0.0
 
@@ -176,24 +171,8 @@ class _World:
 
     def apply(self, plan: Plan) -> None:
         """Admitted jobs start, resized ones change trainers (both pay ``restart_s``), preempted ones
-        go back to the queue with their progress."""
-        t, pause = self.t, self.t + self.cfg.restart_s
-        for a in plan.admit:
-            r = self.runs[a.job]
-            r.placement = tuple(p for p in a.placement if p.role == "trainer")
-            r.first_start = t if r.first_start is None else r.first_start
-            r.paused_until, r.resized_at = pause, t
-            self.queued.remove(a.job)
-            self.running.append(a.job)
-        for z in plan.resize:
-            r = self.runs[z.job]
-            r.placement, r.resized_at, r.paused_until = z.placement, t, pause
-            r.resizes += 1
-        for pre in plan.preempt:
-            r = self.runs[pre.job]
-            r.placement, r.preemptions = (), r.preemptions + 1
-            self.running.remove(pre.job)
-            self.queued.append(pre.job)
+        go back to the queue with their progress (``scheduler.apply_plan``, shared with forecasts)."""
+        apply_plan(plan, self.runs, self.queued, self.running, self.t, self.cfg.restart_s)
 
     def progress(self, result: SimResult) -> None:
         """One round of progress; finished jobs leave; the round's row goes into the series."""
