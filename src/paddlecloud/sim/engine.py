@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot
 from paddlecloud.scheduler.apply import JobState, apply_plan
+from paddlecloud.sim.estimates import EstimateSpec, StartLog, accuracy
 from paddlecloud.sim.profiles import ThroughputModel
 from paddlecloud.sim.series import Series
 from paddlecloud.sim.workload import ClusterSpec, SimJob, job_work, speedup_table
@@ -49,6 +50,8 @@ class SimConfig:
     restart_s: float = 30.0
     #: stop after this much virtual time even if jobs remain (they are reported unfinished)
     horizon_s: float = 30 * 86400.0
+    #: record each job's start estimate at submit (``sim.estimates``); None: none (faster)
+    estimates: EstimateSpec | None = None
 
 
 @dataclass
@@ -80,6 +83,8 @@ class SimResult:
     resizes: int = 0
     preemptions: int = 0
     series: Series = field(default_factory=Series)
+    #: with ``SimConfig.estimates``: per job, its estimated and actual start (``sim.estimates``)
+    starts: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def summary(self, capacity_gpus: int) -> dict[str, float]:
         jcts = sorted(self.jct.values())
@@ -98,7 +103,7 @@ class SimResult:
             "useful_gpu_util": self.useful_gpu_s / busy if busy else 0.0,
             "resizes": float(self.resizes),
             "preemptions": float(self.preemptions),
-        }
+        } | (accuracy(self.starts) if self.starts else {})
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -128,15 +133,21 @@ def simulate(
     """Replay ``jobs`` under ``policy`` until every job is done or ``cfg.horizon_s`` passes."""
     w = _World(cfg, models, jobs)
     result = SimResult(policy=policy.name)
+    log = StartLog(cfg.estimates, policy, models, cfg.cluster.node.gpu, cfg.restart_s) if cfg.estimates else None
     while w.active() and w.t <= cfg.horizon_s:
-        w.arrive()
+        arrived = w.arrive()
         w.cycle += 1
-        w.apply(policy.schedule(w.snapshot()))
+        snap = w.snapshot()
+        if log is not None:
+            log.observe(snap, w.runs, arrived)
+        w.apply(policy.schedule(snap))
         w.progress(result)
         w.skip_idle(result.series)
     result.unfinished = [n for n, r in w.runs.items() if r.finished is None]
     result.resizes = sum(r.resizes for r in w.runs.values())
     result.preemptions = sum(r.preemptions for r in w.runs.values())
+    if log is not None:
+        result.starts = log.per_job(w.runs)
     return result
 
 
@@ -158,10 +169,13 @@ class _World:
     def active(self) -> bool:
         return self.nxt < len(self.pending) or bool(self.queued) or bool(self.running)
 
-    def arrive(self) -> None:
+    def arrive(self) -> list[str]:
+        """The jobs whose submit time has come join the queue; returns them."""
+        first = self.nxt
         while self.nxt < len(self.pending) and self.pending[self.nxt].submit_time <= self.t:
             self.queued.append(self.pending[self.nxt].name)
             self.nxt += 1
+        return [j.name for j in self.pending[first : self.nxt]]
 
     def snapshot(self) -> Snapshot:
         return _snapshot(

@@ -22,6 +22,7 @@ from typing import Any
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.sim.engine import SimConfig, simulate, widen
+from paddlecloud.sim.estimates import EstimateSpec
 from paddlecloud.sim.profiles import ElasticCpuModel, ThroughputModel, load_profiles
 from paddlecloud.sim.series import Series, combine
 from paddlecloud.sim.workload import (
@@ -84,6 +85,8 @@ class RunSpec:
     nodes: int | None = None
     gpus_per_node: int | None = None
     philly_limit: int | None = 1000
+    #: record each job's start and end estimate at submit (``sim.estimates``, profile durations)
+    estimate_starts: bool = False
 
 
 def _traces(spec: RunSpec) -> Path:
@@ -134,6 +137,8 @@ class Report:
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
     #: policy -> workload -> each finished job's completion time (s), sorted
     jcts: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    #: policy -> workload -> job -> its estimates at submit and actual start / end (``estimate_starts``)
+    starts: dict[str, dict[str, dict[str, dict[str, float | None]]]] = field(default_factory=dict)
 
     @property
     def util_unit(self) -> str:
@@ -162,6 +167,8 @@ class Report:
             },
             "policies": self.summaries,
         }
+        if self.starts:
+            doc["start_estimates"] = self.starts
         if series_points > 0:
             doc["series"] = {
                 pol: {wl: s.resample(series_points).to_json(self.capacity) for wl, s in per.items()}
@@ -187,14 +194,17 @@ def run_report(spec: RunSpec) -> Report:
         cluster.nodes * cluster.node.gpu if cluster.node.gpu else cluster.nodes * cluster.node.cpu_m // 1000
     )
     report = Report(spec, cluster, capacity, loads)
+    cfg = SimConfig(cluster, estimates=EstimateSpec() if spec.estimate_starts else None)
     for name in spec.policies:
         pol = make_policy(name)
         per: dict[str, Summary] = {}
         report.series[name] = {}
         report.jcts[name] = {}
         for wl, jobs in loads.items():
-            res = simulate(_jobs_for(name, spec, jobs, models, cluster), models, pol, SimConfig(cluster))
+            res = simulate(_jobs_for(name, spec, jobs, models, cluster), models, pol, cfg)
             per[wl] = res.summary(capacity)
+            if res.starts:
+                report.starts.setdefault(name, {})[wl] = res.starts
             report.series[name][wl] = res.series
             report.jcts[name][wl] = sorted(res.jct.values())
         keys = next(iter(per.values())).keys()

@@ -1,0 +1,302 @@
+"""When will each job start, and end? The policy run forward from a snapshot, on what is known.
+
+    Snapshot (now) + Work per job (how much it has left, how sure that is, how fast it goes)
+      ─▶ round: policy.schedule(snapshot) ─▶ apply_plan (scheduler.apply, as the simulator does)
+               ─▶ running jobs progress; a job that runs out of work ends (its resources are
+                  free from the next round, as in the simulator and the server)
+               ─▶ the next snapshot (nodes re-counted, attained service grown)
+      ─▶ Forecast: per job an :class:`Estimate` (start, end, and the least certain knowledge each
+         rests on), how far the run reached and whether it reached every job's end
+
+No job arrives in a forecast (it knows only the jobs of the snapshot), so a later job that the
+policy puts first (priority, least attained service) is what makes a start come later than
+estimated. Everything else is the policy's own decisions on the durations it is given.
+
+Steps. The first rounds are ``round_s`` apart; a round then jumps to the next end of a running
+job (rounded up to ``round_s``), but never further than ``growth`` x the time forecast so far, so
+the near future is forecast round by round and a forecast a day ahead costs tens of rounds, not
+thousands. A forecast stops when every job has ended, when nothing runs and nothing can start,
+after ``max_rounds`` rounds, when ``out_of_time()`` says so (the caller's wall-clock budget: this
+package reads no clock), or once every job of ``until`` has started (``until_end``: ended). Jobs it did not reach have
+``start`` / ``end`` None: "not before ``Forecast.horizon``".
+
+How sure (:class:`Basis`, from surest to least sure): ``profile`` (a measured throughput model:
+the simulator), ``learned`` (measured progress of this run, e.g. its task master's), ``declared``
+(the user's ``expected_duration``), ``unknown`` (a default assumed). A start rests on the ends of the
+jobs that ended before it in the forecast (the least sure of them; None when it rests on none, e.g.
+it starts at once); an end also on the job's own work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler.apply import JobState, apply_plan
+from paddlecloud.scheduler.decisions import Plan, WorkerPlacement
+from paddlecloud.scheduler.snapshot import JobRequest, NodeState, Snapshot
+
+__all__ = [
+    "Basis",
+    "Estimate",
+    "Forecast",
+    "ForecastConfig",
+    "Work",
+    "forecast",
+    "learned_work",
+    "least_sure",
+    "seconds_work",
+]
+
+
+class Basis(StrEnum):
+    PROFILE = "profile"
+    LEARNED = "learned"
+    DECLARED = "declared"
+    UNKNOWN = "unknown"
+
+
+_ORDER = {b: i for i, b in enumerate(Basis)}
+
+
+def least_sure(a: Basis | None, b: Basis | None) -> Basis | None:
+    """The less certain of two bases (None: rests on nothing)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a if _ORDER[a] >= _ORDER[b] else b
+
+
+@dataclass(frozen=True)
+class Work:
+    """What is known of how much a job has left to do."""
+
+    #: work left: in ``speed``'s units, or (``speed`` None) in seconds at its requested trainer count
+    left: float
+    basis: Basis
+    #: work per second on (trainers, nodes they span); None: ``JobRequest.rate(n) / rate(trainers)``
+    speed: Callable[[int, int], float] | None = None
+    #: it makes no progress before this time (starting up)
+    paused_until: float = 0.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    #: None: not within the forecast (not before ``Forecast.horizon``)
+    start: float | None
+    end: float | None
+    #: the least certain knowledge the start rests on (None: none, e.g. it starts at once)
+    start_basis: Basis | None
+    end_basis: Basis | None
+
+
+@dataclass(frozen=True)
+class ForecastConfig:
+    round_s: float = 60.0
+    #: seconds without progress after a start or a resize
+    restart_s: float = 30.0
+    #: a round jumps at most this fraction of the time forecast so far (at least ``round_s``)
+    growth: float = 0.1
+    max_rounds: int = 400
+
+
+@dataclass(frozen=True)
+class Forecast:
+    made_at: float
+    #: the time the forward run reached
+    horizon: float
+    rounds: int
+    #: every job's end was reached
+    complete: bool
+    estimates: Mapping[str, Estimate] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class _Job(JobState):
+    req: JobRequest
+    work: Work
+    left: float
+    attained: float
+    start_basis: Basis | None = None
+    end: float | None = None
+    end_basis: Basis | None = None
+
+    @property
+    def trainers(self) -> tuple[WorkerPlacement, ...]:
+        return tuple(p for p in self.placement if p.role == "trainer")
+
+    def rate(self) -> float:
+        trainers = self.trainers
+        n = len(trainers)
+        if self.work.speed is not None:
+            return self.work.speed(n, len({p.node for p in trainers})) if n else 0.0
+        return self.req.rate(n) / (self.req.rate(self.req.trainers) or 1.0)
+
+    def finish_after(self, t: float) -> float:
+        """When it would end if nothing changed from ``t`` (inf: it makes no progress)."""
+        rate = self.rate()
+        return max(t, self.paused_until) + self.left / rate if rate > 0 else math.inf
+
+
+def _ran(req: JobRequest) -> float:
+    """Seconds at its requested size that the service it received is worth (linear speed-up)."""
+    return req.attained / (max(req.trainer.gpu, 1) * max(req.trainers, 1))
+
+
+def seconds_work(req: JobRequest, seconds: float, basis: Basis = Basis.DECLARED) -> Work:
+    """A job said to need ``seconds`` at its requested size, less what it has run (its attained
+    service). One that has run longer than that was wrong: a quarter of it more, ``unknown``."""
+    left = seconds - _ran(req)
+    if left <= 0 and req.attained > 0:
+        return Work(0.25 * seconds, Basis.UNKNOWN)
+    return Work(max(left, 0.0), basis)
+
+
+def learned_work(req: JobRequest, fraction_done: float) -> Work | None:
+    """A running job that reports ``fraction_done`` of its work (e.g. its task master): what is
+    left at the pace so far; None until it has done 1 % and run a minute."""
+    ran = _ran(req)
+    if not 0.01 <= fraction_done < 1.0 or ran < 60.0:
+        return None
+    return Work(ran * (1.0 - fraction_done) / fraction_done, Basis.LEARNED)
+
+
+def _held(req: JobRequest, placement: tuple[WorkerPlacement, ...]) -> Resources:
+    total = Resources()
+    for p in placement:
+        total = total + (req.trainer if p.role == "trainer" else req.pserver)
+    return total
+
+
+class _Run:
+    """The forward run's state: the snapshot's nodes less what its running jobs hold, and the jobs."""
+
+    def __init__(self, snap: Snapshot, work: Mapping[str, Work], unknown: Work) -> None:
+        self.snap, self.t = snap, snap.now
+        running = {j.key for j in snap.running}
+        self.jobs: dict[str, _Job] = {}
+        for req in (*snap.running, *snap.queue):
+            w = work.get(req.key, unknown)
+            self.jobs[req.key] = _Job(
+                req=req, work=w, left=max(w.left, 0.0), attained=req.attained, placement=req.placement,
+                first_start=snap.now if req.key in running else None, paused_until=w.paused_until,
+                resized_at=req.resized_at,
+            )  # fmt: skip
+        self.queue = [j.key for j in snap.queue]
+        self.running = [j.key for j in snap.running]
+        base = {n.name: n.allocated for n in snap.nodes}
+        free = {n.name: set(n.free_gpus) for n in snap.nodes}
+        for key in self.running:
+            job = self.jobs[key]
+            for p in job.placement:
+                base[p.node] = base[p.node] - _held(job.req, (p,))
+                free[p.node].update(p.gpus)
+        self.base, self.free = base, free
+
+    def snapshot(self, cycle: int) -> Snapshot:
+        allocated = dict(self.base)
+        gpus = {n: set(g) for n, g in self.free.items()}
+        for key in self.running:
+            job = self.jobs[key]
+            for p in job.placement:
+                allocated[p.node] = allocated[p.node] + _held(job.req, (p,))
+                gpus[p.node].difference_update(p.gpus)
+        nodes = tuple(
+            NodeState(n.name, n.capacity, allocated[n.name], tuple(sorted(gpus[n.name]))) for n in self.snap.nodes
+        )
+        return dataclasses.replace(
+            self.snap, cycle=cycle, now=self.t, nodes=nodes,
+            queue=tuple(self._request(k) for k in self.queue),
+            running=tuple(self._request(k) for k in self.running),
+        )  # fmt: skip
+
+    def _request(self, key: str) -> JobRequest:
+        job = self.jobs[key]
+        req = job.req
+        if (req.placement, req.attained, req.resized_at) == (job.placement, job.attained, job.resized_at):
+            return req
+        job.req = dataclasses.replace(
+            req, attained=job.attained, placement=job.placement, running=len(job.trainers), resized_at=job.resized_at
+        )
+        return job.req
+
+    def progress(self, end: float) -> Basis | None:
+        """Every running job progresses to ``end``; those that run out of work leave. Returns the
+        least sure knowledge among the jobs that ended."""
+        ended: Basis | None = None
+        for key in list(self.running):
+            job = self.jobs[key]
+            n = len(job.trainers)
+            job.attained += max(job.req.trainer.gpu, 1) * n * (end - self.t)
+            start = max(self.t, job.paused_until)
+            rate = job.rate()
+            if start >= end or rate <= 0:
+                continue
+            if rate * (end - start) >= job.left:
+                job.end, job.left = start + job.left / rate, 0.0
+                job.end_basis = least_sure(job.start_basis, job.work.basis)
+                ended = least_sure(ended, job.end_basis)
+                self.running.remove(key)
+            else:
+                job.left -= rate * (end - start)
+        self.t = end
+        return ended
+
+    def step(self, cfg: ForecastConfig, first: float) -> float:
+        """How far the next round is: to the next end, in whole rounds, within the growth bound."""
+        nxt = min((self.jobs[k].finish_after(self.t) for k in self.running), default=math.inf)
+        cap = max(cfg.round_s, math.floor(cfg.growth * (self.t - first) / cfg.round_s) * cfg.round_s)
+        if math.isinf(nxt):
+            return cap
+        return min(cap, max(cfg.round_s, math.ceil((nxt - self.t) / cfg.round_s - 1e-9) * cfg.round_s))
+
+
+def forecast(
+    schedule: Callable[[Snapshot], Plan],
+    snap: Snapshot,
+    work: Mapping[str, Work],
+    cfg: ForecastConfig | None = None,
+    *,
+    unknown: Work | None = None,
+    until: Collection[str] | None = None,
+    until_end: bool = False,
+    out_of_time: Callable[[], bool] | None = None,
+) -> Forecast:
+    """Run ``schedule`` (a policy's) forward from ``snap``; ``work`` by job key (a job without an
+    entry gets ``unknown``, by default one hour at its requested size, ``Basis.UNKNOWN``)."""
+    cfg = cfg or ForecastConfig()
+    run = _Run(snap, work, unknown or Work(3600.0, Basis.UNKNOWN))
+    for key in run.running:
+        run.jobs[key].start_basis = None
+    released: Basis | None = None  # the least sure of the ends so far
+    wanted = set(until) if until is not None else None
+    rounds = 0
+    while run.queue or run.running:
+        if rounds >= cfg.max_rounds or (rounds and out_of_time is not None and out_of_time()):
+            break
+        plan = schedule(run.snapshot(snap.cycle + rounds))
+        rounds += 1
+        for a in plan.admit:
+            if run.jobs[a.job].first_start is None:
+                run.jobs[a.job].start_basis = released
+        apply_plan(plan, run.jobs, run.queue, run.running, run.t, cfg.restart_s)
+        if wanted is not None and all(run.jobs[k].first_start is not None for k in wanted if k in run.jobs):
+            if not until_end or all(run.jobs[k].end is not None for k in wanted if k in run.jobs):
+                break
+        if not run.running:
+            break  # nothing runs and nothing could start: nothing will change
+        released = least_sure(released, run.progress(run.t + run.step(cfg, snap.now)))
+    estimates = {
+        key: Estimate(
+            start=job.first_start,
+            end=job.end,
+            start_basis=job.start_basis if job.first_start is not None else None,
+            end_basis=job.end_basis,
+        )
+        for key, job in run.jobs.items()
+    }
+    done = not run.queue and not run.running
+    return Forecast(made_at=snap.now, horizon=run.t, rounds=rounds, complete=done, estimates=estimates)
