@@ -117,7 +117,9 @@ def _print_means(report: Report) -> None:
     )
     print_table(["POLICY"] + [head for head, _, _ in _COLUMNS], rows)
     if report.spec.estimate_starts:
-        click.echo("estimates at submit vs actual (median absolute error; share within 25 % of the wait / JCT):")
+        click.echo(
+            "estimates at submit vs actual (median absolute error; share within 25 % of the wait / JCT):"
+        )
         print_table(
             ["POLICY", "START ERR s", "START <=25%", "WAITED <=25%", "END ERR s", "END <=25%"],
             [[pol, f"{m['start_estimate_median_abs_error_s']:.0f}", f"{m['start_estimate_within_25pct']:.2f}",

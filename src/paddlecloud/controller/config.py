@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ComputeLimits", "MetricsAccess", "PlatformConfig"]
+__all__ = ["ComputeLimits", "ForecastSettings", "MetricsAccess", "PlatformConfig"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,24 @@ class MetricsAccess:
         if not token or not self.token_sha256:
             return False
         return hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), self.token_sha256)
+
+
+@dataclass(frozen=True)
+class ForecastSettings:
+    """How often and how far the start-time forecast runs (``controller.forecasts``)."""
+
+    #: at most one forecast per this many seconds
+    interval_s: float = 30.0
+    #: forecast again after this long even if nothing changed (learned progress moves)
+    max_age_s: float = 300.0
+    #: wall-clock seconds one forecast may take; what it did not reach is "not before the horizon"
+    budget_s: float = 2.0
+    max_rounds: int = 400
+    round_s: float = 60.0
+    #: start-up seconds assumed per start or resize
+    restart_s: float = 10.0
+    #: the duration assumed for a job with no other knowledge
+    unknown_s: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +104,8 @@ class PlatformConfig:
     backend_settings: Any = None
     #: who may read GET /metrics besides admins
     metrics_access: MetricsAccess = field(default_factory=MetricsAccess)
+    #: the start-time forecast's refresh and cost bounds
+    forecast: ForecastSettings = field(default_factory=ForecastSettings)
 
     @property
     def db_url(self) -> str:

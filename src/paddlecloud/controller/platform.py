@@ -6,6 +6,7 @@
                            ├─ TaskService (the jobs' data task masters)
                            ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
                            ├─ ClusterState               (nodes and queue as the scheduler sees them)
+                           ├─ Forecaster                 (start-time estimates, controller.forecasts)
                            └─ PlatformMetrics (a registry of its own) + History (controller.history)
 
 ``metrics_text(token)`` is ``GET /metrics`` (who may read it: ``PlatformConfig.metrics_access``);
@@ -27,6 +28,7 @@ from paddlecloud.backends.registry import BackendConfigError
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
+from paddlecloud.controller.forecasts import ForecastBoard, Forecaster
 from paddlecloud.controller.history import History
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.metrics import PlatformMetrics, live_figures
@@ -59,6 +61,8 @@ class Platform:
     files: FileService
     tasks: TaskService
     cluster: ClusterState
+    #: refreshes the start-time forecast (``controller.forecasts``) in a thread of its own
+    forecaster: Forecaster | None = None
     #: sha256 of a user token -> who it is; dropped on any write to the users table
     _tokens: ReadCache[str, Identity] | None = field(default=None, repr=False)
 
@@ -99,6 +103,10 @@ class Platform:
         holder.append(ctx)
         reconciler = Reconciler(ctx, make_policy(config.policy))
         metrics.watch(lambda: live_figures(db, reconciler.nodes))
+        ctx.forecasts = ForecastBoard(db.changes)
+        forecaster = Forecaster(
+            ctx.forecasts, reconciler.policy, reconciler.forecast_snapshot, ctx.session, config.forecast
+        )
         return cls(
             ctx=ctx,
             jobs=JobService(ctx),
@@ -107,6 +115,7 @@ class Platform:
             files=files,
             tasks=TaskService(ctx),
             cluster=ClusterState(ctx, reconciler),
+            forecaster=forecaster,
         )
 
     @property
@@ -127,8 +136,12 @@ class Platform:
 
     def start(self) -> None:
         self.reconciler.start()
+        if self.forecaster is not None:
+            self.forecaster.start()
 
     def close(self) -> None:
+        if self.forecaster is not None:
+            self.forecaster.stop()
         self.reconciler.stop()
         self.ctx.backend.close()
         self.ctx.db.dispose()

@@ -17,8 +17,8 @@ job (rounded up to ``round_s``), but never further than ``growth`` x the time fo
 the near future is forecast round by round and a forecast a day ahead costs tens of rounds, not
 thousands. A forecast stops when every job has ended, when nothing runs and nothing can start,
 after ``max_rounds`` rounds, when ``out_of_time()`` says so (the caller's wall-clock budget: this
-package reads no clock), or once every job of ``until`` has started (``until_end``: ended). Jobs it did not reach have
-``start`` / ``end`` None: "not before ``Forecast.horizon``".
+package reads no clock), or once every job of ``until`` has started (``until_end``: ended). Jobs
+it did not reach have ``start`` / ``end`` None: "not before ``Forecast.horizon``".
 
 How sure (:class:`Basis`, from surest to least sure): ``profile`` (a measured throughput model:
 the simulator), ``learned`` (measured progress of this run, e.g. its task master's), ``declared``
@@ -205,7 +205,8 @@ class _Run:
                 allocated[p.node] = allocated[p.node] + _held(job.req, (p,))
                 gpus[p.node].difference_update(p.gpus)
         nodes = tuple(
-            NodeState(n.name, n.capacity, allocated[n.name], tuple(sorted(gpus[n.name]))) for n in self.snap.nodes
+            NodeState(n.name, n.capacity, allocated[n.name], tuple(sorted(gpus[n.name])))
+            for n in self.snap.nodes
         )
         return dataclasses.replace(
             self.snap, cycle=cycle, now=self.t, nodes=nodes,
@@ -219,7 +220,11 @@ class _Run:
         if (req.placement, req.attained, req.resized_at) == (job.placement, job.attained, job.resized_at):
             return req
         job.req = dataclasses.replace(
-            req, attained=job.attained, placement=job.placement, running=len(job.trainers), resized_at=job.resized_at
+            req,
+            attained=job.attained,
+            placement=job.placement,
+            running=len(job.trainers),
+            resized_at=job.resized_at,
         )
         return job.req
 
@@ -244,6 +249,11 @@ class _Run:
                 job.left -= rate * (end - start)
         self.t = end
         return ended
+
+    def reached(self, wanted: Collection[str], ended: bool) -> bool:
+        """Whether every job of ``wanted`` has started (``ended``: ended)."""
+        jobs = [self.jobs[k] for k in wanted if k in self.jobs]
+        return all((j.end if ended else j.first_start) is not None for j in jobs)
 
     def step(self, cfg: ForecastConfig, first: float) -> float:
         """How far the next round is: to the next end, in whole rounds, within the growth bound."""
@@ -283,9 +293,8 @@ def forecast(
             if run.jobs[a.job].first_start is None:
                 run.jobs[a.job].start_basis = released
         apply_plan(plan, run.jobs, run.queue, run.running, run.t, cfg.restart_s)
-        if wanted is not None and all(run.jobs[k].first_start is not None for k in wanted if k in run.jobs):
-            if not until_end or all(run.jobs[k].end is not None for k in wanted if k in run.jobs):
-                break
+        if wanted is not None and run.reached(wanted, until_end):
+            break
         if not run.running:
             break  # nothing runs and nothing could start: nothing will change
         released = least_sure(released, run.progress(run.t + run.step(cfg, snap.now)))

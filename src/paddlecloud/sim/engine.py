@@ -133,7 +133,11 @@ def simulate(
     """Replay ``jobs`` under ``policy`` until every job is done or ``cfg.horizon_s`` passes."""
     w = _World(cfg, models, jobs)
     result = SimResult(policy=policy.name)
-    log = StartLog(cfg.estimates, policy, models, cfg.cluster.node.gpu, cfg.restart_s) if cfg.estimates else None
+    log = (
+        StartLog(cfg.estimates, policy, models, cfg.cluster.node.gpu, cfg.restart_s)
+        if cfg.estimates
+        else None
+    )
     while w.active() and w.t <= cfg.horizon_s:
         arrived = w.arrive()
         w.cycle += 1

@@ -64,7 +64,9 @@ class EstimateSpec:
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
 
 
-def declared_limit(job: SimJob, model: ThroughputModel, work: float, gpus_per_node: int, restart_s: float) -> float:
+def declared_limit(
+    job: SimJob, model: ThroughputModel, work: float, gpus_per_node: int, restart_s: float
+) -> float:
     """The user's time limit: the run time at the requested size (start-up included), rounded up."""
     n = job.num_replicas
     seconds = restart_s + work / model.throughput(n, packed_nodes(n, gpus_per_node or 4), job.global_bsz)
@@ -100,11 +102,16 @@ class StartLog:
         model = self.models[job.app]
         if self.spec.durations == "limits":
             if job.name not in self._limits:
-                self._limits[job.name] = declared_limit(job, model, r.work, self.gpus_per_node, self.restart_s)
+                self._limits[job.name] = declared_limit(
+                    job, model, r.work, self.gpus_per_node, self.restart_s
+                )
             return seconds_work(req, self._limits[job.name])
         bsz = job.global_bsz
         return Work(
-            r.work - r.done, Basis.PROFILE, lambda n, k: model.throughput(n, k, bsz), paused_until=r.paused_until
+            r.work - r.done,
+            Basis.PROFILE,
+            lambda n, k: model.throughput(n, k, bsz),
+            paused_until=r.paused_until,
         )
 
     def per_job(self, runs: Mapping[str, _Progress]) -> dict[str, dict[str, float | None]]:
@@ -148,7 +155,9 @@ def _errors(per_job: Mapping[str, Mapping[str, float | None]], what: str) -> dic
     if what == "start":
         out |= {
             "start_estimate_jobs_waited": float(n_waited),
-            "start_estimate_median_abs_error_waited_s": statistics.median(waited_errs) if waited_errs else 0.0,
+            "start_estimate_median_abs_error_waited_s": statistics.median(waited_errs)
+            if waited_errs
+            else 0.0,
             "start_estimate_within_25pct_waited": waited_hits / n_waited if n_waited else 0.0,
         }
     return out
