@@ -139,10 +139,14 @@ class Platform:
         if self.forecaster is not None:
             self.forecaster.start()
 
-    def close(self) -> None:
+    def stop_loops(self) -> None:
+        """Stop the threads :meth:`start` started (the reconcile loop, the forecaster)."""
         if self.forecaster is not None:
             self.forecaster.stop()
         self.reconciler.stop()
+
+    def close(self) -> None:
+        self.stop_loops()
         self.ctx.backend.close()
         self.ctx.db.dispose()
 

@@ -134,7 +134,7 @@ def simulate(
     w = _World(cfg, models, jobs)
     result = SimResult(policy=policy.name)
     log = (
-        StartLog(cfg.estimates, policy, models, cfg.cluster.node.gpu, cfg.restart_s)
+        StartLog(cfg.estimates, policy, models, cfg.cluster.node.gpu, cfg.round_s, cfg.restart_s)
         if cfg.estimates
         else None
     )

@@ -27,6 +27,7 @@ in the medians.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class EstimateSpec:
     policy: str | None = None
     #: ``profile`` or ``limits`` (see the module doc)
     durations: str = "profile"
+    #: its steps and bounds (``round_s`` and ``restart_s`` are the simulator's)
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
 
 
@@ -81,10 +83,12 @@ class StartLog:
     """The estimates one simulation made, recorded as jobs arrive."""
 
     def __init__(self, spec: EstimateSpec, sim_policy: Policy, models: Mapping[str, ThroughputModel],
-                 gpus_per_node: int, restart_s: float) -> None:  # fmt: skip
+                 gpus_per_node: int, round_s: float, restart_s: float) -> None:  # fmt: skip
         self.spec, self.models = spec, models
         self.policy = make_policy(spec.policy) if spec.policy else sim_policy
         self.gpus_per_node, self.restart_s = gpus_per_node, restart_s
+        #: the forecast's rounds and start-up cost are the simulator's
+        self.config = dataclasses.replace(spec.forecast, round_s=round_s, restart_s=restart_s)
         self.estimated: dict[str, tuple[float | None, float | None]] = {}
         self._limits: dict[str, float] = {}
 
@@ -93,7 +97,7 @@ class StartLog:
         if not arrived:
             return
         work = {req.key: self._work(req, runs[req.key]) for req in (*snap.running, *snap.queue)}
-        fc = forecast(self.policy.schedule, snap, work, self.spec.forecast, until=arrived, until_end=True)
+        fc = forecast(self.policy.schedule, snap, work, self.config, until=arrived, until_end=True)
         for name in arrived:
             self.estimated[name] = (fc.estimates[name].start, fc.estimates[name].end)
 
