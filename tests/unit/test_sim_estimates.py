@@ -4,11 +4,11 @@ hand on the fake linear model of test_sim_engine (10 samples/s per replica, roun
 from __future__ import annotations
 
 import pytest
+from test_sim_engine import MODELS, ONE_NODE, Linear, sjob
 
 import paddlecloud.scheduler as scheduler
 from paddlecloud.sim.engine import SimConfig, simulate
 from paddlecloud.sim.estimates import EstimateSpec, accuracy, declared_limit
-from test_sim_engine import MODELS, ONE_NODE, Linear, sjob
 
 
 def _run(jobs: list, policy: str, spec: EstimateSpec | None = None):  # type: ignore[no-untyped-def]
