@@ -35,7 +35,6 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.apply import JobState, apply_plan
 from paddlecloud.scheduler.decisions import Plan, WorkerPlacement
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState, Snapshot
@@ -123,22 +122,34 @@ class _Job(JobState):
     start_basis: Basis | None = None
     end: float | None = None
     end_basis: Basis | None = None
+    #: trainers and work per second on the placement last seen (``sync``)
+    n: int = 0
+    speed: float = 0.0
+    _seen: tuple[WorkerPlacement, ...] | None = field(default=None, repr=False)
 
-    @property
-    def trainers(self) -> tuple[WorkerPlacement, ...]:
-        return tuple(p for p in self.placement if p.role == "trainer")
-
-    def rate(self) -> float:
-        trainers = self.trainers
-        n = len(trainers)
+    def sync(self) -> None:
+        """Recount what depends on the placement, once per change of it."""
+        if self._seen is self.placement:
+            return
+        self._seen = self.placement
+        trainers = [p for p in self.placement if p.role == "trainer"]
+        self.n = n = len(trainers)
         if self.work.speed is not None:
-            return self.work.speed(n, len({p.node for p in trainers})) if n else 0.0
-        return self.req.rate(n) / (self.req.rate(self.req.trainers) or 1.0)
+            self.speed = self.work.speed(n, len({p.node for p in trainers})) if n else 0.0
+        else:
+            self.speed = self.req.rate(n) / (self.req.rate(self.req.trainers) or 1.0)
 
     def finish_after(self, t: float) -> float:
         """When it would end if nothing changed from ``t`` (inf: it makes no progress)."""
-        rate = self.rate()
-        return max(t, self.paused_until) + self.left / rate if rate > 0 else math.inf
+        return max(t, self.paused_until) + self.left / self.speed if self.speed > 0 else math.inf
+
+
+def _with(req: JobRequest, **changes: object) -> JobRequest:
+    """``dataclasses.replace`` at a fraction of its cost (one copy per running job per round)."""
+    new = object.__new__(JobRequest)
+    new.__dict__.update(req.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 def _ran(req: JobRequest) -> float:
@@ -164,15 +175,8 @@ def learned_work(req: JobRequest, fraction_done: float) -> Work | None:
     return Work(ran * (1.0 - fraction_done) / fraction_done, Basis.LEARNED)
 
 
-def _held(req: JobRequest, placement: tuple[WorkerPlacement, ...]) -> Resources:
-    total = Resources()
-    for p in placement:
-        total = total + (req.trainer if p.role == "trainer" else req.pserver)
-    return total
-
-
 class _Run:
-    """The forward run's state: the snapshot's nodes less what its running jobs hold, and the jobs."""
+    """The forward run's state: what each node holds and has free, and the jobs."""
 
     def __init__(self, snap: Snapshot, work: Mapping[str, Work], unknown: Work) -> None:
         self.snap, self.t = snap, snap.now
@@ -180,36 +184,50 @@ class _Run:
         self.jobs: dict[str, _Job] = {}
         for req in (*snap.running, *snap.queue):
             w = work.get(req.key, unknown)
-            self.jobs[req.key] = _Job(
+            self.jobs[req.key] = job = _Job(
                 req=req, work=w, left=max(w.left, 0.0), attained=req.attained, placement=req.placement,
                 first_start=snap.now if req.key in running else None, paused_until=w.paused_until,
                 resized_at=req.resized_at,
             )  # fmt: skip
+            job.sync()
         self.queue = [j.key for j in snap.queue]
         self.running = [j.key for j in snap.running]
-        base = {n.name: n.allocated for n in snap.nodes}
-        free = {n.name: set(n.free_gpus) for n in snap.nodes}
-        for key in self.running:
-            job = self.jobs[key]
-            for p in job.placement:
-                base[p.node] = base[p.node] - _held(job.req, (p,))
+        self.nodes = {n.name: n for n in snap.nodes}
+        self.alloc = {n.name: n.allocated for n in snap.nodes}
+        self.free = {n.name: set(n.free_gpus) for n in snap.nodes}
+        self.dirty: set[str] = set()
+
+    def move(self, job: _Job, placement: tuple[WorkerPlacement, ...], sign: int) -> None:
+        """``placement`` of ``job`` taken (sign 1) or given back (-1) on the nodes."""
+        alloc, free = self.alloc, self.free
+        for p in placement:
+            res = job.req.trainer if p.role == "trainer" else job.req.pserver
+            if sign > 0:
+                alloc[p.node] = alloc[p.node] + res
+                free[p.node].difference_update(p.gpus)
+            else:
+                alloc[p.node] = alloc[p.node] - res
                 free[p.node].update(p.gpus)
-        self.base, self.free = base, free
+            self.dirty.add(p.node)
+
+    def apply(self, plan: Plan, restart_s: float) -> None:
+        """``scheduler.apply_plan``, the nodes' holdings following the changed placements."""
+        touched = [a.job for a in plan.admit] + [z.job for z in plan.resize] + [p.job for p in plan.preempt]
+        before = {k: self.jobs[k].placement for k in touched}
+        apply_plan(plan, self.jobs, self.queue, self.running, self.t, restart_s)
+        for key, old in before.items():
+            job = self.jobs[key]
+            self.move(job, old, -1)
+            self.move(job, job.placement, 1)
+            job.sync()
 
     def snapshot(self, cycle: int) -> Snapshot:
-        allocated = dict(self.base)
-        gpus = {n: set(g) for n, g in self.free.items()}
-        for key in self.running:
-            job = self.jobs[key]
-            for p in job.placement:
-                allocated[p.node] = allocated[p.node] + _held(job.req, (p,))
-                gpus[p.node].difference_update(p.gpus)
-        nodes = tuple(
-            NodeState(n.name, n.capacity, allocated[n.name], tuple(sorted(gpus[n.name])))
-            for n in self.snap.nodes
-        )
+        for name in self.dirty:
+            n = self.nodes[name]
+            self.nodes[name] = NodeState(name, n.capacity, self.alloc[name], tuple(sorted(self.free[name])))
+        self.dirty.clear()
         return dataclasses.replace(
-            self.snap, cycle=cycle, now=self.t, nodes=nodes,
+            self.snap, cycle=cycle, now=self.t, nodes=tuple(self.nodes.values()),
             queue=tuple(self._request(k) for k in self.queue),
             running=tuple(self._request(k) for k in self.running),
         )  # fmt: skip
@@ -217,14 +235,11 @@ class _Run:
     def _request(self, key: str) -> JobRequest:
         job = self.jobs[key]
         req = job.req
-        if (req.placement, req.attained, req.resized_at) == (job.placement, job.attained, job.resized_at):
+        same = req.placement is job.placement and req.resized_at == job.resized_at
+        if same and req.attained == job.attained:
             return req
-        job.req = dataclasses.replace(
-            req,
-            attained=job.attained,
-            placement=job.placement,
-            running=len(job.trainers),
-            resized_at=job.resized_at,
+        job.req = _with(
+            req, attained=job.attained, placement=job.placement, running=job.n, resized_at=job.resized_at
         )
         return job.req
 
@@ -232,21 +247,21 @@ class _Run:
         """Every running job progresses to ``end``; those that run out of work leave. Returns the
         least sure knowledge among the jobs that ended."""
         ended: Basis | None = None
-        for key in list(self.running):
+        still = []
+        for key in self.running:
             job = self.jobs[key]
-            n = len(job.trainers)
-            job.attained += max(job.req.trainer.gpu, 1) * n * (end - self.t)
-            start = max(self.t, job.paused_until)
-            rate = job.rate()
-            if start >= end or rate <= 0:
-                continue
-            if rate * (end - start) >= job.left:
+            job.attained += max(job.req.trainer.gpu, 1) * job.n * (end - self.t)
+            start, rate = max(self.t, job.paused_until), job.speed
+            if start < end and rate > 0 and rate * (end - start) >= job.left:
                 job.end, job.left = start + job.left / rate, 0.0
                 job.end_basis = least_sure(job.start_basis, job.work.basis)
                 ended = least_sure(ended, job.end_basis)
-                self.running.remove(key)
-            else:
+                self.move(job, job.placement, -1)
+                continue
+            if start < end and rate > 0:
                 job.left -= rate * (end - start)
+            still.append(key)
+        self.running = still
         self.t = end
         return ended
 
@@ -292,7 +307,7 @@ def forecast(
         for a in plan.admit:
             if run.jobs[a.job].first_start is None:
                 run.jobs[a.job].start_basis = released
-        apply_plan(plan, run.jobs, run.queue, run.running, run.t, cfg.restart_s)
+        run.apply(plan, cfg.restart_s)
         if wanted is not None and run.reached(wanted, until_end):
             break
         if not run.running:
