@@ -107,3 +107,27 @@ def test_bad_durations_say_what_is_accepted(text: str) -> None:
 )
 def test_human_durations_round_up(s: float, text: str) -> None:
     assert human_duration(s) == text
+
+
+def test_the_console_shows_the_estimates(world: MemoryWorld, package: Path) -> None:
+    """The Jobs page's Starts / Ends columns and the Job page's lines (no inline style or script:
+    the console's markup test covers every page)."""
+    from fastapi.testclient import TestClient
+
+    from paddlecloud.server.app import create_app
+
+    alice = world.client("alice")
+    world.submit(alice, "a", package, trainers={"count": 4, "cpu": "1"}, expected_duration_s=1800)
+    world.tick()
+    world.submit(alice, "b", package, trainers={"count": 2, "cpu": "1"})
+    world.tick()
+    assert world.platform.forecaster is not None and world.platform.forecaster.refresh()
+    token = world.platform.ensure_user("alice")
+    c = TestClient(create_app(world.platform, run_loop=False), base_url="http://127.0.0.1:8080")
+    headers = {"Authorization": f"Bearer {token}"}
+    jobs = c.get("/ui/", headers=headers).text
+    assert "<th>Starts</th>" in jobs and "<th>Ends</th>" in jobs
+    # the page renders with the real clock, the forecast with the test's: the start is in the past
+    assert jobs.count('class="eta eta-declared"') == 2  # b's start, a's end
+    job = c.get("/ui/jobs/b", headers=headers).text
+    assert "<dt>Starts</dt>" in job and "declared" in job and "unknown" in job
