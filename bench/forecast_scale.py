@@ -17,6 +17,7 @@ import argparse
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from paddlecloud.controller.config import ForecastSettings
@@ -24,12 +25,22 @@ from paddlecloud.scheduler import Snapshot, policy
 from paddlecloud.scheduler.forecast import Basis, ForecastConfig, Work, forecast, seconds_work
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sched_scale import build  # noqa: E402
+from sched_scale import build
 
 
 def _work(snap: Snapshot, seed: int = 2) -> dict[str, Work]:
     rng = random.Random(seed)
-    return {j.key: seconds_work(j, rng.uniform(600, 8 * 3600), Basis.DECLARED) for j in (*snap.running, *snap.queue)}
+    return {
+        j.key: seconds_work(j, rng.uniform(600, 8 * 3600), Basis.DECLARED)
+        for j in (*snap.running, *snap.queue)
+    }
+
+
+def _budget(started: float, seconds: float | None) -> Callable[[], bool] | None:
+    if seconds is None:
+        return None
+    deadline = started + seconds
+    return lambda: time.perf_counter() > deadline
 
 
 def main() -> None:
@@ -42,15 +53,18 @@ def main() -> None:
     work = _work(snap)
     live = ForecastSettings()
     print(f"{args.nodes} nodes x 8 GPUs, {len(snap.running)} running + {len(snap.queue)} waiting jobs")
-    print(f"  {'policy':<10}{'bound':<16}{'wall s':>8}{'rounds':>8}{'ms/round':>10}{'ahead h':>9}{'starts':>8}")
+    print(
+        f"  {'policy':<10}{'bound':<16}{'wall s':>8}{'rounds':>8}{'ms/round':>10}{'ahead h':>9}{'starts':>8}"
+    )
     for name in args.policies:
         pol = policy(name)
-        for label, budget in ((f"{live.budget_s:g} s, {live.max_rounds} r", live.budget_s), ("400 rounds", None)):
+        for label, budget in (
+            (f"{live.budget_s:g} s, {live.max_rounds} r", live.budget_s),
+            ("400 rounds", None),
+        ):
             cfg = ForecastConfig(round_s=live.round_s, restart_s=live.restart_s, max_rounds=live.max_rounds)
             t = time.perf_counter()
-            deadline = t + budget if budget is not None else None
-            fc = forecast(pol.schedule, snap, work, cfg,
-                          out_of_time=(lambda: time.perf_counter() > deadline) if deadline else None)  # fmt: skip
+            fc = forecast(pol.schedule, snap, work, cfg, out_of_time=_budget(t, budget))
             wall = time.perf_counter() - t
             waiting = [j.key for j in snap.queue]
             started = sum(fc.estimates[k].start is not None for k in waiting) / len(waiting)
