@@ -22,7 +22,7 @@ from pathlib import Path
 
 from paddlecloud.controller.config import ForecastSettings
 from paddlecloud.scheduler import Snapshot, policy
-from paddlecloud.scheduler.forecast import Basis, ForecastConfig, Work, forecast, seconds_work
+from paddlecloud.scheduler.forecast import Basis, Work, forecast, seconds_work
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sched_scale import build
@@ -59,12 +59,11 @@ def main() -> None:
     for name in args.policies:
         pol = policy(name)
         for label, budget in (
-            (f"{live.budget_s:g} s, {live.max_rounds} r", live.budget_s),
+            (f"{live.budget_s:g} s, {live.rounds.max_rounds} r", live.budget_s),
             ("400 rounds", None),
         ):
-            cfg = ForecastConfig(round_s=live.round_s, restart_s=live.restart_s, max_rounds=live.max_rounds)
             t = time.perf_counter()
-            fc = forecast(pol.schedule, snap, work, cfg, out_of_time=_budget(t, budget))
+            fc = forecast(pol.schedule, snap, work, live.rounds, out_of_time=_budget(t, budget))
             wall = time.perf_counter() - t
             waiting = [j.key for j in snap.queue]
             started = sum(fc.estimates[k].start is not None for k in waiting) / len(waiting)

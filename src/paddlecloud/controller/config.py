@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paddlecloud.scheduler.forecast import ForecastConfig
+
 __all__ = ["ComputeLimits", "ForecastSettings", "MetricsAccess", "PlatformConfig"]
 
 
@@ -56,12 +58,10 @@ class ForecastSettings:
     max_age_s: float = 300.0
     #: wall-clock seconds one forecast may take; what it did not reach is "not before the horizon"
     budget_s: float = 2.0
-    max_rounds: int = 400
-    round_s: float = 60.0
-    #: start-up seconds assumed per start or resize
-    restart_s: float = 10.0
     #: the duration assumed for a job with no other knowledge
     unknown_s: float = 3600.0
+    #: its rounds and their bounds; 10 s of start-up assumed per start or resize
+    rounds: ForecastConfig = field(default_factory=lambda: ForecastConfig(restart_s=10.0))
 
 
 @dataclass(frozen=True)

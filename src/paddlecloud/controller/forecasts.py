@@ -37,7 +37,6 @@ from paddlecloud.scheduler import Policy, Snapshot
 from paddlecloud.scheduler.forecast import (
     Basis,
     Forecast,
-    ForecastConfig,
     Work,
     forecast,
     learned_work,
@@ -188,11 +187,7 @@ class Forecaster:
         started = time.perf_counter()
         deadline = started + cfg.budget_s
         fc = forecast(
-            self.policy.schedule,
-            snap,
-            work,
-            ForecastConfig(round_s=cfg.round_s, restart_s=cfg.restart_s, max_rounds=cfg.max_rounds),
-            out_of_time=lambda: time.perf_counter() > deadline,
+            self.policy.schedule, snap, work, cfg.rounds, out_of_time=lambda: time.perf_counter() > deadline
         )
         self.last_cost_s = time.perf_counter() - started
         self.board.publish(fc)
