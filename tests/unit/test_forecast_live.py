@@ -131,3 +131,31 @@ def test_the_console_shows_the_estimates(world: MemoryWorld, package: Path) -> N
     assert jobs.count('class="eta eta-declared"') == 2  # b's start, a's end
     job = c.get("/ui/jobs/b", headers=headers).text
     assert "<dt>Starts</dt>" in job and "declared" in job and "unknown" in job
+
+
+def test_a_running_job_s_task_progress_is_learned(world: MemoryWorld, package: Path) -> None:
+    """A job whose task master has 3 of 10 tasks of its first of 2 passes done (15 % of its work)
+    after 600 s at its size is expected to need 600 x 0.85 / 0.15 = 3,400 s more, `learned`; its
+    declared duration is then set aside."""
+    from sqlalchemy import select
+
+    from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow
+
+    alice = world.client("alice")
+    tasks = {"items": [f"t{i}" for i in range(10)], "num_passes": 2}
+    world.submit(alice, "a", package, trainers={"count": 2, "cpu": "1"}, tasks=tasks, expected_duration_s=900)
+    world.tick()
+    with world.platform.ctx.session() as s:
+        row = s.scalar(select(JobRow).where(JobRow.name == "a"))
+        assert row is not None and row.placement
+        row.attained = 2 * 600.0  # 600 s on its 2 trainers
+        queue = s.scalar(select(TaskQueueRow).where(TaskQueueRow.job_id == row.id))
+        assert queue is not None
+        for t in s.scalars(select(TaskRow).where(TaskRow.queue_id == queue.id, TaskRow.index < 3)):
+            t.state = "done"
+        s.commit()
+    forecaster = world.platform.forecaster
+    assert forecaster is not None and forecaster.refresh(force=True)
+    est = world.job(alice, "a").estimate
+    assert est is not None and est.end_basis == "learned"
+    assert est.end == est.made_at + timedelta(seconds=3400)
