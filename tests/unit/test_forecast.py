@@ -93,6 +93,8 @@ def test_bounds_leave_unreached_jobs_without_an_estimate() -> None:
     fc = forecast(policy("fifo").schedule, snap, work, ForecastConfig(max_rounds=3))
     assert not fc.complete and fc.rounds == 3
     assert fc.estimates["u/b"].start is None and fc.horizon == NOW + 180
+    # a, still running when it stopped, ends when its speed then says
+    assert fc.estimates["u/a"].end == NOW + 100_000 and fc.estimates["u/a"].end_basis == Basis.DECLARED
     calls = []
     fc = forecast(policy("fifo").schedule, snap, work, out_of_time=lambda: calls.append(1) or len(calls) > 1)
     assert fc.rounds == 2 and fc.estimates["u/b"].start is None

@@ -17,8 +17,9 @@ job (rounded up to ``round_s``), but never further than ``growth`` x the time fo
 the near future is forecast round by round and a forecast a day ahead costs tens of rounds, not
 thousands. A forecast stops when every job has ended, when nothing runs and nothing can start,
 after ``max_rounds`` rounds, when ``out_of_time()`` says so (the caller's wall-clock budget: this
-package reads no clock), or once every job of ``until`` has started (``until_end``: ended). Jobs
-it did not reach have ``start`` / ``end`` None: "not before ``Forecast.horizon``".
+package reads no clock), or once every job of ``until`` has started (``until_end``: ended). A job
+still running then is given the end its speed at that point gives (no later resize or preemption
+foreseen); a job that has not started has ``start`` / ``end`` None: "not before ``Forecast.horizon``".
 
 How sure (:class:`Basis`, from surest to least sure): ``profile`` (a measured throughput model:
 the simulator), ``learned`` (measured progress of this run, e.g. its task master's), ``declared``
@@ -313,6 +314,10 @@ def forecast(
         if not run.running:
             break  # nothing runs and nothing could start: nothing will change
         released = least_sure(released, run.progress(run.t + run.step(cfg, snap.now)))
+    for key in run.running:  # still running where the forecast stopped: at the speed it has then
+        job = run.jobs[key]
+        if job.speed > 0:
+            job.end, job.end_basis = job.finish_after(run.t), least_sure(job.start_basis, job.work.basis)
     estimates = {
         key: Estimate(
             start=job.first_start,
