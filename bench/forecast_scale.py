@@ -58,6 +58,9 @@ def main() -> None:
     )
     for name in args.policies:
         pol = policy(name)
+        t = time.perf_counter()
+        pol.schedule(snap)
+        print(f"  {name:<10}one scheduling round on the snapshot, for scale: {time.perf_counter() - t:.2f} s")
         for label, budget in (
             (f"{live.budget_s:g} s, {live.rounds.max_rounds} r", live.budget_s),
             ("400 rounds", None),
