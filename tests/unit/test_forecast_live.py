@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from memory_platform import MemoryWorld
 
+import paddlecloud
 from paddlecloud.api.errors import InvalidInput
 from paddlecloud.cli.output import estimate_line, eta_cell
 from paddlecloud.core.durations import human_duration, parse_duration
@@ -73,6 +74,10 @@ def test_expected_duration_is_bounded_and_shown(world: MemoryWorld, package: Pat
         world.submit(alice, "text", package, expected_duration_s="2h")
     world.submit(alice, "ok", package, expected_duration_s=5400)
     assert world.job(alice, "ok").spec.expected_duration_s == 5400
+    job = paddlecloud.train(
+        package, name="sdk", entry="python train.py", expected_duration_s=90.0, client=alice
+    )
+    assert job.spec.expected_duration_s == 90.0
 
 
 def test_a_finished_job_has_no_estimate_and_no_forecast_without_jobs(
