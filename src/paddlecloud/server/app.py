@@ -84,7 +84,7 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
             yield
         finally:
             if run_loop:
-                platform.reconciler.stop()
+                platform.stop_loops()
 
     app = FastAPI(
         title="PaddleCloud",
