@@ -27,6 +27,7 @@ from paddlecloud.backends.registry import BackendConfigError
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
+from paddlecloud.controller.files_local import LocalTransfers
 from paddlecloud.controller.history import History
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.metrics import PlatformMetrics, live_figures
@@ -59,10 +60,13 @@ class Platform:
     files: FileService
     tasks: TaskService
     cluster: ClusterState
+    #: the PFS same-host fast path (grants; the server's Unix socket sets its address)
+    pfs_local: LocalTransfers = field(init=False, repr=False)
     #: sha256 of a user token -> who it is; dropped on any write to the users table
     _tokens: ReadCache[str, Identity] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self.pfs_local = LocalTransfers(self.files)
         self._tokens = ReadCache(self.ctx.db.changes, ("users",), max_age=_TOKEN_CACHE_AGE)
 
     @classmethod
