@@ -14,7 +14,8 @@ the whole command, process start to exit):
 * ``cp`` + ``sync`` as the floor.
 
 Every downloaded copy (rsync's and pfs's) has its sha256 checked against the source. Prints medians,
-MiB/s, the ratio rsync time / pfs time per direction (goal: >= 1.0: pfs at least as fast), CPU
+MiB/s, the ratio rsync time / pfs time per direction (goal: >= 1.0: pfs at least as fast; also for
+the copy alone as ``pfs cp`` reports it, without the CLI's Python start-up), CPU
 seconds, and peak RSS of the CLI (``wait4`` ru_maxrss) and of the server (VmRSS sampled every 10 ms)
 per size, to show that memory does not grow with the file.
 
@@ -38,6 +39,7 @@ from _pfs_bench import (
     Server,
     cli,
     make_random_file,
+    parse_summary,
     proc_cpu_seconds,
     proc_status_kib,
     running_server,
@@ -53,6 +55,8 @@ class Series:
     """One kind of transfer at one size: wall times, CPU seconds and peak RSS (KiB) per run."""
 
     wall: list[float] = field(default_factory=list)
+    #: the copy alone, as ``pfs cp`` reports it (the CLI's start-up and exit left out)
+    engine: list[float] = field(default_factory=list)
     client_cpu: list[float] = field(default_factory=list)
     server_cpu: list[float] = field(default_factory=list)
     client_kib: list[int] = field(default_factory=list)
@@ -67,6 +71,7 @@ def pfs(srv: Server, series: Series, path: str, *args: str) -> None:
         r = cli(srv, "pfs", "cp", "-q", *args, env=env).check()
     series.server_cpu.append(proc_cpu_seconds(srv.proc.pid) - cpu0)
     series.wall.append(r.wall)
+    series.engine.append(parse_summary(r.stderr).secs)
     series.client_cpu.append(r.cpu)
     series.client_kib.append(r.maxrss_kib)
     series.server_kib.append(s.max_kib)
@@ -144,6 +149,10 @@ def report(mib: int, series: dict[str, Series], floor: list[float], args: argpar
         srv_rss = f", server {max(s.server_kib) / 1024:4.0f} MiB" if s.server_kib else ""
         spread = f"(min {min(s.wall):.2f}, max {max(s.wall):.2f})"
         print(f"  {key:<18} {t:6.2f} s  {mib / t:6.0f} MiB/s  {spread}{ratio}")
+        if s.engine:
+            e = med(s.engine)
+            print(f"  {'':<18} the copy alone (as pfs cp reports it, start-up excluded) {e:5.2f} s, "
+                  f"{med(series[f'rsync {direction}'].wall) / e:4.2f} x rsync")  # fmt: skip
         print(f"  {'':<18} CPU client {med(s.client_cpu):5.2f}{srv_cpu} s; peak RSS client "
               f"{max(s.client_kib) / 1024:4.0f} MiB{srv_rss}")  # fmt: skip
 

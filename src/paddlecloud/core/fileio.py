@@ -9,10 +9,10 @@ and writeback steps (used by the local file store on the server and by the SDK o
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
+from typing import Any
 
 import blake3
 
@@ -71,22 +71,25 @@ def _copy_plain(src: int, dst: int, offset: int, length: int) -> None:
             view, offset = view[w:], offset + w
 
 
-def _libc_sync_file_range() -> object | None:
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).sync_file_range
-    except (OSError, AttributeError):  # not Linux / not glibc
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
+_sync_file_range: list[Any] = []  # looked up on first use: [the libc function or None]
 
 
-_sync_file_range = _libc_sync_file_range()
+def _libc_sync_file_range() -> Any:
+    if not _sync_file_range:
+        try:  # the running program's own symbols (libc's among them): no ldconfig, no subprocess
+            fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+            fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):  # not Linux / not glibc
+            fn = None
+        _sync_file_range.append(fn)
+    return _sync_file_range[0]
 
 
 def start_writeback(fd: int, offset: int, length: int) -> None:
     """Ask the kernel to start writing ``offset..offset+length`` of ``fd`` to disk now, without
     waiting and without dropping the pages from the cache (``sync_file_range(SYNC_FILE_RANGE_WRITE)``;
     nothing where it is missing). The fsync before the file is committed then has little left."""
-    if _sync_file_range is not None and length > 0:
-        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)  # type: ignore[operator]
+    fn = _libc_sync_file_range()
+    if fn is not None and length > 0:
+        fn(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
