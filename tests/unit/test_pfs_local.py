@@ -210,3 +210,20 @@ def test_recorded_checksum_is_dropped_when_the_file_changes(
     (store_dir(platform) / "files/home/alice/c.bin").write_bytes(bytes(changed))  # a job rewrites it
     got = alice.request("GET", "/pfs/checksum", params={"path": f"{HOME}/c.bin", "chunk_size": CHUNK}).json()
     assert got["checksum"] == whole(bytes(changed))
+
+
+def test_many_chunks_go_in_batches_of_grants(
+    sock: PfsSocket, alice: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import paddlecloud.client.pfs as client_pfs
+
+    monkeypatch.setattr(client_pfs, "BATCH", 3)
+    data = blob(SIZE, seed=7)
+    fs = fs_of(alice)
+    seen = requests_of(alice)
+    stats = fs.upload_file(write(tmp_path / "m.bin", data), f"{HOME}/m.bin")
+    assert stats.bytes_sent == SIZE
+    assert seen.count(("POST", "/pfs/local")) == 2  # 4 chunks: 3 + 1
+    out = tmp_path / "m.out"
+    fs.download_file(f"{HOME}/m.bin", out)
+    assert out.read_bytes() == data

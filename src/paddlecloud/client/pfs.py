@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError
+from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError, ServerError
 from paddlecloud.api.files import FileInfo, FileList, StorageUsage, UploadView
 from paddlecloud.api.models import UserView, VersionView
-from paddlecloud.client.pfs_local import LocalPlane
+from paddlecloud.client.pfs_local import BATCH, LocalPlane
 from paddlecloud.client.session import Session
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
 from paddlecloud.core.fileio import copy_range, hash_range, start_writeback
@@ -230,7 +230,11 @@ class Pfs:
 
         with ThreadPoolExecutor(1) as pool:
             hashing = pool.map(mine, [i for i in need if i not in up.received])
-            self.local.upload(conn, fd, need, on_chunk)
+            for start in range(0, len(need), BATCH):  # a grant per batch of chunk indexes
+                batch_conn = self.local.connect(upload_id=up.id) if start else conn
+                if batch_conn is None:
+                    raise ServerError("the server's socket went away mid-upload; copy again")
+                self.local.upload(batch_conn, fd, need[start : start + BATCH], on_chunk)
             list(hashing)
         bad = [i for i in need if held.get(i) != digests[i]]
         if bad:

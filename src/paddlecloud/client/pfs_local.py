@@ -22,10 +22,14 @@ from paddlecloud.api.files import LocalGrant
 from paddlecloud.client.session import Session
 from paddlecloud.core.fdpass import ProtocolError, recv_msg, send_msg
 
-__all__ = ["ENV_SWITCH", "LocalPlane"]
+__all__ = ["BATCH", "ENV_SWITCH", "LocalPlane"]
 
 #: ``0`` turns the fast path off for this client (every transfer over HTTP)
 ENV_SWITCH = "PADDLECLOUD_PFS_LOCAL"
+#: the longest wait for one answer on the socket (one chunk copied, at most 64 MiB)
+ANSWER_TIMEOUT_S = 120.0
+#: chunk indexes per upload request (a message stays far below ``fdpass.MAX_MESSAGE``)
+BATCH = 2048
 
 
 class LocalPlane:
@@ -45,6 +49,7 @@ class LocalPlane:
             self.enabled = False
             return None
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(ANSWER_TIMEOUT_S)
         try:
             sock.connect("\0" + g.address.removeprefix("@"))
         except OSError:  # another machine (or network namespace): the name is not here
@@ -82,7 +87,7 @@ class LocalPlane:
 def _recv(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
     try:
         msg, fds = recv_msg(sock)
-    except ProtocolError as exc:
+    except (ProtocolError, TimeoutError) as exc:
         raise ServerError(f"the server's socket went away mid-transfer ({exc}); copy again") from None
     if "error" in msg:
         for fd in fds:

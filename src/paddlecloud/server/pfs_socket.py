@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 16
 #: how long a connection may take to send its request
 REQUEST_TIMEOUT_S = 10.0
+#: how long an answer may wait for the client to take it
+ANSWER_TIMEOUT_S = 60.0
 
 
 class PfsSocket:
@@ -83,7 +85,7 @@ class PfsSocket:
                 conn.settimeout(REQUEST_TIMEOUT_S)
                 try:
                     msg, fds = recv_msg(conn)
-                    conn.settimeout(None)
+                    conn.settimeout(ANSWER_TIMEOUT_S)  # a client that stops reading is dropped
                     self._dispatch(conn, msg, fds)
                 except PaddleCloudError as exc:
                     _reply_error(conn, exc.to_body()["error"], exc.http_status)
