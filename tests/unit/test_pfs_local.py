@@ -163,7 +163,10 @@ def test_upload_refuses_a_descriptor_that_is_not_the_file(
     with open(short, "rb") as f:
         ans = redeem(grant(alice, upload_id=up.id), {"op": "upload", "chunks": [0]}, fds=[f.fileno()])
     assert ans[0]["error"]["code"] == "invalid_request"
-    with open(write(tmp_path / "ok.bin", blob(SIZE)), "rb") as f:
+    with open(write(tmp_path / "ok.bin", blob(SIZE)), "ab") as f:  # write-only
+        ans = redeem(grant(alice, upload_id=up.id), {"op": "upload", "chunks": [0]}, fds=[f.fileno()])
+    assert ans[0]["error"]["code"] == "invalid_request" and ans[0]["status"] == 422
+    with open(tmp_path / "ok.bin", "rb") as f:
         ans = redeem(grant(alice, upload_id=up.id), {"op": "upload", "chunks": [9]}, fds=[f.fileno()])
     assert ans[0]["error"]["code"] == "invalid_request"
     assert begin(alice, f"{HOME}/u.bin", SIZE).received == {}  # nothing was marked

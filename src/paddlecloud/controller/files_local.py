@@ -21,6 +21,7 @@ The data never crosses HTTP and never passes through Python. What keeps it safe:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import stat as st
@@ -109,9 +110,11 @@ class LocalTransfers:
                 f"chunks must be distinct indexes in 0..{state.chunks - 1}", code=ErrorCode.INVALID_REQUEST
             )
         s = os.fstat(src_fd)
-        if not st.S_ISREG(s.st_mode) or s.st_size != state.size:
+        readable = fcntl.fcntl(src_fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_WRONLY
+        if not st.S_ISREG(s.st_mode) or s.st_size != state.size or not readable:
             raise InvalidInput(
-                f"the descriptor sent must be a regular file of {state.size} bytes (the upload's size)",
+                f"the descriptor sent must be a regular file of {state.size} bytes (the upload's size), "
+                "open for reading",
                 code=ErrorCode.INVALID_REQUEST,
             )
         for i in chunks:
