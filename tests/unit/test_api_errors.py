@@ -42,6 +42,7 @@ EXPECTED: dict[ErrorCode, tuple[type[PaddleCloudError], int]] = {
     ErrorCode.NO_TASK_MASTER: (NotFound, 404),
     ErrorCode.TASK_NOT_FOUND: (NotFound, 404),
     ErrorCode.LEASE_LOST: (Conflict, 409),
+    ErrorCode.NOT_ADAPTIVE: (Conflict, 409),
     ErrorCode.USER_HAS_JOBS: (Conflict, 409),
     ErrorCode.OWN_ACCOUNT: (Conflict, 409),
     ErrorCode.USER_EXISTS: (Conflict, 409),

@@ -7,6 +7,7 @@ they started with, and on SIGTERM (a graceful shrink or a preemption) print ``re
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +20,9 @@ from paddlecloud.backends.local import NodeShape
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform
 from paddlecloud.core.phases import WorkerState
-from paddlecloud.scheduler import Snapshot
+from paddlecloud.scheduler import JobRequest, Snapshot
 from paddlecloud.scheduler import policy as make_policy
+from paddlecloud.scheduler.goodput import AdaptiveBatch, FittedStepTime, goodput_table
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -295,3 +297,49 @@ def test_live_snapshot_gives_the_same_plan_to_the_simulator_policy(
     assert make_policy("elastic").schedule(snap) == live_plan
     assert {a.job for a in live_plan.admit} == {"alice/a", "alice/b"}
     assert [(w.job, str(w.reason)) for w in live_plan.wait] == [("alice/c", "InsufficientResources")]
+
+
+def test_live_snapshot_with_adaptive_jobs_gives_the_same_plan_to_the_simulator_policy(
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+) -> None:
+    """Adaptive-batch jobs as the live loop will describe them (goodput table from the fitted step
+    times and the reported noise scale): the live loop's policy and the one the simulator constructs
+    decide the same, batches included, for a waiting adaptive job and for a running one whose best
+    batch moved (a batch-only resize)."""
+    platform = platform_factory(nodes=CPU4, policy="elastic")
+    alice = _alice(platform, asgi)
+    pkg = make_package(WORKER)
+    _submit(alice, pkg, "a", 30.0, count=2, min=1, max=3)
+    _submit(alice, pkg, "b", 30.0, count=1)
+    platform.reconciler.tick()
+    assert platform.reconciler.last is not None
+    snap, _ = platform.reconciler.last
+    fitted = FittedStepTime.fit([(1, 1, 32.0, 0.2), (1, 1, 64.0, 0.35), (2, 1, 32.0, 0.25)])
+    assert fitted is not None
+    table = goodput_table(fitted, AdaptiveBatch(init=64, lo=32, hi=512), 5000.0, [1, 1, 1])
+
+    def adaptive(job: JobRequest, batch_size: int = 0) -> JobRequest:
+        if job.key != "alice/a":
+            return job
+        return dataclasses.replace(job, batches=table.batches, speedup=table.speedup, batch_size=batch_size)
+
+    waiting = dataclasses.replace(snap, queue=tuple(adaptive(j) for j in snap.queue))
+    live_plan = platform.reconciler.policy.schedule(waiting)
+    assert make_policy("elastic").schedule(waiting) == live_plan
+    admit = next(a for a in live_plan.admit if a.job == "alice/a")
+    trainers = sum(p.role == "trainer" for p in admit.placement)
+    assert (
+        admit.batch_size == table.batch(trainers) > 0 and f"global batch {admit.batch_size}" in admit.message
+    )
+
+    _until(platform, alice, "a", lambda j: j.phase == "Running")
+    snap, _ = platform.reconciler.last
+    running = next(j for j in snap.running if j.key == "alice/a")
+    stale = dataclasses.replace(running, resized_at=snap.now - 3600)
+    moved = dataclasses.replace(
+        snap, running=tuple(adaptive(stale if j.key == "alice/a" else j, 16) for j in snap.running)
+    )
+    live_plan = platform.reconciler.policy.schedule(moved)
+    assert make_policy("elastic").schedule(moved) == live_plan
+    resize = next(r for r in live_plan.resize if r.job == "alice/a")
+    assert resize.batch_size == table.batch(resize.trainers) and "global batch 16 ->" in resize.message

@@ -13,11 +13,18 @@ from pydantic import BaseModel
 
 from paddlecloud.api.body import Body
 from paddlecloud.client import Client
-from paddlecloud.server import routes_jobs, routes_pfs, routes_system, routes_tasks, routes_users
+from paddlecloud.server import (
+    routes_adaptive,
+    routes_jobs,
+    routes_pfs,
+    routes_system,
+    routes_tasks,
+    routes_users,
+)
 
 
 def test_every_body_the_server_reads_is_a_built_body_model() -> None:
-    routers = (routes_jobs, routes_pfs, routes_system, routes_tasks, routes_users)
+    routers = (routes_adaptive, routes_jobs, routes_pfs, routes_system, routes_tasks, routes_users)
     bodies = {
         route.path: param.field_info.annotation
         for module in routers
@@ -25,7 +32,8 @@ def test_every_body_the_server_reads_is_a_built_body_model() -> None:
         if isinstance(route, APIRoute)
         for param in route.dependant.body_params
     }
-    assert len(bodies) >= 10  # jobs, users, quota, PFS namespace and uploads, task leases
+    assert len(bodies) >= 11  # jobs, users, quota, PFS namespace and uploads, task leases, reports
+    assert "/jobs/{name}/adaptive/report" in bodies
     for path, model in bodies.items():
         assert isinstance(model, type) and issubclass(model, BaseModel), path
         if model.model_config.get("strict") is not True:  # AdminUpdate: strict, never deferred

@@ -326,8 +326,26 @@ CASES = [
     case("edl", "admission-does-not-block-on-a-big-head", N1,
          [job("A", 3), job("B", 2, at=1)], [(job("H", 2, **HIGH), ["n0"] * 2)],
          want(admit={"B": 2}, wait={"A": IR})),
-    case("edl", "waiting-min-shrinks-running-elastic", N1, [job("W", 2, at=100)],
-         [(elastic("E", 4, 1, 4), ["n0"] * 4)], want(resize={"E": 1}, wait={"W": IR})),
+    # the shrink the waiting min causes makes the room it starts in, in the same cycle (the seed's
+    # pending pods were bound by Kubernetes as soon as the shrink freed room)
+    case("edl", "waiting-min-shrinks-running-elastic-and-starts", N1, [job("W", 2, at=100)],
+         [(elastic("E", 4, 1, 4), ["n0"] * 4)], want(resize={"E": 1}, admit={"W": 2})),
+    # load 62 / 70 cores <= 0.97, but no node has 2 cores free (1 left on each): trainers are shed
+    # until the waiting job fits, rather than leaving it to wait for a job to end
+    case("edl", "sheds-trainers-when-free-cpu-is-only-fragments",
+         [gnode(f"c{i}", gpus=0, cpu=7) for i in range(10)], [job("W", 1, gpu=0, cpu=2, at=100)],
+         [(elastic("E", 30, 1, 30, gpu=0, cpu=2), [f"c{i // 3}" for i in range(30)])],
+         want(resize={"E": 29}, admit={"W": 1})),
+    # a waiting job with pservers: elastic jobs shrink until its pservers and trainers fit together
+    # (shrinking until its trainer alone fit left both on the same 2 free cores: it waited for ever)
+    *(
+        case(p, "shrinks-until-pservers-and-trainers-fit", [gnode(f"c{i}", gpus=0, cpu=8) for i in range(2)],
+             [dataclasses.replace(job("W", 1, gpu=0, cpu=2, at=100), pservers=1,
+                                  pserver=Resources(2000, GI, 0))],
+             [(elastic("E", 8, 1, 8, gpu=0, cpu=2), ["c0"] * 4 + ["c1"] * 4)],
+             want(resize={"E": n}, admit={"W": 1}))
+        for p, n in (("edl", 5), ("elastic", 6))  # edl keeps its 3 % headroom: (5 x 2 + 4) / 16 cores
+    ),
     case("edl", "shrinks-never-below-min", N1, [job("W", 3, at=100)],
          [(elastic("E", 4, 2, 4), ["n0"] * 4)], want(resize={"E": 2}, wait={"W": IR})),
     case("edl", "rigid-running-jobs-are-never-resized", N1, [job("W", 2, at=100)],

@@ -22,7 +22,7 @@ from paddlecloud.core.resources import Resources
 from paddlecloud.sim import ClusterSpec, SimJob
 from paddlecloud.sim.engine import SimConfig, simulate
 from paddlecloud.sim.plot import PlotUnavailable, plot_series
-from paddlecloud.sim.runner import RunSpec, run_report
+from paddlecloud.sim.runner import DEFAULT_POLICY, RunSpec, run_report
 from paddlecloud.sim.series import Series, combine
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "pollux" / "traces"
@@ -30,7 +30,8 @@ ONE_NODE = ClusterSpec(nodes=1, node=Resources(cpu_m=64_000, memory=2**38, gpu=4
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = {
     "jobs", "unfinished", "avg_jct_s", "median_jct_s", "p99_jct_s", "avg_queue_s", "p99_queue_s",
-    "makespan_s", "gpu_util", "useful_gpu_util", "resizes", "preemptions",
+    "makespan_s", "gpu_util", "useful_gpu_util", "resizes", "preemptions", "goodput_util",
+    "adaptive_stat_eff",
 }  # fmt: skip
 
 
@@ -172,15 +173,17 @@ def test_json_has_every_figure_per_workload_and_mean_and_a_png(
 
 def test_series_flag_adds_bounded_series(tmp_path: Path) -> None:
     js = tmp_path / "s.json"
-    assert cli("sim", "--format", "edl", "--policy", "fifo", "--policy", "elastic,fifo",
+    assert cli("sim", "--format", "edl", "--passes", "1", "--policy", "fifo", "--policy", "elastic,fifo",
                "--summary-json", str(js), "--series", "25") == 0  # fmt: skip
     doc = json.loads(js.read_text())
     assert list(doc["policies"]) == ["fifo", "elastic"]  # repeats dropped, order kept
-    assert doc["cluster"]["util_unit"] == "cpu_core" and doc["cluster"]["capacity"] == 24 * 64
+    assert doc["cluster"]["util_unit"] == "cpu_core" and doc["cluster"]["capacity"] == 2327  # 133 x 17.5
     assert "synthetic" in doc["speedup_model"]
-    series = doc["series"]["elastic"]["edl"]
-    assert set(series) == {"t_s", "gpu_util", "useful_gpu_util", "queued", "running"}
+    series = doc["series"]["elastic"]["pass-0"]
+    assert set(series) == {"t_s", "gpu_util", "useful_gpu_util", "goodput_util", "adaptive_stat_eff",
+                           "queued", "running"}  # fmt: skip
     assert all(len(col) == 25 for col in series.values())
+    assert series["adaptive_stat_eff"] == [None] * 25  # no adaptive job
     assert max(series["gpu_util"]) <= 1.0 and series["t_s"][0] == 0
 
 
@@ -223,7 +226,8 @@ def test_plot_without_matplotlib_is_one_error_line_after_the_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     js, png = tmp_path / "s.json", tmp_path / "p.png"
-    code = cli("sim", "--format", "edl", "--policy", "fifo", "--summary-json", str(js), "--plot", str(png))
+    code = cli("sim", "--format", "edl", "--passes", "1", "--policy", "fifo", "--summary-json", str(js),
+               "--plot", str(png))  # fmt: skip
     out = capsys.readouterr()
     assert code == 1
     assert out.err == "error: --plot needs matplotlib, an optional extra: pip install 'paddlecloud[plot]'\n"
@@ -234,7 +238,7 @@ def test_plot_without_matplotlib_is_one_error_line_after_the_json(
 
 @pytest.mark.usefixtures("no_matplotlib")
 def test_plot_series_raises_plot_unavailable(tmp_path: Path) -> None:
-    report = run_report(RunSpec([], ["fifo"], format="edl"))
+    report = run_report(RunSpec([], ["fifo"], format="edl", passes=1))
     with pytest.raises(PlotUnavailable, match=r"paddlecloud\[plot\]"):
         plot_series(report.policy_series(), report.capacity, tmp_path / "x.png")
 
@@ -245,7 +249,7 @@ def test_plot_series_raises_plot_unavailable(tmp_path: Path) -> None:
 def test_html_report_is_one_self_contained_page_with_the_reports_figures(tmp_path: Path) -> None:
     from paddlecloud.console.report import render_report, report_data
 
-    report = run_report(RunSpec([], ["fifo", "edl"], format="edl"))
+    report = run_report(RunSpec([], ["fifo", "edl"], format="edl", passes=1))
     data = report_data(report)
     assert [row[0] for row in data["table"]["rows"]] == ["fifo", "edl"]
     assert data["table"]["rows"][0][1] == format(report.summaries["fifo"]["mean"]["avg_jct_s"], ".0f")
@@ -265,7 +269,7 @@ def test_html_report_is_one_self_contained_page_with_the_reports_figures(tmp_pat
 def test_html_report_escapes_what_it_did_not_write(tmp_path: Path) -> None:
     from paddlecloud.console.report import render_report
 
-    report = run_report(RunSpec([], ["fifo"], format="edl"))
+    report = run_report(RunSpec([], ["fifo"], format="edl", passes=1))
     hostile = "</script><script>alert(1)</script><img src=x onerror=alert(2)>"
     report.workloads = {hostile: report.workloads[next(iter(report.workloads))]}
     page = render_report(report)
@@ -275,7 +279,32 @@ def test_html_report_escapes_what_it_did_not_write(tmp_path: Path) -> None:
 
 def test_sim_html_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "sim.html"
-    assert cli("sim", "--format", "edl", "--policy", "fifo,elastic", "--html", str(page)) == 0
+    code = cli("sim", "--format", "edl", "--passes", "1", "--policy", "fifo,elastic", "--html", str(page))
+    assert code == 0
     assert capsys.readouterr().out.endswith(f"page: {page}\n")
     text = page.read_text()
     assert '"fifo"' in text and '"elastic"' in text and "jct_cdf" in text
+
+
+# ------------------------------------------------------------------------------ adaptive batch sizes
+
+
+def test_cli_rejects_a_fraction_outside_0_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli("sim", str(pollux_csv(tmp_path)), "--traces", str(TRACES), "--adaptive-fraction", "2") == 2
+    err = capsys.readouterr().err
+    assert "--adaptive-fraction" in err and "0<=x<=1" in err and "Traceback" not in err
+    assert cli("sim", "--format", "edl", "--adaptive-fraction", "0.5") == 2
+    assert "--format pollux" in capsys.readouterr().err
+
+
+def test_cli_half_adaptive_lists_the_jobs_and_series(tmp_path: Path) -> None:
+    js = tmp_path / "s.json"
+    assert cli("sim", str(pollux_csv(tmp_path)), "--traces", str(TRACES), "--adaptive-fraction", "0.5",
+               "--summary-json", str(js), "--series", "10") == 0  # fmt: skip
+    doc = json.loads(js.read_text())
+    assert list(doc["policies"]) == [DEFAULT_POLICY]  # no --policy: the server's default
+    assert doc["adaptive"]["fraction"] == 0.5 and len(doc["adaptive"]["jobs"]["tiny"]) == 2
+    mean = doc["policies"][DEFAULT_POLICY]["tiny"]
+    assert mean["adaptive_avg_jct_s"] > 0 and mean["fixed_avg_jct_s"] > 0 and mean["adaptive_stat_eff"] > 0
+    series = doc["series"][DEFAULT_POLICY]["tiny"]
+    assert any(e is not None for e in series["adaptive_stat_eff"]) and max(series["goodput_util"]) > 0

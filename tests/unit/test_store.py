@@ -16,7 +16,18 @@ from paddlecloud.store import Database, UserRow, open_database
 from paddlecloud.store.db import MIGRATIONS, sqlite_url
 from paddlecloud.store.tables import Base
 
-TABLES = {"alembic_version", "users", "jobs", "workers", "events", "job_tokens", "task_queues", "tasks"}
+TABLES = {
+    "alembic_version",
+    "users",
+    "jobs",
+    "workers",
+    "events",
+    "job_tokens",
+    "task_queues",
+    "tasks",
+    "adaptive_states",
+    "adaptive_reports",
+}
 
 
 @pytest.fixture

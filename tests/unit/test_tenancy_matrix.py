@@ -175,6 +175,14 @@ def task_probes(method: str, suffix: str, body: dict[str, str] | None = None) ->
 
 
 LEASE = {"lease": "bob-lease-0001"}
+REPORT = {
+    "replicas": 1,
+    "local_bsz": 8.0,
+    "step_time_s": 0.1,
+    "grad_sqr": 1.0,
+    "grad_var": 1.0,
+    "batch_size": 8,
+}
 
 
 def submit_probes(w: World, t: Target) -> list[Request]:
@@ -230,6 +238,14 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/jobs/{name}/tasks/{index}/done"): {"probe": task_probes("POST", "/0/done", LEASE)},
     ("POST", "/api/v1/jobs/{name}/tasks/{index}/fail"): {"probe": task_probes("POST", "/0/fail", LEASE)},
     ("POST", "/api/v1/jobs/{name}/tasks/{index}/renew"): {"probe": task_probes("POST", "/0/renew", LEASE)},
+    # adaptive batch size (job tokens: tests/unit/test_adaptive_api.py)
+    ("GET", "/api/v1/jobs/{name}/adaptive"): {"probe": job_probes("GET", "/adaptive")},
+    ("POST", "/api/v1/jobs/{name}/adaptive/report"): {
+        "probe": lambda w, t: [
+            Request("POST", f"/jobs/{t.job}/adaptive/report", json=REPORT),
+            Request("POST", f"/jobs/{t.job}/adaptive/report", params={"user": t.user}, json=REPORT),
+        ]
+    },
     # files
     ("GET", "/api/v1/pfs/stat"): {"probe": lambda w, t: pfs_get("stat")(w, t) + pfs_get("stat", "dir")(w, t)},
     ("GET", "/api/v1/pfs/list"): {
@@ -385,7 +401,7 @@ def build_world(platform: Platform, new_http: Callable[[], httpx.Client], tmp: P
     (pkg / "main.py").write_text("print('hi')\n")
     alice.submit(
         {"name": "secret-job", "entry": "python main.py", "trainers": {"cpu": "100m"},
-         "tasks": {"items": ["a", "b"]}},
+         "tasks": {"items": ["a", "b"]}, "batch": {"size": 8, "adaptive": {"min": 1, "max": 64}}},
         package_dir=pkg,
     )  # fmt: skip
     fs = alice.pfs
@@ -486,6 +502,7 @@ def alice_state(w: World) -> dict[str, Any]:
         "upload": up.json()["received"],
         "users": sorted(u["name"] for u in w.call("root", Request("GET", "/users")).json()["items"]),
         "tasks": w.call("alice", Request("GET", "/jobs/secret-job/tasks")).json(),
+        "adaptive": w.call("alice", Request("GET", "/jobs/secret-job/adaptive")).json(),
     }
 
 

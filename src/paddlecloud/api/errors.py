@@ -70,6 +70,8 @@ class ErrorCode(StrEnum):
     UPLOAD_NOT_FOUND = "upload_not_found"
     NO_TASK_MASTER = "no_task_master"
     TASK_NOT_FOUND = "task_not_found"
+    #: adaptive-batch routes on a job submitted without ``batch.adaptive``
+    NOT_ADAPTIVE = "not_adaptive"
     JOB_EXISTS = "job_exists"
     JOB_NOT_RUNNING = "job_not_running"
     #: the job's stored spec no longer passes the spec's rules (a damaged row, or one written by a
@@ -188,6 +190,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.IS_A_DIRECTORY: Conflict,
     ErrorCode.DIRECTORY_NOT_EMPTY: Conflict,
     ErrorCode.LEASE_LOST: Conflict,
+    ErrorCode.NOT_ADAPTIVE: Conflict,
     ErrorCode.USER_HAS_JOBS: Conflict,
     ErrorCode.OWN_ACCOUNT: Conflict,
     ErrorCode.PACKAGE_TOO_LARGE: PackageTooLarge,

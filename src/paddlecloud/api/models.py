@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from paddlecloud.api.adaptive import AdaptiveState, BatchRange, BatchSpec, LrRule
 from paddlecloud.api.body import Body
 from paddlecloud.api.stored import STORED, is_stored
 from paddlecloud.api.tasks import TaskSpec
@@ -51,12 +52,16 @@ from paddlecloud.core.restarts import RestartPolicy, RestartRules
 __all__ = [
     "PRIORITY_CLASSES",
     "STORED",
+    "AdaptiveState",
+    "BatchRange",
+    "BatchSpec",
     "EventView",
     "Framework",
     "JobDetail",
     "JobList",
     "JobSpec",
     "JobView",
+    "LrRule",
     "PackageView",
     "PserverSpec",
     "QuotaView",
@@ -191,6 +196,9 @@ class JobSpec(Body):
     )
     #: a data task master for the job (``api.tasks``): None, no task master
     tasks: TaskSpec | None = None
+    #: the job's global batch size and, opted in, the bounds the scheduler may move it within
+    #: (``api.adaptive``): None, the job's batch is its own business
+    batch: BatchSpec | None = None
     priority: int = Field(
         0,
         ge=-1000,
@@ -382,6 +390,8 @@ class JobDetail(JobView):
     output_dir: str = ""
     events: list[EventView] = Field(default_factory=list)
     workers: list[WorkerView] = Field(default_factory=list)
+    #: an adaptive-batch job's assignment and what it reported (None: not an adaptive job)
+    adaptive: AdaptiveState | None = None
 
 
 class ResourceView(_Model):

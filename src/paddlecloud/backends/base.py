@@ -41,6 +41,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from paddlecloud.api.adaptive import BatchSpec
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
@@ -166,6 +167,9 @@ class JobLaunch:
     #: sandboxed worker sees read-write and read-only (``backends/local/sandbox.py``); None: unknown
     home_dir: Path | None = None
     public_dir: Path | None = None
+    #: adaptive-batch jobs: the spec's batch settings (Kubernetes writes them into the TrainingJob);
+    #: the workers' variables are in ``env`` already (``PADDLECLOUD_BATCH_SIZE``, ...)
+    batch: BatchSpec | None = None
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from paddlecloud.api.models import JobDetail, JobView, ResourceView, WorkerView
+from paddlecloud.cli.batch import batch_lines, batch_options, batch_spec
 from paddlecloud.cli.output import (
     FORMATS,
     age,
@@ -108,6 +109,7 @@ def _priority(text: str) -> int | str:
     help="queue the job even if no node of this (fixed-capacity) cluster could ever hold it",
 )
 @task_options
+@batch_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
 @click.option(
     "-v",
@@ -147,6 +149,8 @@ def submit(
         spec["output"] = opts["output"]
     if (tasks := task_spec(opts)) is not None:
         spec["tasks"] = tasks
+    if (batch := batch_spec(opts)) is not None:
+        spec["batch"] = batch
     client = Client()
     job = client.submit(spec, package_dir=package_dir)
     if as_json:
@@ -344,6 +348,8 @@ def describe(job: str, user: str | None, fmt: str) -> None:
                   f"memory {d.spec.pservers.memory})")  # fmt: skip
     if restart := _restart_line(d):
         out.print(f"[bold]Restarts:[/bold]   {restart}", markup=True)
+    for label, text in batch_lines(d.spec.batch, d.adaptive):
+        out.print(f"[bold]{label + ':':<11}[/bold] {text}", markup=True)
     out.print(f"[bold]Submitted:[/bold]  {d.submitted_at:%Y-%m-%d %H:%M:%S}Z   started: "
               f"{age(d.started_at)} ago   finished: {age(d.finished_at)} ago")  # fmt: skip
     if d.spec.input:

@@ -51,16 +51,23 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 
 @click.command()
 @click.argument("workloads", nargs=-1)
-@click.option("--policy", "policies", multiple=True, default=["elastic"], show_default=True,
-              callback=_policies, metavar="NAME[,NAME...]",
-              help=f"one of {', '.join(POLICIES)}; repeat or comma-separate to compare")  # fmt: skip
+@click.option("--policy", "policies", multiple=True, callback=_policies, metavar="NAME[,NAME...]",
+              help=f"one of {', '.join(POLICIES)}; repeat or comma-separate to compare "
+                   "[default: the server's default policy, elastic]")  # fmt: skip
 @click.option(
     "--format", "fmt", type=click.Choice(["pollux", "philly", "edl"]), default="pollux", show_default=True
 )
-@click.option("--nodes", type=click.IntRange(1, 100_000), help="default: 16 (Pollux) / 24 (EDL)")
+@click.option("--nodes", type=click.IntRange(1, 100_000), help="default: 16 (Pollux) / 133 (EDL)")
 @click.option("--gpus-per-node", type=click.IntRange(0, 64), help="default: 4")
 @click.option("--traces", type=click.Path(exists=True, file_okay=False), help="Pollux job profiles")
 @click.option("--limit", type=int, default=1000, show_default=True, help="Philly: the N earliest jobs")
+@click.option("--passes", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="EDL: passes of the experiment, each with its own seeded submission times")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="EDL: the first pass's seed")
+@click.option("--adaptive-fraction", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="Pollux format: make this share of each workload's jobs adaptive-batch (the "
+                   "scheduler picks their batch; which: a seeded rule, in --summary-json)")  # fmt: skip
+@click.option("--adaptive-seed", type=int, default=0, show_default=True, help="seed of that choice")
 @click.option(
     "--summary-json", type=click.Path(dir_okay=False, path_type=Path), help="write all figures here"
 )
@@ -74,17 +81,35 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
                    "JCT distribution, per policy")  # fmt: skip
 def sim(
     workloads: tuple[str, ...], policies: list[str], fmt: str, nodes: int | None, gpus_per_node: int | None,
-    traces: str | None, limit: int, summary_json: Path | None, series_points: int, plot: Path | None,
-    html: Path | None,
+    traces: str | None, limit: int, passes: int, seed: int, adaptive_fraction: float, adaptive_seed: int,
+    summary_json: Path | None, series_points: int, plot: Path | None, html: Path | None,
 ) -> None:  # fmt: skip
     """Simulate WORKLOAD files (Pollux CSVs, philly.csv) or the EDL scenario (--format edl)."""
-    from paddlecloud.sim.runner import RunSpec, run_report
+    from paddlecloud.sim.runner import DEFAULT_POLICY, RunSpec, run_report
+
+    if adaptive_fraction > 0 and fmt != "pollux":
+        raise click.BadParameter(
+            f"adaptive batch sizes need --format pollux, not {fmt}", param_hint="--adaptive-fraction"
+        )
 
     for w in workloads:
         if not Path(w).is_file():
             raise click.BadParameter(f"{w}: no such file", param_hint="WORKLOADS")
     try:
-        report = run_report(RunSpec(list(workloads), policies, fmt, traces, nodes, gpus_per_node, limit))
+        spec = RunSpec(
+            list(workloads),
+            policies or [DEFAULT_POLICY],
+            fmt,
+            traces,
+            nodes,
+            gpus_per_node,
+            limit,
+            passes=passes,
+            seed=seed,
+            adaptive_fraction=adaptive_fraction,
+            adaptive_seed=adaptive_seed,
+        )
+        report = run_report(spec)
     except (ValueError, KeyError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     _print_means(report)
@@ -105,6 +130,8 @@ def sim(
 
 
 def _print_means(report: Report) -> None:
+    from paddlecloud.sim.workload import EDL_WINDOW_AFTER_LAST_S
+
     rows = [[pol] + [format(per["mean"][key], spec) for _, key, spec in _COLUMNS]
             for pol, per in report.summaries.items()]  # fmt: skip
     unit = "GPUs" if report.util_unit == "gpu" else "CPU cores"
@@ -112,6 +139,16 @@ def _print_means(report: Report) -> None:
         f"mean over {len(report.workloads)} workload(s); UTIL / USEFUL: share of {report.capacity} {unit}:"
     )
     print_table(["POLICY"] + [head for head, _, _ in _COLUMNS], rows)
+    if report.spec.format == "edl":
+        click.echo(
+            f"\nas the EDL report measured them (mean of {len(report.workloads)} pass(es); up to "
+            f"{EDL_WINDOW_AFTER_LAST_S:g} s after the last submission, when its script killed every job):"
+        )
+        print_table(
+            ["POLICY", "AVG PENDING s", "CPU UTIL"],
+            [[pol, f"{per['mean']['report_pending_s']:.0f}", f"{per['mean']['report_cpu_util']:.2f}"]
+             for pol, per in report.summaries.items()],
+        )  # fmt: skip
     for pol, per in report.summaries.items():
         left = sum(s["unfinished"] for wl, s in per.items() if wl != "mean")
         if left:

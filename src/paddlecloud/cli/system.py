@@ -136,9 +136,7 @@ data_dir_option = click.option(
 @click.option(
     "--policy",
     type=click.Choice(["elastic", "tiresias", "edl", "fifo", "fifo-backfill"]),
-    default="elastic",
-    show_default=True,
-    help="scheduling policy (docs/architecture.md)",
+    help="scheduling policy (docs/architecture.md); default: the server's, elastic",
 )
 @click.option("--max-package-size", default="100Mi", show_default=True, help="largest job package accepted")
 @click.option(
@@ -276,7 +274,7 @@ def up(
     config = PlatformConfig(
         data_dir=data_dir,
         database_url=database,
-        policy=policy,
+        policy=policy or PlatformConfig.policy,  # none given: the server's, scheduler.DEFAULT_POLICY
         max_package_bytes=_quantity(parse_memory, max_package_size, "--max-package-size") or 0,
         max_request_bytes=_request_size(max_request_size),
         datacenter=_datacenter(datacenter),

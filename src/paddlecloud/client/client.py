@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from paddlecloud.api.adaptive import AdaptiveReport, AdaptiveState
 from paddlecloud.api.errors import InvalidInput
 from paddlecloud.api.models import (
     JobDetail,
@@ -162,6 +163,18 @@ class Client:
     def job(self, name: str, *, user: str | None = None) -> JobDetail:
         r = self._session.request("GET", f"/jobs/{name}", params=_user(user))
         return JobDetail.model_validate_json(r.content, context=STORED)  # as accepted at its submit
+
+    def adaptive(self, name: str, *, user: str | None = None) -> AdaptiveState:
+        """An adaptive-batch job's settings, the global batch assigned now, its reported noise scale,
+        LR gain and step time (``not_adaptive`` for a fixed-batch job)."""
+        r = self._session.request("GET", f"/jobs/{name}/adaptive", params=_user(user))
+        return AdaptiveState.model_validate_json(r.content)
+
+    def adaptive_report(self, name: str, report: AdaptiveReport) -> AdaptiveState:
+        """Report a step (with the job's token, as its workers do); the assignment now."""
+        body = report.model_dump(mode="json")
+        r = self._session.request("POST", f"/jobs/{name}/adaptive/report", json=body)
+        return AdaptiveState.model_validate_json(r.content)
 
     def workers(self, name: str, *, user: str | None = None) -> list[WorkerView]:
         r = self._session.request("GET", f"/jobs/{name}/workers", params=_user(user))

@@ -2,7 +2,8 @@
 
     GET  /ui/                     the jobs (waiting first, with reason and message)
     GET  /ui/_jobs?since=V        its live part: 204 while unchanged, else the part again
-    GET  /ui/jobs/NAME            one job: state, workers, tasks, outputs, events, chart, logs
+    GET  /ui/jobs/NAME            one job: state, batch size (adaptive: the live assignment), workers,
+                                  tasks, outputs, events, chart, logs
     GET  /ui/jobs/NAME/_live      its live part
     GET  /ui/jobs/NAME/log        a worker's log tail as plain text (``X-Log-Live``: more may come)
     POST /ui/jobs/NAME/kill       kill it (CSRF), answer the live part
@@ -55,7 +56,7 @@ TailQ = Annotated[int, Query(ge=1, le=5000)]
 
 #: tables whose writes change the Jobs page / a Job page
 _JOBS_TABLES = ("jobs", "workers", "events", "users")
-_JOB_TABLES = ("jobs", "workers", "events", "tasks", "task_queues")
+_JOB_TABLES = ("jobs", "workers", "events", "tasks", "task_queues", "adaptive_states")
 
 
 def platform_of(request: Request) -> Platform:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paddlecloud.scheduler import DEFAULT_POLICY
+
 __all__ = ["ComputeLimits", "MetricsAccess", "PlatformConfig"]
 
 
@@ -52,7 +54,7 @@ class PlatformConfig:
     #: SQLAlchemy URL; default: SQLite in WAL mode at ``<data_dir>/paddlecloud.db``.
     database_url: str | None = None
     #: scheduling policy (``scheduler.policy``): elastic, tiresias, edl, fifo, fifo-backfill
-    policy: str = "elastic"
+    policy: str = DEFAULT_POLICY
     max_package_bytes: int = 100 * 2**20
     #: the largest request body other than a PFS upload (``up --max-request-size``): job specs,
     #: leases and the rest are JSON of a few KiB; larger bodies get 413 ``request_too_large``

@@ -22,6 +22,7 @@ from paddlecloud.api import API_PREFIX
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Backend, JobLaunch
 from paddlecloud.backends.errors import BackendError
+from paddlecloud.controller.batches import BatchPlans, adaptive_spec, batch_env
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.history import History
@@ -74,6 +75,8 @@ class Context:
     retrying: dict[str, float] = field(default_factory=dict)
     #: stored specs parsed once per job (every cycle reads every queued and running job's)
     specs: SpecCache = field(default_factory=SpecCache)
+    #: adaptive-batch jobs' best batch and goodput per trainer count, until their next report
+    batch_plans: BatchPlans = field(default_factory=BatchPlans)
     #: this platform's Prometheus registry and counters (never the process-wide default registry)
     metrics: PlatformMetrics = field(default_factory=PlatformMetrics)
     #: cluster use and queue over the last hour, each job's trainers over time (for charts)
@@ -132,7 +135,7 @@ class Context:
             package=self._local(row.package_id),
             output_dir=Path(row.output_dir),
             placement=placement,
-            env=dict(spec.get("env", {})),
+            env={**spec.get("env", {}), **batch_env(parsed, row.adaptive)},
             files=JobFiles(
                 input_dir=str(input_dir or ""), input=input_path, output=str(spec.get("output") or "")
             ),
@@ -145,6 +148,7 @@ class Context:
             package_url=package_url(self.config.api_url, row.package_id),
             home_dir=self._area(f"/pfs/{self.config.datacenter}/home/{row.user}"),
             public_dir=self._area(f"/pfs/{self.config.datacenter}/public"),
+            batch=adaptive_spec(parsed),
         )
 
     def _area(self, pfs_path: str) -> Path | None:

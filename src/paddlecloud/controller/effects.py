@@ -14,6 +14,11 @@ Order within a cycle (the plan was computed assuming it):
   4. ``Admit``: Starting, worker rows and an event, committed *before* the backend starts anything;
   5. ``Resize`` grows: new trainers are added to the running job.
 
+An ``Admit`` or ``Resize`` with ``batch_size > 0`` (an adaptive-batch job) also stores the global
+batch assigned for its trainer count (``adaptive_states``; ``GET .../adaptive`` answers it, workers
+started afterwards get it in ``PADDLECLOUD_BATCH_SIZE``), with an event when it changes. A grow that
+gets only some of its trainers assigns the batch the job's goodput table gives the count it has.
+
 Every decision that changes a job is a job event, so ``describe`` shows the job's scheduling history,
 and is counted in the platform's metrics (``paddlecloud_scheduler_decisions_total``: a wait when the
 job's reason changes); a job's first admission observes its queueing delay.
@@ -32,6 +37,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from paddlecloud.backends.base import JobStatus
+from paddlecloud.controller.batches import noise_scale
 from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.records import record_workers, trainer_names
@@ -125,6 +131,7 @@ def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
         _pending_worker(row, p)
     again = f" (start {row.attempts})" if row.attempts > 1 else ""
     ctx.event(row, "Normal", "Admitted", admit.message + again)
+    _assign_batch(ctx, row, admit.batch_size, sum(p.role == "trainer" for p in admit.placement))
     s.commit()  # the decision is durable before any process starts
     try:
         ctx.backend.start(ctx.launch(row))
@@ -188,7 +195,7 @@ def _grow(ctx: Context, row: JobRow, r: Resize) -> None:
             return
         kept = [p for p in r.placement if f"trainer-{p.index}" in have] + done
         note = f"{r.message} (only {len(done)} of {len(added)} added)"
-        r = Resize(r.job, len(kept), tuple(kept), note)
+        r = Resize(r.job, len(kept), tuple(kept), note, _batch_for(ctx, row, r, len(kept)))
     for p in done:
         _pending_worker(row, p)
     _record_resize(ctx, row, r, len(have))
@@ -200,3 +207,31 @@ def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int) -> None:
     row.resized_at = ctx.clock.now()
     ctx.event(row, "Normal", "Resized", f"trainers {before} -> {r.trainers}: {r.message}")
     ctx.metrics.decision("resize", "Grow" if r.trainers > before else "Shrink")
+    _assign_batch(ctx, row, r.batch_size, r.trainers)
+
+
+def _batch_for(ctx: Context, row: JobRow, r: Resize, trainers: int) -> int:
+    """The batch for ``trainers`` when a grow got fewer than planned: the job's goodput table's
+    (the one the plan was made with), 0 for a fixed-batch job."""
+    if r.batch_size <= 0:
+        return 0
+    plan = ctx.batch_plans.last(row)
+    return plan.batch(trainers) if plan is not None and plan.batches else r.batch_size
+
+
+def _assign_batch(ctx: Context, row: JobRow, batch: int, trainers: int) -> None:
+    """Store an adaptive job's global batch for ``trainers``; an event when the batch changes."""
+    state = row.adaptive
+    if batch <= 0 or state is None:
+        return
+    before, state.batch_size, state.trainers = state.batch_size, batch, trainers
+    if batch == before:
+        return
+    init = int((row.spec.get("batch") or {}).get("size") or batch)
+    why, noise = [], noise_scale(state, init)
+    if noise is not None:
+        why.append(f"noise scale {noise:,.0f}")
+    if state.step_time_s is not None:
+        why.append(f"step time {state.step_time_s:.3g} s")
+    detail = f" ({', '.join(why)})" if why else " (no report yet)"
+    ctx.event(row, "Normal", "BatchSize", f"global batch {before} -> {batch} on {trainers} trainers{detail}")

@@ -33,6 +33,7 @@ from paddlecloud.api.models import (
     WorkerView,
 )
 from paddlecloud.backends.base import Capability, LogRequest
+from paddlecloud.controller.batches import new_state
 from paddlecloud.controller.capacity import check_capacity
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.jobtokens import JobIdentity
@@ -264,6 +265,7 @@ class JobService:
                 submitted_at=now,
                 output_dir=output_dir,
                 workers=[],  # known empty: building the answer needs no query for them
+                adaptive=new_state(spec),  # adaptive-batch jobs: the assignment starts at its batch
             )
             self.ctx.event(row, "Normal", "Submitted", f"submitted by {who.name}")
             if tasks is not None and spec.tasks is not None:

@@ -4,6 +4,7 @@
                            ├─ registry.entry(config.backend).create(settings, data dir, ...)
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
                            ├─ TaskService (the jobs' data task masters)
+                           ├─ AdaptiveService (adaptive-batch jobs' reports and assignment)
                            ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
                            ├─ ClusterState               (nodes and queue as the scheduler sees them)
                            └─ PlatformMetrics (a registry of its own) + History (controller.history)
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from paddlecloud.backends import registry
 from paddlecloud.backends.base import Backend, BackendSetup, Capability
 from paddlecloud.backends.registry import BackendConfigError
+from paddlecloud.controller.adaptive import AdaptiveService
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
@@ -60,6 +62,7 @@ class Platform:
     files: FileService
     tasks: TaskService
     cluster: ClusterState
+    adaptive: AdaptiveService
     #: the PFS same-host fast path (grants; the server's Unix socket sets its address)
     pfs_local: LocalTransfers = field(init=False, repr=False)
     #: sha256 of a user token -> who it is; dropped on any write to the users table
@@ -111,6 +114,7 @@ class Platform:
             files=files,
             tasks=TaskService(ctx),
             cluster=ClusterState(ctx, reconciler),
+            adaptive=AdaptiveService(ctx),
         )
 
     @property

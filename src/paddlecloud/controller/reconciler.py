@@ -306,7 +306,7 @@ class Reconciler:
             nodes=node_states(self.ctx, holding, nodes),
             queue=waiting,
             running=tuple(
-                job_request(r, elastic, self.ctx.specs)
+                job_request(r, elastic, self.ctx.specs, self.ctx.batch_plans)
                 for r in active
                 if not r.stop_requested and r.reason != STOPPING
             ),
@@ -361,7 +361,7 @@ class Reconciler:
         out = []
         for row in queued:
             try:
-                out.append(job_request(row, elastic, self.ctx.specs))
+                out.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans))
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.INVALID_SPEC, "reading the job's spec", exc)
                 s.commit()

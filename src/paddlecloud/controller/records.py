@@ -1,8 +1,9 @@
 """Small translations shared by the reconciler, the plan's effects and the job service.
 
 ``job_request``: a job row as the scheduler sees it (elastic bounds only where the backend can
-resize). ``placement_of`` / ``trainer_names``: a job's recorded placement. ``record_workers``: write
-what the backend observed (worker states, backend events) onto a job row, counting the restarts
+resize; an adaptive-batch job's best batch and goodput per trainer count, ``controller.batches``).
+``placement_of`` / ``trainer_names``: a job's recorded placement. ``record_workers``: write what
+the backend observed (worker states, backend events) onto a job row, counting the restarts
 among the events (``paddlecloud_worker_restarts_total``). ``account``: add the
 service a started job received since it was last accounted (trainer-seconds; GPU-seconds for GPU
 jobs), which the least-attained-service policies order by.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import JobStatus
+from paddlecloud.controller.batches import BatchPlans
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.metrics import RESTART_EVENTS
 from paddlecloud.controller.specs import SpecCache
@@ -33,15 +35,25 @@ def trainer_names(row: JobRow) -> set[str]:
     return {f"trainer-{p['index']}" for p in (row.placement or []) if p["role"] == "trainer"}
 
 
-def job_request(row: JobRow, elastic: bool = True, specs: SpecCache | None = None) -> JobRequest:
+def job_request(
+    row: JobRow, elastic: bool = True, specs: SpecCache | None = None, plans: BatchPlans | None = None
+) -> JobRequest:
     """The scheduler's view of a job; a started job's ``running`` and ``placement`` are what it holds.
 
     ``elastic=False`` (a backend without the resize capability) pins min and max to the requested
     count so no policy plans a resize the backend cannot do. ``specs``: parse the stored spec once
-    per job (the controller's cache) instead of on every call.
+    per job (the controller's cache) instead of on every call. ``plans``: an adaptive-batch job's
+    ``batches`` and goodput ``speedup`` (the controller's cache; without it, none: views that do
+    not schedule).
     """
     spec = specs.get(row) if specs is not None else JobSpec.from_stored(row.spec)
     placement = placement_of(row)
+    hi = (
+        max(spec.trainers.max or spec.trainers.count, spec.trainers.count) if elastic else spec.trainers.count
+    )
+    plan = plans.table(row, spec, hi) if plans is not None else None
+    running = sum(1 for p in placement if p.role == "trainer")
+    adaptive = plan is not None and bool(plan.batches) and running > 0 and row.adaptive is not None
     return JobRequest(
         key=job_key(row.user, row.name),
         user=row.user,
@@ -54,9 +66,13 @@ def job_request(row: JobRow, elastic: bool = True, specs: SpecCache | None = Non
         min_trainers=(spec.trainers.min or 0) if elastic else 0,
         max_trainers=(spec.trainers.max or 0) if elastic else 0,
         attained=row.attained,
-        running=sum(1 for p in placement if p.role == "trainer"),
+        running=running,
         placement=placement,
         resized_at=row.resized_at if row.resized_at is not None else float("-inf"),
+        batches=plan.batches if plan is not None else (),
+        speedup=plan.speedup if plan is not None else (),
+        # the batch it runs at: elastic's batch-only resize compares it with the table's
+        batch_size=row.adaptive.batch_size if adaptive and row.adaptive is not None else 0,
     )
 
 

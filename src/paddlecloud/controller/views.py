@@ -17,6 +17,7 @@ from paddlecloud.api.models import (
     RoleStatus,
     WorkerView,
 )
+from paddlecloud.controller.batches import state_view
 from paddlecloud.core.phases import JobPhase, WorkerState
 from paddlecloud.store.tables import JobRow, WorkerRow
 
@@ -117,4 +118,5 @@ def detail_view(row: JobRow, spec: JobSpec | None = None) -> JobDetail:
             for e in row.events
         ],
         workers=[worker_view(w) for w in row.workers],
+        adaptive=state_view(spec, row.adaptive),
     )

@@ -19,7 +19,7 @@ from paddlecloud.runtime import contract as c
 from paddlecloud.runtime import torchelastic
 from paddlecloud.runtime.endpoints import PLACEHOLDER, placeholder
 
-__all__ = ["ApiAccess", "JobFiles", "Topology", "WorkerContext", "worker_env"]
+__all__ = ["ApiAccess", "JobFiles", "Topology", "WorkerContext", "batch_vars", "worker_env"]
 
 
 @dataclass(frozen=True)
@@ -269,3 +269,15 @@ def _waits_for(ctx: WorkerContext, env: dict[str, str]) -> list[str]:
     skip_trainers = ctx.role != "trainer" or ctx.trainer_range is not None
     me = f"{ctx.role}-{ctx.index}"
     return sorted(w for w in named if w != me and not (skip_trainers and w.startswith("trainer-")))
+
+
+def batch_vars(assigned: int, bounds: tuple[int, int], init: int, lr_rule: str) -> dict[str, str]:
+    """The variables of an adaptive-batch job's workers: the global batch ``assigned`` when the worker
+    starts, the ``(min, max)`` bounds, the batch the job started with, its learning-rate rule."""
+    return {
+        c.BATCH_SIZE: str(assigned),
+        c.BATCH_MIN: str(bounds[0]),
+        c.BATCH_MAX: str(bounds[1]),
+        c.BATCH_INIT: str(init),
+        c.LR_RULE: lr_rule,
+    }

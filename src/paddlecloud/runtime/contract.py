@@ -10,6 +10,10 @@ from __future__ import annotations
 __all__ = [
     "API",
     "API_CA",
+    "BATCH_INIT",
+    "BATCH_MAX",
+    "BATCH_MIN",
+    "BATCH_SIZE",
     "CHECKPOINT_DIR",
     "CURRENT_ENDPOINT",
     "ENDPOINTS_DIR",
@@ -20,6 +24,7 @@ __all__ = [
     "JOB_NAME",
     "JOB_TOKEN",
     "JOB_USER",
+    "LR_RULE",
     "MEMBERSHIP_FILE",
     "OUTPUT",
     "OUTPUT_DIR",
@@ -74,3 +79,12 @@ PUBLISH_HOST = PREFIX + "PUBLISH_HOST"
 #: backends whose workers fetch the job package (``FETCH_PACKAGE``): its URL, read with JOB_TOKEN
 #: by ``runtime.bootstrap fetch``
 PACKAGE_URL = PREFIX + "PACKAGE_URL"
+#: adaptive-batch jobs (``JobSpec.batch.adaptive``): the global batch assigned when this worker was
+#: started, the bounds, the batch the job started with, and its learning-rate rule (adascale,
+#: linear, sqrt, none). The assignment changes while the job runs: read it from the API
+#: (``GET /api/v1/jobs/<name>/adaptive`` with JOB_TOKEN); unset for other jobs
+BATCH_SIZE = PREFIX + "BATCH_SIZE"
+BATCH_MIN = PREFIX + "BATCH_MIN"
+BATCH_MAX = PREFIX + "BATCH_MAX"
+BATCH_INIT = PREFIX + "BATCH_INIT"
+LR_RULE = PREFIX + "LR_RULE"

@@ -20,6 +20,7 @@ from paddlecloud.scheduler.placement import never_placeable
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState, Snapshot
 
 __all__ = [
+    "DEFAULT_POLICY",
     "Admit",
     "EdlPolicy",
     "ElasticPolicy",
@@ -37,6 +38,10 @@ __all__ = [
     "never_placeable",
     "policy",
 ]
+
+
+#: the policy the server runs unless told otherwise (``up --policy``), and ``paddlecloud sim``'s default
+DEFAULT_POLICY = "elastic"
 
 
 class Policy(Protocol):

@@ -1,15 +1,27 @@
 """The ``edl`` policy: the seed's EDL controller, reproduced.
 
 FIFO admission at ``min`` (among jobs of one priority, users take turns by dominant share of the
-cluster: fair share, see fairshare.py), then +1 trainer passes in ascending fulfillment ``(cur - min) / (max -
-min)`` while a node can host one and the cluster load stays under ``max_load``, and -1 passes in
-descending fulfillment while it is over. As in the seed, a waiting job's minimum counts towards the
-load (its pods are pending), so a full cluster sheds trainers and the job is admitted in a following
-cycle.
+cluster: fair share, see fairshare.py), then dry-run passes, repeated until nothing changes: +1
+trainer in ascending fulfillment ``(cur - min) / (max - min)`` while a node can host one and the
+cluster load stays under ``max_load``, and -1 in descending fulfillment while it is over. As in the
+seed, a waiting job's minimum (trainers and pservers) counts towards the load (its pods are pending),
+so a full cluster sheds trainers. Then the waiting jobs start, first come first served, in the room
+that made (in the seed Kubernetes bound the pending pods as soon as the trainers were gone, within
+the same 5 s loop; waiting for the next cycle added a cycle to every start).
+
+The load is a cluster-wide sum, so it can sit under ``max_load`` while no node has room for a
+waiting job: with 5-CPU trainers on 17.5-CPU nodes, 2.5 CPUs of each node (14 %) can never hold
+one, more than the 3 % headroom. The seed leaves such a job pending until some job ends (its own
+experiment log shows one); here a waiting job that does not fit after the passes has trainers shed
+for it, one at a time in the same descending fulfillment, never below a min, until it fits (if it
+cannot fit even so, nothing is shed), which is what the seed's report says the autoscaler is for:
+"scales existing jobs down to make room for the new jobs". The first job that cannot start stops
+the rest.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from paddlecloud.scheduler.alloc import Allocation
@@ -41,21 +53,31 @@ class EdlPolicy:
         never_fits = NeverFits(snap.nodes)
         cap = capacity(snap.nodes)
         order = FairOrder(snap.queue, _fifo, lambda j: started(j, j.lo), cap, holdings(snap.running))
-        admitted = self._admit(plan, order, alloc, ledger, never_fits)
+        roomless: list[JobRequest] = []  # waiting for room only (not for quota, not too big)
+        admitted = self._admit(plan, order, alloc, ledger, never_fits, roomless)
         jobs = [*snap.running, *(j for j in snap.queue if j.key in admitted)]
         wc = wm = wg = 0  # a job that can never run sheds nothing
         for j in snap.queue:
             if j.key not in admitted and never_fits(j) is None:
                 c, m, g = started(j, j.lo)
                 wc, wm, wg = wc + c, wm + m, wg + g
-        _Scaler(self.max_load, alloc, ledger, cap, (wc, wm, wg)).run(jobs)
+        scaler = _Scaler(self.max_load, alloc, ledger, cap, (wc, wm, wg))
+        scaler.run(jobs)
+        late: set[str] = set()
+        for j in roomless:  # first come first served; the first that cannot start stops the rest
+            if not scaler.make_room(j, admitted):
+                break
+            late.add(j.key)
+        plan.wait[:] = [w for w in plan.wait if w.job not in late]
         emit(plan, snap, alloc, admitted, set())
         return plan
 
     def _admit(
-        self, plan: Plan, order: FairOrder, alloc: Allocation, ledger: QuotaLedger, never_fits: NeverFits
-    ) -> dict[str, list[WorkerPlacement]]:
-        """FIFO admission at each job's min; what does not fit waits (later jobs may still start)."""
+        self, plan: Plan, order: FairOrder, alloc: Allocation, ledger: QuotaLedger, never_fits: NeverFits,
+        roomless: list[JobRequest],
+    ) -> dict[str, list[WorkerPlacement]]:  # fmt: skip
+        """FIFO admission at each job's min; what does not fit waits (later jobs may still start) and,
+        when it waits for room only, goes to ``roomless``."""
         admitted: dict[str, list[WorkerPlacement]] = {}
         for job in order.jobs:
             impossible = never_fits(job)
@@ -74,6 +96,7 @@ class EdlPolicy:
                 ahead = order.ahead(job)  # jobs of users with a smaller share went first
                 why = Wait(job.key, WaitReason.FAIR_SHARE, fair_message(ahead, msg)) if ahead else None
                 plan.wait.append(why or Wait(job.key, WaitReason.INSUFFICIENT_RESOURCES, msg))
+                roomless.append(job)
                 continue
             alloc.commit()
             admitted[job.key] = pservers
@@ -94,6 +117,8 @@ class _Scaler:
         self.used, self.cap = (cg + wg, cg) if cg else (cc + wc, cc)
         self.elastic: list[JobRequest] = []
         self._static: list[tuple[int, int, int, int, int]] = []
+        #: what the trainers above a min add up to (cpu, memory, GPUs), once make_room needs it
+        self._spare: list[int] | None = None
 
     def load(self, extra_cpu: int = 0, extra_gpu: int = 0) -> float:
         """Used / capacity (GPUs, or cpu on a cluster without GPUs), with ``extra`` more in use."""
@@ -143,6 +168,75 @@ class _Scaler:
             else:  # one more would pass max_load: it is given straight back
                 alloc.bounce(job, spot)
         return changed
+
+    def make_room(self, job: JobRequest, admitted: dict[str, list[WorkerPlacement]]) -> bool:
+        """Start waiting ``job`` at its min now (into ``admitted``), shedding trainers one at a time
+        (most fulfilled job first, never below a min) until it fits; if it cannot fit even so,
+        nothing changes and the answer is False."""
+        alloc, ledger = self.alloc, self.ledger
+        alloc.begin()
+        shed: list[JobRequest] = []
+        heap: list[tuple[float, int, int, int, int]] | None = None
+        while True:
+            pservers = alloc.place_pservers(job)
+            if pservers is not None:
+                if alloc.grow(job, job.lo):
+                    break
+                alloc.unplace_pservers(job, pservers)
+            if heap is None:
+                if not self._could_fit(job):
+                    alloc.rollback()
+                    return False
+                heap = self._donors()
+            gone = self._shed_one(heap)
+            if gone is None:
+                alloc.rollback()
+                return False
+            shed.append(gone)
+        alloc.commit()
+        for j in shed:  # (shedding came after _could_fit, which set _spare)
+            ledger.credit(j, 1)
+            t, spare = j.trainer, self._spare or [0, 0, 0]
+            self._spare = [spare[0] - t.cpu_m, spare[1] - t.memory, spare[2] - t.gpu]
+        ledger.charge(job, job.lo, pservers=True)
+        admitted[job.key] = pservers
+        return True
+
+    def _could_fit(self, job: JobRequest) -> bool:
+        """Whether ``job``'s min fits in the free capacity plus every trainer above a min, summed
+        over the nodes (a cheap bound: no shedding is tried for a job it rules out)."""
+        if self._spare is None:
+            spare = [0, 0, 0]
+            for j, (lo, _, g, c, m) in zip(self.elastic, self._static, strict=True):
+                extra = self.alloc.count(j.key) - lo
+                if extra > 0:
+                    spare = [spare[0] + c * extra, spare[1] + m * extra, spare[2] + g * extra]
+            self._spare = spare
+        pool = self.alloc.pool
+        free = (pool.tcpu, pool.tmem, pool.tgpu)
+        return all(n <= s + f for n, s, f in zip(started(job, job.lo), self._spare, free, strict=True))
+
+    def _donors(self) -> list[tuple[float, int, int, int, int]]:
+        """The elastic jobs above their min, most fulfilled first (as :meth:`order` reversed)."""
+        trainers, heap = self.alloc.trainers, []
+        for k, (j, (lo, span, g, c, m)) in enumerate(zip(self.elastic, self._static, strict=True)):
+            n = len(trainers.get(j.key, ()))
+            if n > lo:
+                heap.append((-(n - lo) / span, -g, -c, -m, k))
+        heapq.heapify(heap)
+        return heap
+
+    def _shed_one(self, heap: list[tuple[float, int, int, int, int]]) -> JobRequest | None:
+        """One trainer less for the most fulfilled elastic job above its min (None: none is)."""
+        if not heap:
+            return None
+        _, g, c, m, k = heapq.heappop(heap)
+        job, (lo, span) = self.elastic[k], self._static[k][:2]
+        n = self.alloc.count(job.key) - 1
+        self.alloc.shrink(job, n)
+        if n > lo:
+            heapq.heappush(heap, (-(n - lo) / span, g, c, m, k))
+        return job
 
     def _shrink_pass(self) -> bool:
         alloc, changed = self.alloc, False

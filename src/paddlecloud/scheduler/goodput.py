@@ -32,11 +32,13 @@ from typing import Protocol
 __all__ = [
     "AdaptiveBatch",
     "FittedStepTime",
+    "GoodputModel",
     "GoodputTable",
     "StepTime",
     "efficiency",
     "goodput",
     "goodput_table",
+    "throughput",
 ]
 
 
@@ -72,15 +74,21 @@ def efficiency(noise: float, init: float, batch: float) -> float:
     return (noise + init) / (noise + batch)
 
 
-def goodput(
-    model: StepTime, spec: AdaptiveBatch, noise: float, alloc: tuple[int, int], batch: float
-) -> float:
-    """``init``-equivalent samples per second of ``alloc = (replicas, nodes)`` at global ``batch``."""
+def throughput(model: StepTime, spec: AdaptiveBatch, alloc: tuple[int, int], batch: float) -> float:
+    """Samples per second of ``alloc = (replicas, nodes)`` at global ``batch`` (accumulating above
+    ``spec.max_local`` per replica)."""
     replicas, nodes = alloc
     local = batch / replicas
     k = max(1, math.ceil(local / spec.max_local - 1e-9))  # micro-steps per optimizer step
     step = model.step_time(replicas, nodes, local) if k == 1 else _accumulated(model, alloc, local, k)
-    return batch / step * efficiency(noise, spec.init, batch) if step > 0 else 0.0
+    return batch / step if step > 0 else 0.0
+
+
+def goodput(
+    model: StepTime, spec: AdaptiveBatch, noise: float, alloc: tuple[int, int], batch: float
+) -> float:
+    """``init``-equivalent samples per second of ``alloc = (replicas, nodes)`` at global ``batch``."""
+    return throughput(model, spec, alloc, batch) * efficiency(noise, spec.init, batch)
 
 
 def _accumulated(model: StepTime, alloc: tuple[int, int], local: float, k: int) -> float:
@@ -123,18 +131,42 @@ def goodput_table(
 ) -> GoodputTable:
     """Best batch and goodput for ``n = 1 .. len(nodes_for)`` replicas on ``nodes_for[n - 1]`` nodes,
     relative to one replica at ``spec.init``."""
-    base = goodput(model, spec, noise, (1, 1), spec.init)
-    batches: list[int] = []
-    speedup: list[float] = []
-    for n, nodes in enumerate(nodes_for, start=1):
-        best_b, best_g = spec.init, -1.0
-        for b in _candidates(spec, n):
-            g = goodput(model, spec, noise, (n, min(nodes, n)), b)
-            if g > best_g:
-                best_b, best_g = b, g
-        batches.append(best_b)
-        speedup.append(best_g / base if base > 0 else float(n))
-    return GoodputTable(tuple(batches), tuple(speedup))
+    return GoodputModel(model, spec, tuple(nodes_for)).table(noise)
+
+
+class GoodputModel:
+    """:func:`goodput_table` for one step-time model and spec, for many noise scales: throughput does
+    not depend on the noise scale, so each (replicas, batch) candidate's is computed once."""
+
+    def __init__(self, model: StepTime, spec: AdaptiveBatch, nodes_for: tuple[int, ...]) -> None:
+        self.model, self.spec, self.nodes_for = model, spec, nodes_for
+        # per replica count: the candidate batches and their throughput (samples / s)
+        self._rows: list[tuple[list[int], list[float]]] = []
+        self._base = throughput(model, spec, (1, 1), spec.init)  # efficiency 1 at init
+
+    def _row(self, n: int) -> tuple[list[int], list[float]]:
+        while len(self._rows) < n:
+            k = len(self._rows) + 1
+            alloc = (k, min(self.nodes_for[k - 1], k))
+            batches = _candidates(self.spec, k)
+            self._rows.append((batches, [throughput(self.model, self.spec, alloc, b) for b in batches]))
+        return self._rows[n - 1]
+
+    def table(self, noise: float) -> GoodputTable:
+        """The :class:`GoodputTable` at gradient noise scale ``noise`` (samples)."""
+        init, base = self.spec.init, self._base
+        batches: list[int] = []
+        speedup: list[float] = []
+        for n in range(1, len(self.nodes_for) + 1):
+            cands, rates = self._row(n)
+            best_b, best_g = init, -1.0
+            for b, r in zip(cands, rates, strict=True):
+                g = r * efficiency(noise, init, b)
+                if g > best_g:
+                    best_b, best_g = b, g
+            batches.append(best_b)
+            speedup.append(best_g / base if base > 0 else float(n))
+        return GoodputTable(tuple(batches), tuple(speedup))
 
 
 @dataclass(frozen=True)
@@ -161,9 +193,11 @@ class FittedStepTime:
         """From ``(replicas, nodes, local_bsz, step_time)`` reports; None with nothing to fit.
 
         Compute: least squares of ``step`` on ``local_bsz`` over the single-replica reports, or, if
-        there are none, over all with a common sync; a single batch size gives a line through the
-        origin. Sync: the mean excess over the compute line of the multi-replica reports on one node
-        and across nodes (a missing one borrows the other)."""
+        there are none, over all with a common sync; a single batch size gives half its time to
+        the constant and half to the per-sample part (AdaptDL's rule: optimistic about a larger
+        batch, so that the job gets to try one; its reports there correct the line). Sync: the
+        mean excess over the compute line of the multi-replica reports on one node and across
+        nodes (a missing one borrows the other)."""
         if not reports:
             return None
         single = [(b, t) for r, _, b, t in reports if r <= 1] or [(b, t) for _, _, b, t in reports]
@@ -180,13 +214,13 @@ class FittedStepTime:
 
 
 def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares ``t = a + c x`` (a >= 0, c >= 0); one distinct x: through the origin."""
+    """Least-squares ``t = a + c x`` (a >= 0, c >= 0); one distinct x: ``a = c x`` (half each)."""
     n = len(points)
     mx = sum(x for x, _ in points) / n
     my = sum(t for _, t in points) / n
     sxx = sum((x - mx) ** 2 for x, _ in points)
     if sxx <= 1e-12 * max(1.0, mx * mx):
-        return 0.0, (my / mx if mx > 0 else 0.0)
+        return (my / 2, my / 2 / mx) if mx > 0 else (my, 0.0)
     c = sum((x - mx) * (t - my) for x, t in points) / sxx
     if c <= 0:
         return my, 0.0

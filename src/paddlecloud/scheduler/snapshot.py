@@ -57,6 +57,8 @@ class JobRequest:
     #: adaptive-batch jobs (``scheduler.goodput``): the best global batch per trainer count
     #: (``batches[n - 1]``), and ``speedup`` is then goodput, not throughput; empty: a fixed batch
     batches: tuple[int, ...] = ()
+    #: adaptive-batch jobs that run: the global batch they train at now (0: unknown or fixed)
+    batch_size: int = 0
 
     @property
     def lo(self) -> int:

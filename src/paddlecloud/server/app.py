@@ -22,6 +22,7 @@ from paddlecloud.api.errors import ErrorCode, VersionMismatch
 from paddlecloud.console import create_console
 from paddlecloud.controller import Platform
 from paddlecloud.server import (
+    routes_adaptive,
     routes_jobs,
     routes_metrics,
     routes_pfs,
@@ -106,6 +107,7 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     app.include_router(routes_system.router, prefix=API_PREFIX)
     app.include_router(routes_jobs.router, prefix=API_PREFIX)
     app.include_router(routes_tasks.router, prefix=API_PREFIX)
+    app.include_router(routes_adaptive.router, prefix=API_PREFIX)
     app.include_router(routes_pfs.router, prefix=API_PREFIX)
     app.include_router(routes_users.router, prefix=API_PREFIX)
     app.include_router(routes_scheduling.router, prefix=API_PREFIX)

@@ -13,6 +13,7 @@ workloads (files or the EDL scenario) ─▶ SimJob lists ─▶ simulate(policy
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,13 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler import DEFAULT_POLICY
 from paddlecloud.scheduler import policy as make_policy
-from paddlecloud.sim.engine import SimConfig, simulate, widen
-from paddlecloud.sim.profiles import ElasticCpuModel, ThroughputModel, load_profiles
+from paddlecloud.sim.engine import SimConfig, SimResult, simulate, widen
+from paddlecloud.sim.profiles import AppProfile, ElasticCpuModel, ThroughputModel, load_profiles
 from paddlecloud.sim.series import Series, combine
 from paddlecloud.sim.workload import (
     EDL_APP,
     EDL_CLUSTER,
+    EDL_ROUND_S,
+    EDL_WINDOW_AFTER_LAST_S,
     POLLUX_CLUSTER,
     ClusterSpec,
     SimJob,
@@ -35,7 +39,18 @@ from paddlecloud.sim.workload import (
     load_pollux,
 )
 
-__all__ = ["Report", "RunSpec", "run", "run_report", "speedup_model"]
+__all__ = [
+    "ADAPTIVE_RULE",
+    "DEFAULT_POLICY",
+    "Report",
+    "RunSpec",
+    "choose_adaptive",
+    "edl_window",
+    "make_adaptive",
+    "run",
+    "run_report",
+    "speedup_model",
+]
 
 ELASTIC_POLICIES = ("elastic", "edl")
 Summary = dict[str, float]
@@ -66,8 +81,11 @@ def speedup_model(fmt: str, gpus_per_node: int = 4) -> str:
         return (
             f"synthetic near-linear CPU model (no measured profile): n trainers process "
             f"n x {m.per_trainer:g} / (1 + {m.contention:g} x (n - 1)) samples/s whatever the nodes, "
-            f"{m.work_samples:,.0f} samples per job; static policies (fifo, fifo-backfill, tiresias) "
-            f"keep each job at its minimum trainers, edl and elastic may give it up to {m.trainer_cap}"
+            f"{m.work_samples:,.0f} samples per job; the EDL report's jobs (10 pservers of 4 CPU, "
+            f"trainers of 5 CPU): static policies (fifo, fifo-backfill, tiresias) run each at a fixed "
+            f"{m.trainer_cap} trainers (autoscaling OFF), edl and elastic at 2..{m.trainer_cap} (ON); "
+            f"{EDL_ROUND_S:g} s rounds; report_pending_s and report_cpu_util are measured over the "
+            f"report's window, to {EDL_WINDOW_AFTER_LAST_S:g} s after the last submission"
         )
     rule = _PROFILE_RULE.format(g=gpus_per_node or 4)
     if fmt == "philly":
@@ -84,6 +102,43 @@ class RunSpec:
     nodes: int | None = None
     gpus_per_node: int | None = None
     philly_limit: int | None = 1000
+    #: EDL: how many seeded passes (each a workload ``pass-<k>``), drawn from seeds seed..seed+passes-1
+    passes: int = 10
+    seed: int = 0
+    #: the share of each workload's jobs made adaptive-batch (see :func:`choose_adaptive`)
+    adaptive_fraction: float = 0.0
+    adaptive_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.adaptive_fraction <= 1.0:
+            raise ValueError(f"the adaptive fraction must be between 0 and 1, got {self.adaptive_fraction}")
+        if self.adaptive_fraction > 0 and self.format != "pollux":
+            raise ValueError(
+                f"adaptive batch sizes need the pollux format (measured gradient noise), "
+                f"not {self.format!r}: drop --adaptive-fraction"
+            )
+
+
+ADAPTIVE_RULE = (
+    "round(F x jobs) jobs of each workload, drawn without replacement by random.Random('<seed>:<workload>'), "
+    "are adaptive-batch: each starts at its own batch (the unit of its progress) and the scheduler may "
+    "pick any global batch between its application's smallest and largest validated batch sizes (the "
+    "range the traces' statistical-efficiency measurements cover), with any replica count that gives "
+    "each replica at least the profile's smallest local batch at the largest one"
+)
+
+
+def choose_adaptive(jobs: Sequence[SimJob], fraction: float, seed: int, workload: str) -> set[str]:
+    """The names of the jobs made adaptive (:data:`ADAPTIVE_RULE`)."""
+    k = round(fraction * len(jobs))
+    return {j.name for j in random.Random(f"{seed}:{workload}").sample(list(jobs), k)}
+
+
+def make_adaptive(job: SimJob, profile: AppProfile, cap: int) -> SimJob:
+    """``job`` as an adaptive-batch job (:data:`ADAPTIVE_RULE`), elastic over 1 .. its widest count."""
+    lo, hi = min(profile.init_batch_size, job.global_bsz), max(profile.max_batch_size, job.global_bsz)
+    top = max(job.num_replicas, min(profile.max_replicas(hi), cap))
+    return dataclasses.replace(job, adaptive=(lo, hi), min_replicas=1, max_replicas=top)
 
 
 def _traces(spec: RunSpec) -> Path:
@@ -99,8 +154,10 @@ def _traces(spec: RunSpec) -> Path:
 
 def _inputs(spec: RunSpec) -> tuple[dict[str, list[SimJob]], Mapping[str, ThroughputModel], ClusterSpec]:
     if spec.format == "edl":
-        cluster = EDL_CLUSTER
-        return {"edl": edl_scenario()}, {EDL_APP: ElasticCpuModel()}, _shape(cluster, spec)
+        if spec.passes < 1:
+            raise ValueError(f"--passes must be >= 1, got {spec.passes}")
+        loads = {f"pass-{k}": edl_scenario(seed=spec.seed + k) for k in range(spec.passes)}
+        return loads, {EDL_APP: ElasticCpuModel()}, _shape(EDL_CLUSTER, spec)
     if not spec.workloads:
         raise ValueError("name at least one workload file")
     profiles = load_profiles(_traces(spec))
@@ -134,6 +191,10 @@ class Report:
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
     #: policy -> workload -> each finished job's completion time (s), sorted
     jcts: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    #: workload -> the names of its adaptive-batch jobs
+    adaptive: dict[str, list[str]] = field(default_factory=dict)
+    #: policy -> workload -> job name -> completion time (s), finished jobs only
+    job_jcts: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     @property
     def util_unit(self) -> str:
@@ -162,6 +223,13 @@ class Report:
             },
             "policies": self.summaries,
         }
+        if self.spec.adaptive_fraction > 0:
+            doc["adaptive"] = {
+                "fraction": self.spec.adaptive_fraction,
+                "seed": self.spec.adaptive_seed,
+                "rule": ADAPTIVE_RULE,
+                "jobs": self.adaptive,
+            }
         if series_points > 0:
             doc["series"] = {
                 pol: {wl: s.resample(series_points).to_json(self.capacity) for wl, s in per.items()}
@@ -171,13 +239,39 @@ class Report:
 
 
 def _jobs_for(policy: str, spec: RunSpec, jobs: list[SimJob], models: Mapping[str, ThroughputModel],
-              cluster: ClusterSpec) -> list[SimJob]:  # fmt: skip
-    """Elastic policies get elastic bounds; on the EDL scenario static ones run each job at its minimum."""
+              cluster: ClusterSpec, adaptive: set[str]) -> list[SimJob]:  # fmt: skip
+    """Elastic policies get elastic bounds; on the EDL scenario static ones run the report's
+    autoscaling-OFF jobs, each a fixed ``max`` trainers. The ``adaptive`` jobs get batch bounds
+    (and, under elastic policies, their widest replica range)."""
+    cap = cluster.nodes * (cluster.node.gpu or 64)
+    if adaptive:
+        elastic = policy in ELASTIC_POLICIES
+        out = []
+        for j in widen(jobs, models, cap) if elastic else jobs:
+            if j.name in adaptive:
+                a = make_adaptive(j, models[j.app], cap)  # type: ignore[arg-type]  # pollux: AppProfile
+                j = a if elastic else dataclasses.replace(a, min_replicas=0, max_replicas=0)
+            out.append(j)
+        return out
     if policy in ELASTIC_POLICIES and spec.format != "edl":
-        return widen(jobs, models, cluster.nodes * (cluster.node.gpu or 64))
+        return widen(jobs, models, cap)
     if policy not in ELASTIC_POLICIES and spec.format == "edl":
-        return [dataclasses.replace(j, min_replicas=0, max_replicas=0, num_replicas=j.lo) for j in jobs]
+        return [dataclasses.replace(j, min_replicas=0, max_replicas=0, num_replicas=j.hi) for j in jobs]
     return jobs
+
+
+def edl_window(jobs: Sequence[SimJob], res: SimResult, capacity: int) -> Summary:
+    """The EDL report's two figures, measured as its scripts did over its window (every job is
+    killed ``EDL_WINDOW_AFTER_LAST_S`` after the last submission): ``report_pending_s``, the mean
+    of each job's first start (or the kill, if it never started) minus its submission, and
+    ``report_cpu_util``, the CPU cores running pods hold over the window / the cluster's."""
+    first = min(j.submit_time for j in jobs)
+    end = max(j.submit_time for j in jobs) + EDL_WINDOW_AFTER_LAST_S
+    waits = [min(res.first_start.get(j.name, end), end) - j.submit_time for j in jobs]
+    s = res.series
+    rows = zip(s.t, s.dt, s.allocated, strict=True)
+    held = sum(a * max(0.0, min(t + dt, end) - max(t, first)) for t, dt, a in rows)
+    return {"report_pending_s": sum(waits) / len(waits), "report_cpu_util": held / (capacity * (end - first))}
 
 
 def run_report(spec: RunSpec) -> Report:
@@ -187,20 +281,42 @@ def run_report(spec: RunSpec) -> Report:
         cluster.nodes * cluster.node.gpu if cluster.node.gpu else cluster.nodes * cluster.node.cpu_m // 1000
     )
     report = Report(spec, cluster, capacity, loads)
+    chosen = {
+        wl: choose_adaptive(jobs, spec.adaptive_fraction, spec.adaptive_seed, wl)
+        for wl, jobs in loads.items()
+    }
+    report.adaptive = {wl: sorted(names) for wl, names in chosen.items()}
     for name in spec.policies:
         pol = make_policy(name)
         per: dict[str, Summary] = {}
         report.series[name] = {}
         report.jcts[name] = {}
+        report.job_jcts[name] = {}
+        cfg = SimConfig(cluster, round_s=EDL_ROUND_S) if spec.format == "edl" else SimConfig(cluster)
         for wl, jobs in loads.items():
-            res = simulate(_jobs_for(name, spec, jobs, models, cluster), models, pol, SimConfig(cluster))
+            res = simulate(_jobs_for(name, spec, jobs, models, cluster, chosen[wl]), models, pol, cfg)
             per[wl] = res.summary(capacity)
+            if spec.format == "edl":
+                per[wl].update(edl_window(jobs, res, capacity))
+            if spec.adaptive_fraction > 0:
+                per[wl].update(_split_jct(res.jct, chosen[wl]))
             report.series[name][wl] = res.series
             report.jcts[name][wl] = sorted(res.jct.values())
+            report.job_jcts[name][wl] = dict(res.jct)
         keys = next(iter(per.values())).keys()
         per["mean"] = {k: sum(s[k] for s in per.values()) / len(per) for k in keys}
         report.summaries[name] = per
     return report
+
+
+def _split_jct(jct: Mapping[str, float], adaptive: set[str]) -> Summary:
+    """Mean JCT of the adaptive-batch jobs and of the others (0 where there are none)."""
+    a = [v for k, v in jct.items() if k in adaptive]
+    f = [v for k, v in jct.items() if k not in adaptive]
+    return {
+        "adaptive_avg_jct_s": sum(a) / len(a) if a else 0.0,
+        "fixed_avg_jct_s": sum(f) / len(f) if f else 0.0,
+    }
 
 
 def run(spec: RunSpec) -> dict[str, dict[str, Summary]]:

@@ -8,7 +8,11 @@ Row ``i`` covers ``[t[i], t[i] + dt[i])`` of virtual time. ``allocated`` and ``u
 utilisation units (GPUs, or CPU cores on a CPU cluster) held on average over the row: ``allocated``
 what running jobs hold, ``useful`` the part of it that made progress at full single-replica speed
 (see :mod:`paddlecloud.sim.engine`). ``queued`` is the number of jobs waiting after the round's
-plan was applied, ``running`` the number holding resources.
+plan was applied, ``running`` the number holding resources. ``goodput`` is the progress made, in
+units training at single-replica speed at each job's initial batch (fixed-batch jobs: ``useful``
+without its cap at 1); ``adaptive`` the units held by adaptive-batch jobs while training and
+``efficient`` the same weighted by their statistical efficiency (``efficient / adaptive`` is their
+mean statistical efficiency, see ``sim.adaptive``).
 
 Resampled series start at 0 (seconds since the first submission) and cover a fixed span with bins of
 equal width; time a workload did not cover (it had finished) counts as an empty cluster, so averages
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 __all__ = ["COLUMNS", "Series", "combine"]
 
 #: the value columns, in order
-COLUMNS: tuple[str, ...] = ("allocated", "useful", "queued", "running")
+COLUMNS: tuple[str, ...] = ("allocated", "useful", "queued", "running", "goodput", "adaptive", "efficient")
 
 
 @dataclass
@@ -34,14 +38,23 @@ class Series:
     useful: list[float] = field(default_factory=list)
     queued: list[float] = field(default_factory=list)
     running: list[float] = field(default_factory=list)
+    goodput: list[float] = field(default_factory=list)
+    adaptive: list[float] = field(default_factory=list)
+    efficient: list[float] = field(default_factory=list)
 
-    def add(self, t: float, dt: float, allocated: float, useful: float, queued: int, running: int) -> None:
+    def add(self, t: float, dt: float, allocated: float, useful: float, queued: int, running: int,
+            extra: tuple[float, float, float] | None = None) -> None:  # fmt: skip
+        """One row; ``extra`` is ``(goodput, adaptive, efficient)``, default ``(useful, 0, 0)``."""
         self.t.append(t)
         self.dt.append(dt)
         self.allocated.append(allocated)
         self.useful.append(useful)
         self.queued.append(float(queued))
         self.running.append(float(running))
+        goodput, adaptive, efficient = extra if extra is not None else (useful, 0.0, 0.0)
+        self.goodput.append(goodput)
+        self.adaptive.append(adaptive)
+        self.efficient.append(efficient)
 
     def __len__(self) -> int:
         return len(self.t)
@@ -86,13 +99,18 @@ class Series:
                 out.column(c).append(v)
         return out
 
-    def to_json(self, capacity: float) -> dict[str, list[float]]:
-        """Columns for the JSON summary: utilisation as a fraction of ``capacity``, counts as they are."""
+    def to_json(self, capacity: float) -> dict[str, list[float | None]]:
+        """Columns for the JSON summary: utilisation and goodput as a fraction of ``capacity``, counts
+        as they are, adaptive jobs' mean statistical efficiency (None where none trained)."""
         cap = capacity or 1.0
         return {
             "t_s": [round(x, 1) for x in self.t],
             "gpu_util": [round(a / cap, 4) for a in self.allocated],
             "useful_gpu_util": [round(u / cap, 4) for u in self.useful],
+            "goodput_util": [round(g / cap, 4) for g in self.goodput],
+            "adaptive_stat_eff": [
+                round(e / a, 4) if a > 0 else None for a, e in zip(self.adaptive, self.efficient, strict=True)
+            ],
             "queued": [round(q, 2) for q in self.queued],
             "running": [round(r, 2) for r in self.running],
         }

@@ -27,8 +27,9 @@ Sources
         application gives the speed-up. ``submit_time`` is seconds after the earliest loaded
         submission; ``tenant`` is the virtual cluster.
     :func:`edl_scenario`
-        The EDL experiment on a CPU cluster (:data:`EDL_CLUSTER`): 20 identical elastic jobs of
-        2-60 trainers (5 CPU, 8 GiB each), submitted 10 s apart, running
+        One pass of the EDL report's experiment on its CPU cluster (:data:`EDL_CLUSTER`, 133 nodes):
+        20 jobs of 10 pservers and 5-CPU trainers submitted ~10 s apart (seeded jitter), asking for
+        2..60 trainers (autoscaling ON) or a fixed 60 (OFF), running
         :class:`~paddlecloud.sim.profiles.ElasticCpuModel` (near-linear, fixed work).
 """
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import heapq
+import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -54,6 +56,10 @@ from paddlecloud.sim.profiles import (
 __all__ = [
     "EDL_APP",
     "EDL_CLUSTER",
+    "EDL_MAX_TRAINERS",
+    "EDL_MIN_TRAINERS",
+    "EDL_ROUND_S",
+    "EDL_WINDOW_AFTER_LAST_S",
     "POLLUX_CLUSTER",
     "ClusterSpec",
     "SimJob",
@@ -69,6 +75,8 @@ __all__ = [
 GIB = 2**30
 #: the model key of EDL jobs
 EDL_APP = "edl"
+#: the report's trainer bounds: 2..60 with autoscaling, a fixed 60 without
+EDL_MIN_TRAINERS, EDL_MAX_TRAINERS = 2, 60
 _PHILLY_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
@@ -86,9 +94,17 @@ class ClusterSpec:
 
 #: The paper's cluster: 16 nodes x 4 GPUs (CPU and memory are not the constraint there).
 POLLUX_CLUSTER = ClusterSpec(nodes=16, node=Resources(cpu_m=64_000, memory=256 * GIB, gpu=4))
-#: The EDL scenario's CPU cluster: 24 x (64 cores, 256 GiB) = 1,536 cores, room for 307 trainers
-#: of 5 CPU; all 20 jobs at their minimum take 200 cores, all at their maximum would need 6,000.
-EDL_CLUSTER = ClusterSpec(nodes=24, node=Resources(cpu_m=64_000, memory=256 * GIB, gpu=0))
+#: The EDL report's cluster (PaddlePaddle Cloud, doc/edl/experiment): 133 nodes whose allocatable
+#: CPU totals ~2,330 cores. The report gives no node size; its logs give each job's share of the
+#: cluster's CPU: a 60-trainer job with its 10 pservers (300 + 40 cores) 14.52 %, one with 38
+#: trainers 9.80 %, so 22 trainers (110 cores) are 4.72 % and the cluster 2,330 cores, 17.5 per
+#: node. Memory (64 GiB) never binds: 3 trainers of 8 GiB fill a node's CPU first.
+EDL_CLUSTER = ClusterSpec(nodes=133, node=Resources(cpu_m=17_500, memory=64 * GIB, gpu=0))
+#: The report's autoscaler loop period (its ``defaultLoopDur``): the EDL scenario's round length.
+EDL_ROUND_S = 5.0
+#: The report's script kills every job this long after the last submission (``sleep 300``); its
+#: pending times and CPU utilisation are measured up to then.
+EDL_WINDOW_AFTER_LAST_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +113,9 @@ class SimJob:
 
     ``num_replicas`` is what was asked for; an elastic job may run with any count in
     ``[min_replicas, max_replicas]`` (0 means "= num_replicas", as in the scheduler's
-    ``JobRequest``). ``global_bsz`` stays fixed whatever the replica count. ``work`` (samples) is
-    set by loaders whose jobs carry their own size; None means the model's ``work(global_bsz)``.
+    ``JobRequest``). ``global_bsz`` stays fixed whatever the replica count (``adaptive`` jobs: where
+    they start, see ``sim.adaptive``). ``work`` (samples) is set by loaders whose jobs carry their
+    own size; None means the model's ``work(global_bsz)``.
     ``trace_duration`` is the traced run time (Philly) on ``num_replicas`` replicas.
     """
 
@@ -115,6 +132,13 @@ class SimJob:
     work: float | None = None
     trace_duration: float | None = None
     tenant: str = ""
+    #: parameter servers: a fixed count for the job's whole life, started with it (0: none)
+    pservers: int = 0
+    cpu_m_per_pserver: int = 0
+    memory_per_pserver: int = 0
+    #: adaptive-batch jobs (``sim.adaptive``): the global batch bounds ``(lo, hi)`` the scheduler may
+    #: choose in; ``global_bsz`` is where the job starts and the unit of its progress. None: fixed
+    adaptive: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.num_replicas < 1:
@@ -130,6 +154,10 @@ class SimJob:
             )
         if self.work is not None and self.work <= 0:
             raise ValueError(f"{self.name}: work must be > 0, got {self.work}")
+        if self.pservers < 0:
+            raise ValueError(f"{self.name}: pservers must be >= 0, got {self.pservers}")
+        if self.adaptive is not None and not 1 <= self.adaptive[0] <= self.global_bsz <= self.adaptive[1]:
+            raise ValueError(f"{self.name}: need 1 <= lo <= global_bsz <= hi, got {self.adaptive}")
 
     @property
     def lo(self) -> int:
@@ -149,6 +177,11 @@ class SimJob:
         return Resources(
             cpu_m=self.cpu_m_per_replica, memory=self.memory_per_replica, gpu=self.gpus_per_replica
         )
+
+    @property
+    def pserver(self) -> Resources:
+        """Resources of one parameter server."""
+        return Resources(cpu_m=self.cpu_m_per_pserver, memory=self.memory_per_pserver)
 
 
 def job_work(job: SimJob, models: Mapping[str, ThroughputModel]) -> float:
@@ -290,34 +323,34 @@ def load_philly(
 
 
 def edl_scenario(
+    seed: int = 0,
+    autoscaling: bool = True,
     jobs: int = 20,
-    interval: float = 10.0,
-    min_trainers: int = 2,
-    max_trainers: int = 60,
     model: ElasticCpuModel | None = None,
 ) -> list[SimJob]:
-    """The EDL experiment: ``jobs`` elastic CPU jobs, ``interval`` s apart, each starting at its minimum.
+    """One pass of the EDL report's experiment: ``jobs`` CPU training jobs submitted ~10 s apart.
 
-    Trainers take 5 CPU and 8 GiB; there are no parameter servers in the model (their cost is the
-    contention term of :class:`~paddlecloud.sim.profiles.ElasticCpuModel`). The work is the model's
-    fixed ``work_samples``; ``global_bsz`` is nominal (128 per trainer at the minimum), since EDL
-    trainers keep their own batch.
+    As in the report's script (``case1.sh``, ``run.sh``): each job has 10 pservers of 4 CPU / 5 GiB
+    and trainers of 5 CPU / 8 GiB; with ``autoscaling`` it asks for 2..60 trainers and starts at 2,
+    without it for a fixed 60. Submissions are ``sleep 10`` plus the time the submit commands took:
+    each gap is 10 s plus a uniform 0-5 s drawn from ``seed`` (the report's logs show gaps of 7-14 s,
+    12.6 s on average), so passes differ as the report's ten passes did. The work is the model's
+    fixed ``work_samples`` (no job finishes inside the report's window); ``global_bsz`` is nominal
+    (EDL trainers keep their own batch).
     """
     m = model if model is not None else ElasticCpuModel()
-    per_trainer_bsz = 128
-    return [
-        SimJob(
-            name=f"edl-{k}",
-            submit_time=k * interval,
-            app=EDL_APP,
-            num_replicas=min_trainers,
-            global_bsz=per_trainer_bsz * min_trainers,
-            gpus_per_replica=0,
-            cpu_m_per_replica=5_000,
-            memory_per_replica=8 * GIB,
-            min_replicas=min_trainers,
-            max_replicas=max_trainers,
-            work=m.work_samples,
-        )
-        for k in range(jobs)
-    ]
+    rng = random.Random(seed)
+    lo, hi = (EDL_MIN_TRAINERS, EDL_MAX_TRAINERS) if autoscaling else (0, 0)
+    asked = EDL_MIN_TRAINERS if autoscaling else EDL_MAX_TRAINERS
+    out, t = [], 0.0
+    for k in range(jobs):
+        out.append(
+            SimJob(
+                name=f"edl-{k}", submit_time=round(t, 3), app=EDL_APP, num_replicas=asked,
+                global_bsz=256, gpus_per_replica=0, cpu_m_per_replica=5_000,
+                memory_per_replica=8 * GIB, min_replicas=lo, max_replicas=hi, work=m.work_samples,
+                pservers=10, cpu_m_per_pserver=4_000, memory_per_pserver=5 * GIB,
+            )
+        )  # fmt: skip
+        t += 10.0 + rng.uniform(0.0, 5.0)
+    return out

@@ -1,4 +1,5 @@
-"""SQLAlchemy 2 ORM tables: users, jobs, workers, events; job tokens, task queues and tasks.
+"""SQLAlchemy 2 ORM tables: users, jobs, workers, events; job tokens, task queues and tasks; the
+state and recent reports of adaptive-batch jobs.
 
 Times are float seconds since the epoch from the controller's injected clock. The schema is created
 and upgraded only by Alembic (``store/migrations``); keep both in step.
@@ -22,7 +23,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Base", "EventRow", "JobRow", "JobTokenRow", "TaskQueueRow", "TaskRow", "UserRow", "WorkerRow"]
+__all__ = [
+    "AdaptiveReportRow",
+    "AdaptiveRow",
+    "Base",
+    "EventRow",
+    "JobRow",
+    "JobTokenRow",
+    "TaskQueueRow",
+    "TaskRow",
+    "UserRow",
+    "WorkerRow",
+]
 
 
 class Base(DeclarativeBase):
@@ -81,6 +93,10 @@ class JobRow(Base):
     )
     events: Mapped[list[EventRow]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="EventRow.id"
+    )
+    #: adaptive-batch jobs only (None for the others); loaded with the job in one query per load
+    adaptive: Mapped[AdaptiveRow | None] = relationship(
+        lazy="selectin", cascade="all, delete-orphan", passive_deletes=True
     )
 
 
@@ -167,3 +183,37 @@ class TaskRow(Base):
     done_passes: Mapped[int] = mapped_column(Integer, default=0)
     done_lease: Mapped[str] = mapped_column(String(64), default="")
     error: Mapped[str] = mapped_column(Text, default="")
+
+
+class AdaptiveRow(Base):
+    """An adaptive-batch job's assignment and what its reports say (``controller/adaptive.py``).
+
+    Made at submit; the scheduler's decisions write ``batch_size`` / ``trainers``, the job's reports
+    the rest (gradient statistics smoothed by an exponential moving average)."""
+
+    __tablename__ = "adaptive_states"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    #: the global batch assigned now, and the trainer count it was chosen for (0: not admitted yet)
+    batch_size: Mapped[int] = mapped_column(Integer)
+    trainers: Mapped[int] = mapped_column(Integer, default=0)
+    #: reports stored so far (also the version of the cached goodput table), and the last one's time
+    reports: Mapped[int] = mapped_column(Integer, default=0)
+    last_report_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    grad_sqr: Mapped[float | None] = mapped_column(Float, nullable=True)
+    grad_var: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lr_gain: Mapped[float | None] = mapped_column(Float, nullable=True)
+    step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class AdaptiveReportRow(Base):
+    """One stored step-time report of an adaptive job (the last ``KEEP_REPORTS`` are kept)."""
+
+    __tablename__ = "adaptive_reports"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    replicas: Mapped[int] = mapped_column(Integer)
+    #: the nodes its trainers were on when it arrived
+    nodes: Mapped[int] = mapped_column(Integer)
+    local_bsz: Mapped[float] = mapped_column(Float)
+    step_time_s: Mapped[float] = mapped_column(Float)

@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from paddlecloud.api.adaptive import MAX_BATCH, LrRule
+
 __all__ = [
     "API_VERSION",
     "CLEAN_POD_POLICIES",
@@ -213,6 +215,30 @@ def _scheduling() -> Schema:
     )
 
 
+def _batch() -> Schema:
+    def bound(desc: str) -> Schema:
+        return _int(desc, minimum=1, maximum=MAX_BATCH)
+
+    return _obj(
+        "global batch size; with min and max the platform's scheduler may change it (adaptive batch size)",
+        {
+            "size": bound("global batch the job starts with (PADDLECLOUD_BATCH_SIZE, _INIT)"),
+            "min": bound("adaptive: smallest global batch (PADDLECLOUD_BATCH_MIN)"),
+            "max": bound("adaptive: largest global batch (PADDLECLOUD_BATCH_MAX)"),
+            "lrRule": _str(
+                "adaptive: how the runtime scales the learning rate (PADDLECLOUD_LR_RULE)",
+                enum=[str(r) for r in LrRule],
+                default=str(LrRule.ADASCALE),
+            ),
+        },
+        required=("size",),
+        rules=[
+            ("has(self.min) == has(self.max)", "batch.min and batch.max go together (adaptive batch size)"),
+            ("!has(self.min) || (self.min <= self.size && self.size <= self.max)", "need min <= size <= max"),
+        ],
+    )
+
+
 def spec_schema() -> Schema:
     """The openAPIV3Schema of ``.spec``."""
     return _obj(
@@ -268,6 +294,7 @@ def spec_schema() -> Schema:
                 "SIGTERM to SIGKILL for pods", minimum=0, maximum=3600, default=30
             ),
             "scheduling": _scheduling(),
+            "batch": _batch(),
         },
         required=("user", "image", "entry", "package"),
         rules=[

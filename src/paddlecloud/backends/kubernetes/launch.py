@@ -113,6 +113,13 @@ def _spec(launch: JobLaunch, settings: KubeSettings, name: str, datacenter: str)
     for key, path in (("input", launch.files.input), ("output", launch.files.output)):
         if path:
             spec[key] = path
+    if (b := launch.batch) is not None and b.adaptive is not None:
+        spec["batch"] = {
+            "size": b.size,
+            "min": b.adaptive.min,
+            "max": b.adaptive.max,
+            "lrRule": str(b.lr_rule),
+        }
     if settings.storage_claim:
         spec["storage"] = {
             "claimName": settings.storage_claim,

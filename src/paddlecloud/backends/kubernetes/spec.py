@@ -16,6 +16,7 @@ from typing import Any
 
 from paddlecloud._version import __version__
 from paddlecloud.backends.kubernetes.crd import check_job_name
+from paddlecloud.core.envcontract import batch_vars
 from paddlecloud.core.restarts import RestartPolicy, RestartRules
 
 __all__ = [
@@ -173,6 +174,18 @@ def _scheduling(spec: dict[str, Any]) -> Scheduling:
     )
 
 
+def _batch_env(spec: dict[str, Any]) -> dict[str, str]:
+    """An adaptive batch (``spec.batch`` with min and max) as the workers' variables; ``spec.env``
+    wins (the platform writes the batch it assigned there)."""
+    batch = _map(spec, "batch")
+    if "size" not in batch or "min" not in batch or "max" not in batch:
+        return {}
+    size = int(batch["size"])
+    return batch_vars(
+        size, (int(batch["min"]), int(batch["max"])), size, str(batch.get("lrRule") or "adascale")
+    )
+
+
 def read_job(obj: Mapping[str, Any]) -> JobView:
     """Read a TrainingJob dict (``metadata``, ``spec``, ``status``)."""
     meta = _map(obj, "metadata")
@@ -204,7 +217,7 @@ def read_job(obj: Mapping[str, Any]) -> JobView:
         storage=_storage(spec),
         input=str(spec.get("input") or ""),
         output=str(spec.get("output") or ""),
-        env={str(k): str(v) for k, v in _map(spec, "env").items()},
+        env=_batch_env(spec) | {str(k): str(v) for k, v in _map(spec, "env").items()},
         pserver=_role(_map(spec, "pserver"), 0),
         trainer=trainer,
         trainer_min=min(lo, hi),
