@@ -85,7 +85,8 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 def sim(
     workloads: tuple[str, ...], policies: list[str], fmt: str, nodes: int | None, gpus_per_node: int | None,
     traces: str | None, limit: int, passes: int, seed: int, adaptive_fraction: float, adaptive_seed: int,
-    summary_json: Path | None, series_points: int, plot: Path | None, html: Path | None, estimate_starts: bool,
+    summary_json: Path | None, series_points: int, plot: Path | None, html: Path | None,
+    estimate_starts: bool,
 ) -> None:  # fmt: skip
     """Simulate WORKLOAD files (Pollux CSVs, philly.csv) or the EDL scenario (--format edl)."""
     from paddlecloud.sim.runner import DEFAULT_POLICY, RunSpec, run_report

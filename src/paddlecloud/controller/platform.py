@@ -30,6 +30,7 @@ from paddlecloud.controller.adaptive import AdaptiveService
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
+from paddlecloud.controller.files_local import LocalTransfers
 from paddlecloud.controller.forecasts import ForecastBoard, Forecaster
 from paddlecloud.controller.history import History
 from paddlecloud.controller.jobs import JobService
@@ -66,10 +67,13 @@ class Platform:
     adaptive: AdaptiveService
     #: refreshes the start-time forecast (``controller.forecasts``) in a thread of its own
     forecaster: Forecaster | None = None
+    #: the PFS same-host fast path (grants; the server's Unix socket sets its address)
+    pfs_local: LocalTransfers = field(init=False, repr=False)
     #: sha256 of a user token -> who it is; dropped on any write to the users table
     _tokens: ReadCache[str, Identity] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self.pfs_local = LocalTransfers(self.files)
         self._tokens = ReadCache(self.ctx.db.changes, ("users",), max_age=_TOKEN_CACHE_AGE)
 
     @classmethod
