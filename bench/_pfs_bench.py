@@ -13,6 +13,7 @@ import os
 import re
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from tests.e2e.conftest import PADDLECLOUD, Server  # noqa: E402
 __all__ = [
     "MiB",
     "RssSampler",
+    "RsyncDaemon",
     "Run",
     "Server",
     "Started",
@@ -65,6 +67,73 @@ def running_server() -> Iterator[tuple[Server, Path]]:
             srv.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class RsyncDaemon:
+    """An rsync daemon on loopback serving one writable module (``bench``) from ``root``: the tool a
+    user would reach for instead of ``pfs cp``. Installs Debian's ``rsync`` first when it is missing
+    (``apt-get``, root). ``up``/``down`` copy one file whole (``--whole-file``) and fsync it
+    (``--fsync``), as ``pfs cp`` does, and return the wall time of the whole command."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> RsyncDaemon:
+        if shutil.which("rsync") is None:
+            subprocess.run(["apt-get", "install", "-y", "-q", "rsync"], check=True, capture_output=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        conf = self.root.parent / "rsyncd.conf"
+        log = self.root.parent / "rsyncd.log"
+        module = f"[bench]\n  path = {self.root}\n  read only = no\n  uid = root\n  gid = root\n"
+        conf.write_text(f"use chroot = no\nlog file = {log}\n{module}")
+        self.proc = subprocess.Popen(
+            ["rsync", "--daemon", "--no-detach", "--address", "127.0.0.1", f"--port={self.port}",
+             f"--config={conf}"],
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
+                return self
+            time.sleep(0.05)
+        raise SystemExit("the rsync daemon did not start in 10 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def url(self, name: str) -> str:
+        return f"rsync://127.0.0.1:{self.port}/bench/{name}"
+
+    def _run(self, src: str, dst: str) -> Run:
+        args = ["rsync", "--whole-file", "--fsync", src, dst]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        rc, usage = reap(proc)
+        wall = time.perf_counter() - t0
+        out, err = (f.read().decode() if f else "" for f in (proc.stdout, proc.stderr))
+        run = Run(args, rc, wall, usage.ru_maxrss, out, err, usage.ru_utime + usage.ru_stime)
+        if rc != 0:
+            raise SystemExit(f"{' '.join(args)} -> {rc}: {err}")
+        return run
+
+    def up(self, src: Path, name: str) -> Run:
+        (self.root / name).unlink(missing_ok=True)
+        sync()
+        return self._run(str(src), self.url(name))
+
+    def down(self, name: str, dst: Path) -> Run:
+        dst.unlink(missing_ok=True)
+        sync()
+        return self._run(self.url(name), str(dst))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -25,7 +25,12 @@ put on the wire, including the part of a chunk that was in flight when it was ki
 Reports per attempt the wire bytes, the bytes the server kept, and what was lost (chunks cut off by
 the kill), and in total the bytes sent over all attempts against the file size.
 
-    .venv/bin/python bench/pfs_resume.py [--size-mib 1024] [--interrupts 20] [--seed 1] [-j 4]
+``--path http`` (the default) forces the HTTP data plane (``PADDLECLOUD_PFS_LOCAL=0``), whose bytes
+the relay counts. ``--path local`` lets the CLI take the same-host fast path (the file handed over
+the server's Unix socket, docs/data.md), where nothing crosses the relay: "sent" is then the bytes
+the server copied in, read from its ``paddlecloud_pfs_received_bytes_total`` (``GET /metrics``).
+
+    .venv/bin/python bench/pfs_resume.py [--size-mib 1024] [--interrupts 20] [--seed 1] [-j 4] [--path http]
 """
 
 from __future__ import annotations
@@ -175,6 +180,7 @@ def main() -> None:
     ap.add_argument("--interrupts", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("-j", type=int, default=4, help="pfs cp -j (transfers in flight)")
+    ap.add_argument("--path", choices=["http", "local"], default="http", help="the data plane the CLI uses")
     args = ap.parse_args()
     size = args.size_mib * MiB
     rng = random.Random(args.seed)
@@ -182,10 +188,21 @@ def main() -> None:
     with running_server() as (srv, work):
         relay = CountingRelay(srv.port)
         env = dict(srv.env, PADDLECLOUD_ENDPOINT=f"http://127.0.0.1:{relay.port}")
+        if args.path == "http":
+            env["PADDLECLOUD_PFS_LOCAL"] = "0"
         os.environ["PADDLECLOUD_CONFIG"] = srv.env["PADDLECLOUD_CONFIG"]
         cfg = load_config()
         assert cfg.current is not None
         client = Client(cfg.current.endpoint, cfg.current.token)  # direct, not through the relay
+
+        def drained() -> int:
+            """Bytes sent so far: on the wire (http), or copied in by the server (local)."""
+            if args.path == "http":
+                return relay.drained()
+            text = client.pfs.session.http.get("/metrics").text
+            line = next(x for x in text.splitlines() if x.startswith("paddlecloud_pfs_received_bytes_total"))
+            return int(float(line.split()[-1]))
+
         full = client.pfs.full(f"pfs:{NAME}")
 
         src = work / "src.bin"
@@ -208,7 +225,7 @@ def main() -> None:
         for k, p in enumerate(points, 1):
             before = held_bytes(server_view(client, full, size))
             delay = startup + before * rehash + max(p - before / size, 0.0) * xfer
-            sent0 = relay.drained()
+            sent0 = drained()
             att = Started(["pfs", "cp", "-q", "-j", str(args.j), str(src), f"pfs:{NAME}"], env)
             deadline = att.t0 + delay
             while not att.exited() and time.perf_counter() < deadline:
@@ -217,7 +234,7 @@ def main() -> None:
             if killed:
                 att.proc.send_signal(signal.SIGKILL)
             r = att.finish()
-            wire = relay.drained() - sent0
+            wire = drained() - sent0
             if not killed or visible_after_kill(srv, size):
                 # the kill came too late (the estimate of the transfer time is coarse for small files):
                 # this attempt completed the upload, so it is the last one
@@ -238,9 +255,9 @@ def main() -> None:
         # 5. the last, un-killed attempt
         if final is None:
             before = held_bytes(server_view(client, full, size))
-            sent0 = relay.drained()
+            sent0 = drained()
             r = cli(srv, "pfs", "cp", "-q", "-j", str(args.j), str(src), f"pfs:{NAME}", env=env).check()
-            final_wire = relay.drained() - sent0
+            final_wire = drained() - sent0
             s = parse_summary(r.stderr)
             tol = 0.06 * MiB  # the CLI prints one decimal of MiB/GiB
             tol_g = 0.06 * (1 << 30)

@@ -22,6 +22,16 @@ epoch with paddlecloud.runtime.checkpoint (atomic, last 3 kept, in
 $PADDLECLOUD_CHECKPOINT_DIR); on start rank 0 loads the newest valid one and
 broadcasts it, so every rank resumes from the same state.
 
+Adaptive mode (``--env ADAPTIVE=1``, for a job submitted with
+``--batch-size N --adaptive-batch-size MIN:MAX``): the scheduler chooses the
+global batch; paddlecloud.runtime.adaptive.AdaptiveDDP reads it at every start
+(so at every membership change), splits it over the ranks (gradient
+accumulation above MAX_LOCAL_BATCH rows per rank), scales the learning rate by
+the AdaScale gain and reports the gradient noise scale it measures. The training
+length is EPOCHS epochs at the initial batch: it stops when the progress (the
+sum of the gains x the initial batch) reaches EPOCHS x TRAIN_ROWS, so a larger
+batch that is worth less than its size trains more epochs of data.
+
 Rank 0 prints ``final loss <float>`` and ``final accuracy <float>`` (accuracy
 on a held-out test set, evaluated by all ranks and all-reduced) and saves the
 model's state_dict to ``$PADDLECLOUD_OUTPUT_DIR/model.pt``. The program exits
@@ -53,6 +63,12 @@ TARGET_ACCURACY = 0.97
 # wall-clock seconds, T0: when this worker process started); 0 (the default): no step lines.
 # bench/torch_recovery.py reads them to see training steps flow again after a trainer is killed.
 PROGRESS_EVERY = int(os.environ.get("PROGRESS_EVERY", "0"))
+# Adaptive mode: the initial global batch and its learning rate when the platform names none (a job
+# submitted without --batch-size), and the most rows one rank computes at once.
+ADAPTIVE = os.environ.get("ADAPTIVE", "0") not in ("", "0")
+ADAPTIVE_BATCH = 32
+ADAPTIVE_LR = 0.02
+MAX_LOCAL_BATCH = int(os.environ.get("MAX_LOCAL_BATCH", "256"))
 
 
 def log(msg):
@@ -73,7 +89,7 @@ def make_dataset():
     return train, test
 
 
-def resume(model, optimizer, rank):
+def resume(model, optimizer, rank, ada=None):
     """Rank 0 reads the newest valid checkpoint and broadcasts it; returns the epoch to start at."""
     state = [None]
     if rank == 0:
@@ -89,17 +105,46 @@ def resume(model, optimizer, rank):
         return 0
     model.module.load_state_dict(state[0]["model"])
     optimizer.load_state_dict(state[0]["optimizer"])
+    if ada is not None and "adaptive" in state[0]:
+        ada.load_state_dict(state[0]["adaptive"])
     log(f"rank {rank} resumed from checkpoint after epoch {state[0]['epoch'] - 1}")
     return state[0]["epoch"]
 
 
-def save_checkpoint(model, optimizer, epoch):
+def save_checkpoint(model, optimizer, epoch, ada=None):
     try:
         from paddlecloud.runtime import checkpoint
     except ImportError:
         return
     state = {"epoch": epoch, "model": model.module.state_dict(), "optimizer": optimizer.state_dict()}
+    if ada is not None:
+        state["adaptive"] = ada.state_dict()
     checkpoint.save(epoch, lambda f: torch.save(state, f))
+
+
+def adaptive_setup(model, optimizer, rank):
+    """Adaptive mode: the runtime's helper, at the batch the scheduler assigned (None otherwise)."""
+    if not ADAPTIVE:
+        return None
+    from paddlecloud.runtime.adaptive import AdaptiveDDP
+
+    for group in optimizer.param_groups:
+        group["lr"] = ADAPTIVE_LR
+    ada = AdaptiveDDP(model, optimizer, batch=ADAPTIVE_BATCH, max_local_batch=MAX_LOCAL_BATCH)
+    if rank == 0:
+        log(f"adaptive: {ada.describe()}")
+    return ada
+
+
+def adaptive_epoch(ada, model, loader, loss_fn, stats):
+    """One pass over this rank's shard (or less: until the progress reaches the target)."""
+    target = EPOCHS * TRAIN_ROWS
+    for micro_batches in ada.group(loader):
+        loss = ada.step(micro_batches, lambda b: loss_fn(model(b[0]), b[1]) / len(b[1]))
+        rows = sum(len(b[1]) for b in micro_batches)
+        stats += torch.tensor([loss * rows, rows], dtype=torch.float64)
+        if ada.progress >= target:
+            break
 
 
 def main():
@@ -114,7 +159,6 @@ def main():
 
     train_set, test_set = make_dataset()
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=SEED)
-    loader = DataLoader(train_set, batch_size=max(GLOBAL_BATCH // world, 1), sampler=sampler)
 
     torch.manual_seed(SEED)  # same init everywhere (DDP also broadcasts rank 0's weights)
     model = DistributedDataParallel(
@@ -128,24 +172,31 @@ def main():
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
-    first = resume(model, optimizer, rank)
+    ada = adaptive_setup(model, optimizer, rank)
+    batch = ada.micro_batch if ada else max(GLOBAL_BATCH // world, 1)
+    loader = DataLoader(train_set, batch_size=batch, sampler=sampler)
+    first = resume(model, optimizer, rank, ada)
 
     start = time.time()
     train_loss = float("nan")
-    for epoch in range(first, EPOCHS):
+    epoch = first
+    while (ada.progress < EPOCHS * TRAIN_ROWS) if ada else (epoch < EPOCHS):
         sampler.set_epoch(epoch)
         model.train()
         # [sum of loss, number of rows] over this rank's shard, summed over ranks below.
         stats = torch.zeros(2, dtype=torch.float64)
-        for i, (x, y) in enumerate(loader):
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            (loss / len(y)).backward()
-            optimizer.step()
-            stats += torch.tensor([loss.item(), len(y)], dtype=torch.float64)
-            step = epoch * len(loader) + i + 1
-            if PROGRESS_EVERY and rank == 0 and step % PROGRESS_EVERY == 0:
-                log(f"step {step} epoch {epoch} world {world} at {time.time():.3f} started {started:.3f}")
+        if ada is not None:
+            adaptive_epoch(ada, model, loader, loss_fn, stats)
+        else:
+            for i, (x, y) in enumerate(loader):
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                (loss / len(y)).backward()
+                optimizer.step()
+                stats += torch.tensor([loss.item(), len(y)], dtype=torch.float64)
+                step = epoch * len(loader) + i + 1
+                if PROGRESS_EVERY and rank == 0 and step % PROGRESS_EVERY == 0:
+                    log(f"step {step} epoch {epoch} world {world} at {time.time():.3f} started {started:.3f}")
         dist.all_reduce(stats)
         train_loss = (stats[0] / stats[1]).item()
         test_loss, test_acc = evaluate(model, test_set, rank, world, loss_fn)
@@ -154,17 +205,22 @@ def main():
                 f"epoch {epoch} loss {train_loss:.4f} test_loss {test_loss:.4f} "
                 f"test_accuracy {test_acc:.4f} world {world} ({time.time() - start:.1f}s)"
             )
-            save_checkpoint(model, optimizer, epoch + 1)
+            if ada is not None:
+                log(f"epoch {epoch} progress {ada.progress / TRAIN_ROWS:.2f} {ada.describe()}")
+            save_checkpoint(model, optimizer, epoch + 1, ada)
+        epoch += 1
 
     test_loss, test_acc = evaluate(model, test_set, rank, world, loss_fn)
     ok = test_acc >= TARGET_ACCURACY
+    if ada is not None:
+        ada.close()
     if rank == 0:
         out_dir = os.environ.get("PADDLECLOUD_OUTPUT_DIR", ".")
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, "model.pt")
         torch.save(model.module.state_dict(), path)
         log(f"saved state_dict to {path}")
-        log(f"final loss {train_loss:.6f}" if first < EPOCHS else f"final test_loss {test_loss:.6f}")
+        log(f"final loss {train_loss:.6f}" if epoch > first else f"final test_loss {test_loss:.6f}")
         log(f"final accuracy {test_acc:.4f}")
         if not ok:
             log(f"FAILED: accuracy {test_acc:.4f} below target {TARGET_ACCURACY}")

@@ -110,8 +110,8 @@ def test_fit_recovers_a_known_model() -> None:
 
 def test_fit_with_little_to_go_on() -> None:
     assert FittedStepTime.fit([]) is None
-    one = FittedStepTime.fit([(1, 1, 32.0, 0.64)])  # one batch size: a line through the origin
-    assert one == FittedStepTime(0.0, 0.02, 0.0, 0.0)
+    one = FittedStepTime.fit([(1, 1, 32.0, 0.64)])  # one batch size: half constant, half per sample
+    assert one == FittedStepTime(0.32, 0.01, 0.0, 0.0)
     # no single-replica report: the compute line over all, the sync borrowed across node counts
     multi = FittedStepTime.fit([(2, 1, 10.0, 1.0), (2, 1, 20.0, 2.0)])
     assert multi is not None and multi.sync_net == multi.sync_local and math.isfinite(multi.per_sample)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import paddlecloud.scheduler as scheduler
+import paddlecloud.scheduler.apply as scheduler_apply
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest, NodeState, Plan, Snapshot, WorkerPlacement
 from paddlecloud.sim import ClusterSpec, SimJob, engine, load_result, runner
@@ -224,7 +225,9 @@ def test_engine_uses_the_scheduler_packages_types() -> None:
     assert engine.Snapshot is scheduler.Snapshot
     assert engine.JobRequest is scheduler.JobRequest
     assert engine.NodeState is scheduler.NodeState
-    assert engine.WorkerPlacement is scheduler.WorkerPlacement
+    # plans are applied by the scheduler package's bookkeeping, the one start-time forecasts use
+    assert engine.apply_plan is scheduler_apply.apply_plan
+    assert issubclass(engine._Run, scheduler_apply.JobState)
     assert runner.make_policy is scheduler.policy
 
 

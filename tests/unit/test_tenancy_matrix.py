@@ -330,6 +330,12 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
             ),
         ]
     },
+    ("POST", "/api/v1/pfs/local"): {
+        "probe": lambda w, t: [
+            Request("POST", "/pfs/local", json={"path": t.file}),
+            Request("POST", "/pfs/local", json={"upload_id": t.upload}),
+        ]
+    },
     ("DELETE", "/api/v1/pfs/uploads/{upload_id}"): {
         "probe": lambda w, t: [Request("DELETE", f"/pfs/uploads/{t.upload}")]
     },

@@ -17,6 +17,8 @@ __all__ = [
     "ChecksumView",
     "FileInfo",
     "FileList",
+    "LocalGrant",
+    "LocalGrantRequest",
     "MkdirRequest",
     "MoveRequest",
     "QuotaUpdate",
@@ -109,3 +111,20 @@ class StorageUsage(_Model):
     used: int
     reserved: int  # bytes promised to uploads in progress
     limit: int | None
+
+
+class LocalGrantRequest(Body):
+    """A one-time grant for the same-host fast path: to fill the chunks of the caller's upload
+    ``upload_id``, or to read the file ``path`` (exactly one of them)."""
+
+    upload_id: str | None = Field(None, max_length=64)
+    path: RequestPath | None = Field(None, max_length=8192)
+
+
+class LocalGrant(_Model):
+    """Use it within ``expires_in`` seconds, once, on the server's Unix socket ``address`` (an
+    abstract name, Linux): the file's data then moves as an open descriptor, not over HTTP."""
+
+    grant: str
+    address: str
+    expires_in: float

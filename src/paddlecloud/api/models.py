@@ -50,11 +50,14 @@ from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import RestartPolicy, RestartRules
 
 __all__ = [
+    "MAX_EXPECTED_DURATION_S",
+    "MIN_EXPECTED_DURATION_S",
     "PRIORITY_CLASSES",
     "STORED",
     "AdaptiveState",
     "BatchRange",
     "BatchSpec",
+    "EstimateView",
     "EventView",
     "Framework",
     "JobDetail",
@@ -82,6 +85,9 @@ __all__ = [
 #: Named priorities (``--priority high``); higher runs first and may preempt lower under the
 #: preemptive policies.
 PRIORITY_CLASSES: dict[str, int] = {"low": -100, "normal": 0, "high": 100}
+#: bounds of ``JobSpec.expected_duration_s``
+MIN_EXPECTED_DURATION_S = 60.0
+MAX_EXPECTED_DURATION_S = 90 * 86400.0
 
 
 class Framework(StrEnum):
@@ -245,6 +251,15 @@ class JobSpec(Body):
         description="queue the job even if no node of a fixed-capacity cluster could ever hold it (it then "
         "waits with ExceedsNodeCapacity); by default such a job is refused with exceeds_capacity",
     )
+    expected_duration_s: float | None = Field(
+        None,
+        ge=MIN_EXPECTED_DURATION_S,
+        le=MAX_EXPECTED_DURATION_S,
+        strict=True,
+        description="how long the job runs at its requested trainer count, in seconds (60 s .. 90 days): "
+        "the start-time forecast uses it for this job's end and the starts behind it (docs/scheduler.md); "
+        "None: learned from its progress, else an assumed default",
+    )
 
     @classmethod
     def from_stored(cls, data: Any) -> JobSpec:
@@ -338,6 +353,22 @@ class RoleStatus(_Model):
     failed: int = 0
 
 
+class EstimateView(_Model):
+    """When a waiting job should start and a started job end, by the last forecast (the policy run
+    forward from the cluster's state: docs/scheduler.md). ``start`` / ``end`` None: beyond the
+    forecast, not before ``horizon``. A basis says how sure: the least certain duration the time
+    rests on, ``profile`` > ``learned`` (measured progress) > ``declared`` (``expected_duration_s``)
+    > ``unknown`` (a default assumed); None: it rests on none (a job that has started, or starts at
+    once)."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+    start_basis: str | None = None
+    end_basis: str | None = None
+    horizon: datetime
+    made_at: datetime
+
+
 class JobView(_Model):
     """One job in a listing. Stable schema of ``paddlecloud get jobs -o json``."""
 
@@ -353,6 +384,8 @@ class JobView(_Model):
     finished_at: datetime | None = None
     reason: str = ""
     message: str = ""
+    #: queued and started jobs, once a forecast has seen them; None otherwise
+    estimate: EstimateView | None = None
 
 
 class JobList(_Model):

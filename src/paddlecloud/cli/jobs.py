@@ -21,6 +21,7 @@ from paddlecloud.cli.output import (
     age,
     console,
     emit,
+    estimate_line,
     format_table,
     jobs_text,
     print_table,
@@ -30,6 +31,7 @@ from paddlecloud.cli.tasks import summary_line, task_options, task_spec
 from paddlecloud.cli.watch import watch as watch_listing
 from paddlecloud.cli.watch import watch_options
 from paddlecloud.client import Client
+from paddlecloud.core.durations import parse_duration
 from paddlecloud.core.lognoise import LogFilter
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 from paddlecloud.core.quantity import human_memory, parse_memory
@@ -52,6 +54,14 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--env")
         out[key] = value
     return out
+
+
+def _duration(text: str) -> float:
+    """``--expected-duration``: seconds (the server checks the bounds and says them)."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--expected-duration") from None
 
 
 def _priority(text: str) -> int | str:
@@ -108,6 +118,13 @@ def _priority(text: str) -> int | str:
     is_flag=True,
     help="queue the job even if no node of this (fixed-capacity) cluster could ever hold it",
 )
+@click.option(
+    "--expected-duration",
+    "expected_duration",
+    metavar="DURATION",
+    help="how long the job runs at its trainer count (90s, 45m, 2h, 1h30m, 3d; 1m..90d): the start-time "
+    "estimates use it (`get jobs` START, `describe`)",
+)
 @task_options
 @batch_options
 @click.option("--wait", is_flag=True, help="follow the job's logs until it ends; exit 1 unless it succeeds")
@@ -142,6 +159,8 @@ def submit(
     }
     if opts["queue_anyway"]:
         spec["queue_anyway"] = True
+    if opts["expected_duration"] is not None:
+        spec["expected_duration_s"] = _duration(opts["expected_duration"])
     _add_restart_spec(spec, opts)
     if opts["input_"]:
         spec["input"] = opts["input_"]
@@ -352,6 +371,10 @@ def describe(job: str, user: str | None, fmt: str) -> None:
         out.print(f"[bold]{label + ':':<11}[/bold] {text}", markup=True)
     out.print(f"[bold]Submitted:[/bold]  {d.submitted_at:%Y-%m-%d %H:%M:%S}Z   started: "
               f"{age(d.started_at)} ago   finished: {age(d.finished_at)} ago")  # fmt: skip
+    if (eta := estimate_line(d)) is not None:
+        from rich.markup import escape
+
+        out.print(f"[bold]Estimate:[/bold]   {escape(eta)}")
     if d.spec.input:
         out.print(f"[bold]Input:[/bold]      {d.spec.input}")
     if d.spec.tasks is not None:

@@ -7,31 +7,58 @@ Never a traceback.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 import click
 
 from paddlecloud.api.errors import PaddleCloudError, ServerUnreachable
-from paddlecloud.cli.account import admin, config, login
-from paddlecloud.cli.jobs import describe, get, kill, logs, submit
-from paddlecloud.cli.pfs import pfs
-from paddlecloud.cli.sim import sim
-from paddlecloud.cli.system import down, operator, up, version
-from paddlecloud.cli.tasks import get_tasks
 
 __all__ = ["cli", "main"]
 
+#: command name -> (module, attribute): a command's module is imported only when it runs (or help
+#: lists it), so ``paddlecloud pfs cp`` does not pay for the imports of ``up`` or ``sim``
+COMMANDS = {
+    "up": ("system", "up"),
+    "down": ("system", "down"),
+    "operator": ("system", "operator"),
+    "submit": ("jobs", "submit"),
+    "get": ("jobs", "get"),
+    "describe": ("jobs", "describe"),
+    "logs": ("jobs", "logs"),
+    "kill": ("jobs", "kill"),
+    "pfs": ("pfs", "pfs"),
+    "login": ("account", "login"),
+    "config": ("account", "config"),
+    "admin": ("account", "admin"),
+    "sim": ("sim", "sim"),
+    "version": ("system", "version"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use (click's documented lazy-loading
+    pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[cmd_name]
+        command: click.Command = getattr(importlib.import_module(f"paddlecloud.cli.{module}"), attr)
+        if cmd_name == "get" and isinstance(command, click.Group) and "tasks" not in command.commands:
+            from paddlecloud.cli.tasks import get_tasks
+
+            command.add_command(get_tasks)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """PaddleCloud: run distributed training jobs (parameter servers + trainers, collective, PyTorch)."""
-
-
-COMMANDS = (up, down, operator, submit, get, describe, logs, kill, pfs, login, config, admin, sim, version)
-for command in COMMANDS:
-    cli.add_command(command)
-get.add_command(get_tasks)
 
 
 def main(argv: list[str] | None = None) -> None:

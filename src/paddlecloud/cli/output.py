@@ -16,11 +16,24 @@ import click
 from pydantic import BaseModel
 
 from paddlecloud.api.models import JobView, RoleStatus
+from paddlecloud.core.durations import human_duration
+from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["FORMATS", "age", "console", "emit", "format_table", "jobs_text", "print_table", "role_cell"]
+__all__ = [
+    "FORMATS",
+    "age",
+    "console",
+    "emit",
+    "estimate_line",
+    "eta_cell",
+    "format_table",
+    "jobs_text",
+    "print_table",
+    "role_cell",
+]
 
 FORMATS = click.Choice(["table", "wide", "json", "yaml"])
 
@@ -88,10 +101,45 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
     sys.stdout.write(format_table(headers, rows) + "\n")
 
 
+def _until(t: datetime | None, horizon: datetime, now: datetime) -> str:
+    if t is None:
+        return f">{human_duration((horizon - now).total_seconds())}"
+    secs = (t - now).total_seconds()
+    return "now" if secs <= 0 else f"in {human_duration(secs)}"
+
+
+def eta_cell(j: JobView, now: datetime | None = None) -> str:
+    """``get jobs``' ETA: a queued job's estimated start, a started one's end ("starts in 12m",
+    "ends >3d": beyond the forecast); "?" after it when it rests on a duration nobody gave."""
+    e = j.estimate
+    if e is None or j.phase in TERMINAL_PHASES:
+        return "-"
+    now = now or datetime.now(UTC)
+    if j.phase == JobPhase.QUEUED:
+        text, basis = f"starts {_until(e.start, e.horizon, now)}", e.start_basis
+    else:
+        text, basis = f"ends {_until(e.end, e.horizon, now)}", e.end_basis
+    return text + ("?" if basis == "unknown" else "")
+
+
+def estimate_line(d: JobView) -> str | None:
+    """``describe``'s Estimate line: start and end with how sure each is."""
+    e = d.estimate
+    if e is None or d.phase in TERMINAL_PHASES:
+        return None
+
+    def when(t: datetime | None, basis: str | None) -> str:
+        at = f"{t:%Y-%m-%d %H:%M}Z" if t is not None else f"after {e.horizon:%Y-%m-%d %H:%M}Z"
+        return f"{at} ({basis or 'certain'})"
+
+    start = f"start {when(e.start, e.start_basis)}, " if d.phase == JobPhase.QUEUED else ""
+    return f"{start}end {when(e.end, e.end_basis)}   (forecast of {e.made_at:%H:%M:%S}Z)"
+
+
 def jobs_text(jobs: list[JobView], wide: bool, show_user: bool = False) -> str:
     """The ``get jobs`` table (or the line saying there is none)."""
     now = datetime.now(UTC)
-    headers = ["NAME", "PHASE", "TRAINERS", "PSERVERS", "AGE", "REASON"]
+    headers = ["NAME", "PHASE", "TRAINERS", "PSERVERS", "AGE", "ETA", "REASON"]
     show_user = show_user or wide
     if show_user:
         headers[1:1] = ["USER"]
@@ -106,6 +154,7 @@ def jobs_text(jobs: list[JobView], wide: bool, show_user: bool = False) -> str:
             role_cell(j.trainers),
             role_cell(j.pservers),
             age(j.submitted_at, now),
+            eta_cell(j, now),
             reason,
         ]
         if show_user:

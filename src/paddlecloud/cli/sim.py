@@ -79,10 +79,14 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 @click.option("--html", type=click.Path(dir_okay=False, path_type=Path),
               help="a self-contained web page: the means, utilisation and queue over time, and the "
                    "JCT distribution, per policy")  # fmt: skip
+@click.option("--estimate-starts", is_flag=True,
+              help="record each job's start and end estimate at submit against the actual ones "
+                   "(figures in the table, per job in --summary-json; slower)")  # fmt: skip
 def sim(
     workloads: tuple[str, ...], policies: list[str], fmt: str, nodes: int | None, gpus_per_node: int | None,
     traces: str | None, limit: int, passes: int, seed: int, adaptive_fraction: float, adaptive_seed: int,
     summary_json: Path | None, series_points: int, plot: Path | None, html: Path | None,
+    estimate_starts: bool,
 ) -> None:  # fmt: skip
     """Simulate WORKLOAD files (Pollux CSVs, philly.csv) or the EDL scenario (--format edl)."""
     from paddlecloud.sim.runner import DEFAULT_POLICY, RunSpec, run_report
@@ -108,6 +112,7 @@ def sim(
             seed=seed,
             adaptive_fraction=adaptive_fraction,
             adaptive_seed=adaptive_seed,
+            estimate_starts=estimate_starts,
         )
         report = run_report(spec)
     except (ValueError, KeyError, OSError) as exc:
@@ -148,6 +153,17 @@ def _print_means(report: Report) -> None:
             ["POLICY", "AVG PENDING s", "CPU UTIL"],
             [[pol, f"{per['mean']['report_pending_s']:.0f}", f"{per['mean']['report_cpu_util']:.2f}"]
              for pol, per in report.summaries.items()],
+        )  # fmt: skip
+    if report.spec.estimate_starts:
+        click.echo(
+            "estimates at submit vs actual (median absolute error; share within 25 % of the wait / JCT):"
+        )
+        print_table(
+            ["POLICY", "START ERR s", "START <=25%", "WAITED <=25%", "END ERR s", "END <=25%"],
+            [[pol, f"{m['start_estimate_median_abs_error_s']:.0f}", f"{m['start_estimate_within_25pct']:.2f}",
+              f"{m['start_estimate_within_25pct_waited']:.2f}", f"{m['end_estimate_median_abs_error_s']:.0f}",
+              f"{m['end_estimate_within_25pct']:.2f}"]
+             for pol, m in ((p, per["mean"]) for p, per in report.summaries.items())],
         )  # fmt: skip
     for pol, per in report.summaries.items():
         left = sum(s["unfinished"] for wl, s in per.items() if wl != "mean")

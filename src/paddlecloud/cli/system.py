@@ -240,6 +240,14 @@ data_dir_option = click.option(
     "('none': no cap)",
 )
 @click.option(
+    "--forecast-interval",
+    type=click.FloatRange(1, 3600),
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="seconds between start-time forecasts (made only when the cluster changed; docs/scheduler.md)",
+)
+@click.option(
     "-d",
     "--detach",
     is_flag=True,
@@ -250,12 +258,19 @@ def up(
     host: str, port: int, data_dir: Path, database: str | None, policy: str, max_package_size: str,
     max_request_size: str, datacenter: str, storage_quota: str, default_quota: str, backend: str,
     api_url: str | None, tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, detach: bool,
-    metrics_public: bool, metrics_token_file: Path | None, **backend_options: Any,
+    metrics_public: bool, metrics_token_file: Path | None, forecast_interval: float, **backend_options: Any,
 ) -> None:  # fmt: skip
     """Run the platform in the foreground (Ctrl-C stops it; jobs keep running), or with --detach in
     the background. Jobs run on this machine, or with --backend kubernetes as TrainingJobs on a
     cluster (see: paddlecloud operator)."""
-    from paddlecloud.server.main import ComputeLimits, IsolationError, PlatformConfig, prepare, serve
+    from paddlecloud.server.main import (
+        ComputeLimits,
+        ForecastSettings,
+        IsolationError,
+        PlatformConfig,
+        prepare,
+        serve,
+    )
 
     settings = _backend_settings(backend, backend_options)
     tls = _tls(tls_cert, tls_key, tls_ca)
@@ -287,6 +302,7 @@ def up(
         backend=backend,
         backend_settings=settings,
         metrics_access=metrics_access,
+        forecast=ForecastSettings(interval_s=forecast_interval),
     )
     try:
         ready = prepare(config, _known_tokens(config.default_user))

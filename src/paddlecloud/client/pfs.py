@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import stat as st
 import threading
 from collections.abc import Callable, Iterator
@@ -25,11 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError
+from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError, ServerError
 from paddlecloud.api.files import FileInfo, FileList, StorageUsage, UploadView
 from paddlecloud.api.models import UserView, VersionView
+from paddlecloud.client.pfs_local import BATCH, LocalPlane
 from paddlecloud.client.session import Session
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
+from paddlecloud.core.fileio import copy_range, hash_range, start_writeback
 from paddlecloud.core.pfspath import expand_short, is_remote
 
 __all__ = ["CopyPlan", "Pfs", "TransferStats"]
@@ -93,6 +96,7 @@ class Pfs:
         self.parallel = parallel
         self.chunk_size = chunk_size
         self._me: tuple[str, str] | None = None
+        self.local = LocalPlane(session)
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -180,26 +184,13 @@ class Pfs:
         r = self.session.request("POST", "/pfs/uploads", json=begin)
         up = UploadView.model_validate_json(r.content)
         digests: list[str] = [""] * up.chunks
-        stats = TransferStats(files=1)
         fd = os.open(local, os.O_RDONLY)
         try:
-
-            def send(i: int) -> None:
-                data = os.pread(fd, up.chunk_size, i * up.chunk_size)
-                digest = chunk_digest(data)
-                digests[i] = digest
-                if up.received.get(i) == digest:
-                    stats.count(skipped=len(data))
-                else:
-                    body, length = _body(data)
-                    self.session.request(
-                        "PUT", f"/pfs/uploads/{up.id}/{i}", content=body, headers={DIGEST: digest, **length}
-                    )
-                    stats.count(sent=len(data))
-                progress(len(data))
-
-            with ThreadPoolExecutor(self.parallel) as pool:
-                list(pool.map(send, range(up.chunks)))
+            conn = self.local.connect(upload_id=up.id)
+            if conn is not None:
+                stats = self._upload_local(conn, fd, up, digests, progress)
+            else:
+                stats = self._upload_http(fd, up, digests, progress)
         finally:
             os.close(fd)
         self.session.request(
@@ -208,6 +199,71 @@ class Pfs:
             params={"overwrite": str(overwrite).lower()},
             json={"checksum": file_checksum(up.chunk_size, digests)},
         )
+        return stats
+
+    def _upload_local(
+        self, conn: tuple[socket.socket, str], fd: int, up: UploadView, digests: list[str], progress: Progress
+    ) -> TransferStats:
+        """The same-host fast path: the server copies the chunks it lacks from my open file (no
+        HTTP); meanwhile I hash mine, and compare with the digests of what it holds."""
+        stats = TransferStats(files=1)
+
+        def mine(i: int) -> None:
+            off = i * up.chunk_size
+            digests[i] = hash_range(fd, off, min(up.chunk_size, up.size - off))
+
+        def n(i: int) -> int:
+            return min(up.chunk_size, up.size - i * up.chunk_size)
+
+        for i in up.received:  # held already (resumed): kept where my file still has the same bytes
+            mine(i)
+        need = [i for i in range(up.chunks) if up.received.get(i) != digests[i]]
+        for i in set(range(up.chunks)) - set(need):
+            stats.count(skipped=n(i))
+            progress(n(i))
+        held: dict[int, str] = {}
+
+        def on_chunk(i: int, digest: str) -> None:
+            held[i] = digest
+            stats.count(sent=n(i))
+            progress(n(i))
+
+        with ThreadPoolExecutor(1) as pool:
+            hashing = pool.map(mine, [i for i in need if i not in up.received])
+            for start in range(0, len(need), BATCH):  # a grant per batch of chunk indexes
+                batch_conn = self.local.connect(upload_id=up.id) if start else conn
+                if batch_conn is None:
+                    raise ServerError("the server's socket went away mid-upload; copy again")
+                self.local.upload(batch_conn, fd, need[start : start + BATCH], on_chunk)
+            list(hashing)
+        bad = [i for i in need if held.get(i) != digests[i]]
+        if bad:
+            raise InvalidInput(
+                f"chunk {bad[0]} differs from the local file (changed while it was copied?); copy it again",
+                code=ErrorCode.CHECKSUM_MISMATCH,
+            )
+        return stats
+
+    def _upload_http(self, fd: int, up: UploadView, digests: list[str], progress: Progress) -> TransferStats:
+        """Chunks the server lacks as ``PUT /pfs/uploads/{id}/{i}``, ``parallel`` at a time."""
+        stats = TransferStats(files=1)
+
+        def send(i: int) -> None:
+            data = os.pread(fd, up.chunk_size, i * up.chunk_size)
+            digest = chunk_digest(data)
+            digests[i] = digest
+            if up.received.get(i) == digest:
+                stats.count(skipped=len(data))
+            else:
+                body, length = _body(data)
+                self.session.request(
+                    "PUT", f"/pfs/uploads/{up.id}/{i}", content=body, headers={DIGEST: digest, **length}
+                )
+                stats.count(sent=len(data))
+            progress(len(data))
+
+        with ThreadPoolExecutor(self.parallel) as pool:
+            list(pool.map(send, range(up.chunks)))
         return stats
 
     def download_file(
@@ -225,11 +281,15 @@ class Pfs:
         chunks = max((size + self.chunk_size - 1) // self.chunk_size, 1)
         stats = TransferStats(files=1)
         fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
+        src: int | None = None
+        side = ThreadPoolExecutor(1)  # the server's checksum, asked for while the fast path copies
         try:
             if size:  # allocate the blocks at once (a sparse file makes every chunk write slower);
                 with contextlib.suppress(OSError):  # without fallocate, the truncate below makes it sparse
                     os.posix_fallocate(fd, 0, size)
             os.ftruncate(fd, size)
+            src = self._open_local(remote, size) if size > self.chunk_size else None
+            theirs_later = side.submit(self._checksum, remote) if src is not None else None
 
             def fetch(i: int) -> None:
                 off = i * self.chunk_size
@@ -238,19 +298,28 @@ class Pfs:
                     stats.count(skipped=n)
                     progress(n)
                     return
-                h_digest = self._fetch_chunk(remote, fd, off, n, progress)
+                if src is not None:  # same host: copied in the kernel, hashed where it landed
+                    copy_range(src, fd, off, n)
+                    h_digest = hash_range(fd, off, n)
+                    start_writeback(fd, off, n)
+                    progress(n)
+                else:
+                    h_digest = self._fetch_chunk(remote, fd, off, n, progress)
                 journal.record(i, h_digest)
                 stats.count(sent=n)
 
             with ThreadPoolExecutor(self.parallel) as pool:
                 list(pool.map(fetch, range(chunks)))
             os.fsync(fd)
+            theirs = theirs_later.result() if theirs_later is not None else self._checksum(remote)
         finally:
+            side.shutdown()
             os.close(fd)
+            if src is not None:
+                os.close(src)
             journal.close()
         digests = [journal.done[i] for i in range(chunks)] if size else []
         mine = file_checksum(self.chunk_size, digests)
-        theirs = self._get("/pfs/checksum", path=remote, chunk_size=self.chunk_size).json()["checksum"]
         if mine != theirs:
             part.unlink(missing_ok=True)
             journal_path.unlink(missing_ok=True)
@@ -261,6 +330,23 @@ class Pfs:
         os.replace(part, local)
         journal_path.unlink(missing_ok=True)
         return stats
+
+    def _checksum(self, remote: str) -> str:
+        return str(self._get("/pfs/checksum", path=remote, chunk_size=self.chunk_size).json()["checksum"])
+
+    def _open_local(self, remote: str, size: int) -> int | None:
+        """A read-only descriptor of ``remote`` from the server (same-host fast path), else None."""
+        conn = self.local.connect(path=remote)
+        if conn is None:
+            return None
+        fd, got = self.local.open(conn)
+        if got != size:
+            os.close(fd)
+            raise InvalidInput(
+                f"{remote} changed size while the copy began ({size} -> {got} bytes); copy it again",
+                code=ErrorCode.CHECKSUM_MISMATCH,
+            )
+        return fd
 
     def _fetch_chunk(self, remote: str, fd: int, off: int, n: int, progress: Progress) -> str:
         if n == 0:

@@ -34,6 +34,7 @@ def train(
     restart_policy: str = "Never",
     max_restarts: int | None = None,
     queue_anyway: bool = False,
+    expected_duration_s: float | None = None,
     wait: bool = False,
     timeout: float | None = None,
     client: Client | None = None,
@@ -44,6 +45,8 @@ def train(
     ``max_restarts`` limits restarts over the whole job (the server's default when None).
     ``queue_anyway`` queues a job that no node of a fixed-capacity cluster could hold (by default
     the server refuses it with ``exceeds_capacity``, naming the capacity).
+    ``expected_duration_s``: how long it runs at ``trainers``, for the start-time estimates
+    (docs/scheduler.md).
     """
     client = client or Client()
     job_name = name or Path(package).resolve().name.replace("_", "-").lower()
@@ -63,6 +66,8 @@ def train(
         spec["max_restarts"] = max_restarts
     if queue_anyway:
         spec["queue_anyway"] = True
+    if expected_duration_s is not None:
+        spec["expected_duration_s"] = expected_duration_s
     if input:
         spec["input"] = input
     if output:

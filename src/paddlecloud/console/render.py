@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from paddlecloud.console.auth import Session
 from paddlecloud.console.live import Memo, stamp
+from paddlecloud.core.durations import human_duration
 from paddlecloud.core.quantity import format_cpu, format_memory, human_bytes
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "pfs_url",
     "remembered",
     "static_url",
+    "until",
 ]
 
 T = TypeVar("T")
@@ -111,6 +113,14 @@ def age(when: datetime | None, now: float | None = None) -> str:
     return f"{seconds // 86400}d"
 
 
+def until(when: datetime | None, now: float | None = None) -> str:
+    """``in 12m``, ``in 2h5m``, ``now``: how long until ``when`` (an estimate), rounded up."""
+    if when is None:
+        return ""
+    seconds = when.timestamp() - (now if now is not None else time.time())
+    return "now" if seconds <= 0 else f"in {human_duration(seconds)}"
+
+
 def _iso(when: datetime | None) -> str:
     return "" if when is None else when.astimezone(UTC).isoformat(timespec="seconds")
 
@@ -142,6 +152,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters.update(
         age=age,
+        until=until,
         iso=_iso,
         clock=_clock,
         bytes=human_bytes,

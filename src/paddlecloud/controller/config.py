@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from paddlecloud.scheduler import DEFAULT_POLICY
+from paddlecloud.scheduler.forecast import ForecastConfig
 
-__all__ = ["ComputeLimits", "MetricsAccess", "PlatformConfig"]
+__all__ = ["ComputeLimits", "ForecastSettings", "MetricsAccess", "PlatformConfig"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,22 @@ class MetricsAccess:
         if not token or not self.token_sha256:
             return False
         return hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), self.token_sha256)
+
+
+@dataclass(frozen=True)
+class ForecastSettings:
+    """How often and how far the start-time forecast runs (``controller.forecasts``)."""
+
+    #: at most one forecast per this many seconds
+    interval_s: float = 30.0
+    #: forecast again after this long even if nothing changed (learned progress moves)
+    max_age_s: float = 300.0
+    #: wall-clock seconds one forecast may take; what it did not reach is "not before the horizon"
+    budget_s: float = 2.0
+    #: the duration assumed for a job with no other knowledge
+    unknown_s: float = 3600.0
+    #: its rounds and their bounds; 10 s of start-up assumed per start or resize
+    rounds: ForecastConfig = field(default_factory=lambda: ForecastConfig(restart_s=10.0))
 
 
 @dataclass(frozen=True)
@@ -88,6 +105,8 @@ class PlatformConfig:
     backend_settings: Any = None
     #: who may read GET /metrics besides admins
     metrics_access: MetricsAccess = field(default_factory=MetricsAccess)
+    #: the start-time forecast's refresh and cost bounds
+    forecast: ForecastSettings = field(default_factory=ForecastSettings)
 
     @property
     def db_url(self) -> str:

@@ -25,6 +25,7 @@ from paddlecloud.backends.errors import BackendError
 from paddlecloud.controller.batches import BatchPlans, adaptive_spec, batch_env
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
+from paddlecloud.controller.forecasts import ForecastBoard
 from paddlecloud.controller.history import History
 from paddlecloud.controller.jobtokens import issue_job_token
 from paddlecloud.controller.metrics import PlatformMetrics
@@ -81,6 +82,8 @@ class Context:
     metrics: PlatformMetrics = field(default_factory=PlatformMetrics)
     #: cluster use and queue over the last hour, each job's trainers over time (for charts)
     history: History = field(default_factory=History)
+    #: the latest start-time forecast (``controller.forecasts``); None: none is made
+    forecasts: ForecastBoard | None = None
 
     def wake(self) -> None:
         self.wake_event.set()

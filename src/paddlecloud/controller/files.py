@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +41,8 @@ from paddlecloud.api.errors import (
 from paddlecloud.api.files import ChecksumView, FileInfo, StorageUsage, UploadView
 from paddlecloud.controller.metrics import PlatformMetrics
 from paddlecloud.controller.users import Identity
-from paddlecloud.core.checksum import ChunkedHasher, file_checksum
+from paddlecloud.core.checksum import PREFIX, ChunkedHasher, file_checksum
+from paddlecloud.core.fileio import hash_range
 from paddlecloud.core.pfspath import PfsPath, PfsPathError, parse_pfs_path
 from paddlecloud.core.quantity import human_bytes
 from paddlecloud.storage.base import Entry, FileStore, Kind, StorageError, StorageErrorKind, UploadState
@@ -278,11 +280,22 @@ class FileService:
         return e.size, self._do(path, lambda: self.store.read(path.key, offset, length, 1 << 20))
 
     def checksum(self, who: Identity, text: str, chunk_size: int) -> ChecksumView:
-        size, blocks = self._read(who, text, 0, None)
-        h = ChunkedHasher(chunk_size)
-        for b in blocks:
-            h.update(b)
-        return ChecksumView(path=text, size=size, checksum=h.checksum())
+        """The file's ``blake3c`` checksum: the one recorded with it when it is still current (at the
+        upload's commit, or by an earlier call), else each chunk hashed where it lies (mapped)."""
+        path = self.resolve(who, text, write=False)
+        fd = self._do(path, lambda: self.store.open_read(path.key))
+        try:
+            before = os.fstat(fd)
+            size = before.st_size
+            recorded = self.store.recorded_checksum(fd)
+            if recorded is not None and recorded.startswith(f"{PREFIX}:{chunk_size}:"):
+                return ChecksumView(path=text, size=size, checksum=recorded)
+            digests = [hash_range(fd, off, min(chunk_size, size - off)) for off in range(0, size, chunk_size)]
+            checksum = file_checksum(chunk_size, digests)
+            self.store.record_checksum(fd, checksum, before)
+        finally:
+            os.close(fd)
+        return ChecksumView(path=text, size=size, checksum=checksum)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -351,6 +364,37 @@ class FileService:
             )
         return state
 
+    def upload_state(self, who: Identity, upload_id: str) -> UploadState:
+        """``who``'s upload ``upload_id`` (an admin: anyone's), else ``upload_not_found``."""
+        return self._upload(who, upload_id)
+
+    def copy_chunk_in(self, state: UploadState, index: int, src_fd: int, offset: int, length: int) -> str:
+        """Chunk ``index`` of ``state`` copied from the open file ``src_fd`` (same-host fast path):
+        hashed as it lies in the staging file, marked with that digest; returns the digest."""
+        if index in state.received:  # a re-send: until it is held again, the chunk counts as missing
+            self.store.upload_unmark(state.id, index)
+        where = f"upload {state.id}"
+        try:
+            digest = self.store.upload_copy_in(state.id, src_fd, offset, length)
+            self.store.upload_mark(state.id, index, digest)
+        except StorageError as exc:
+            raise _storage_error(exc, where) from None
+        except ValueError:  # the source shrank under us
+            raise InvalidInput(
+                f"chunk {index}: the file being uploaded got shorter; copy it again",
+                code=ErrorCode.INVALID_REQUEST,
+            ) from None
+        self.metrics.pfs_received.inc(length)
+        return digest
+
+    def open_read(self, who: Identity, text: str) -> tuple[int, int]:
+        """A read-only descriptor of the file ``text`` (checked as a download is) and its size."""
+        path = self.resolve(who, text, write=False)
+        fd = self._do(path, lambda: self.store.open_read(path.key))
+        size = os.fstat(fd).st_size
+        self.metrics.pfs_sent.inc(size)
+        return fd, size
+
     def chunk_writer(self, who: Identity, upload_id: str, index: int, digest: str) -> ChunkWriter:
         state = self._upload(who, upload_id)
         if not 0 <= index < state.chunks:
@@ -379,7 +423,7 @@ class FileService:
                 f"{path}: whole-file checksum mismatch; the upload was discarded, copy it again",
                 code=ErrorCode.CHECKSUM_MISMATCH,
             )
-        e = self._do(path, lambda: self.store.upload_commit(upload_id, overwrite))
+        e = self._do(path, lambda: self.store.upload_commit(upload_id, overwrite, expected))
         self._account(path, state.size, overwrite)
         return self._info(path, e)
 

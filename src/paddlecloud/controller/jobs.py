@@ -24,6 +24,7 @@ from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput,
 from paddlecloud.api.files import FileInfo
 from paddlecloud.api.history import TrainerHistory
 from paddlecloud.api.models import (
+    EstimateView,
     JobDetail,
     JobList,
     JobSpec,
@@ -36,6 +37,7 @@ from paddlecloud.backends.base import Capability, LogRequest
 from paddlecloud.controller.batches import new_state
 from paddlecloud.controller.capacity import check_capacity
 from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.forecasts import FORECAST_TABLE
 from paddlecloud.controller.jobtokens import JobIdentity
 from paddlecloud.controller.packages import check_entry, inspect_package
 from paddlecloud.controller.quotas import compute_quota
@@ -96,7 +98,7 @@ class JobService:
         self.ctx = ctx
         #: (owner or None for everyone, all_jobs) -> the JSON of the JobList
         self._lists: ReadCache[tuple[str | None, bool], bytes] = ReadCache(
-            ctx.db.changes, ("jobs", "workers"), max_age=_LIST_CACHE_AGE
+            ctx.db.changes, ("jobs", "workers", FORECAST_TABLE), max_age=_LIST_CACHE_AGE
         )
 
     # -- queries --------------------------------------------------------------------------------
@@ -167,8 +169,11 @@ class JobService:
                 q = q.where(JobRow.phase.not_in(list(TERMINAL_PHASES)))
             return self._views(s, s.scalars(q).all())
 
-    @staticmethod
-    def _views(s: Session, rows: Sequence[JobRow]) -> list[JobView]:
+    def _estimate(self, row: JobRow) -> EstimateView | None:
+        board = self.ctx.forecasts
+        return board.view(job_key(row.user, row.name)) if board is not None else None
+
+    def _views(self, s: Session, rows: Sequence[JobRow]) -> list[JobView]:
         """``rows`` as list entries, their workers counted by role and state in one query."""
         counts: dict[int, RoleTally] = {}
         if rows:
@@ -179,7 +184,7 @@ class JobService:
             )
             for job_id, role, state, n in s.execute(tq):
                 counts.setdefault(job_id, {})[(role, state)] = n
-        return [job_view(r, counts.get(r.id, {})) for r in rows]
+        return [job_view(r, counts.get(r.id, {}), self._estimate(r)) for r in rows]
 
     def finished(
         self, who: Identity, q: JobListQuery, phases: Collection[JobPhase], limit: int
@@ -197,7 +202,8 @@ class JobService:
 
     def get(self, who: Identity, name: str, user: str | None = None) -> JobDetail:
         with self.ctx.session() as s:
-            return detail_view(self._row(s, who, name, user))
+            row = self._row(s, who, name, user)
+            return detail_view(row, estimate=self._estimate(row))
 
     def workers(self, who: Identity, name: str, user: str | None = None) -> list[WorkerView]:
         with self.ctx.session() as s:

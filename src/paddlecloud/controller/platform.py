@@ -7,6 +7,7 @@
                            ├─ AdaptiveService (adaptive-batch jobs' reports and assignment)
                            ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
                            ├─ ClusterState               (nodes and queue as the scheduler sees them)
+                           ├─ Forecaster                 (start-time estimates, controller.forecasts)
                            └─ PlatformMetrics (a registry of its own) + History (controller.history)
 
 ``metrics_text(token)`` is ``GET /metrics`` (who may read it: ``PlatformConfig.metrics_access``);
@@ -29,6 +30,8 @@ from paddlecloud.controller.adaptive import AdaptiveService
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
+from paddlecloud.controller.files_local import LocalTransfers
+from paddlecloud.controller.forecasts import ForecastBoard, Forecaster
 from paddlecloud.controller.history import History
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.metrics import PlatformMetrics, live_figures
@@ -62,10 +65,15 @@ class Platform:
     tasks: TaskService
     cluster: ClusterState
     adaptive: AdaptiveService
+    #: refreshes the start-time forecast (``controller.forecasts``) in a thread of its own
+    forecaster: Forecaster | None = None
+    #: the PFS same-host fast path (grants; the server's Unix socket sets its address)
+    pfs_local: LocalTransfers = field(init=False, repr=False)
     #: sha256 of a user token -> who it is; dropped on any write to the users table
     _tokens: ReadCache[str, Identity] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self.pfs_local = LocalTransfers(self.files)
         self._tokens = ReadCache(self.ctx.db.changes, ("users",), max_age=_TOKEN_CACHE_AGE)
 
     @classmethod
@@ -102,6 +110,10 @@ class Platform:
         holder.append(ctx)
         reconciler = Reconciler(ctx, make_policy(config.policy))
         metrics.watch(lambda: live_figures(db, reconciler.nodes))
+        ctx.forecasts = ForecastBoard(db.changes)
+        forecaster = Forecaster(
+            ctx.forecasts, reconciler.policy, reconciler.forecast_snapshot, ctx.session, config.forecast
+        )
         return cls(
             ctx=ctx,
             jobs=JobService(ctx),
@@ -111,6 +123,7 @@ class Platform:
             tasks=TaskService(ctx),
             cluster=ClusterState(ctx, reconciler),
             adaptive=AdaptiveService(ctx),
+            forecaster=forecaster,
         )
 
     @property
@@ -131,9 +144,17 @@ class Platform:
 
     def start(self) -> None:
         self.reconciler.start()
+        if self.forecaster is not None:
+            self.forecaster.start()
+
+    def stop_loops(self) -> None:
+        """Stop the threads :meth:`start` started (the reconcile loop, the forecaster)."""
+        if self.forecaster is not None:
+            self.forecaster.stop()
+        self.reconciler.stop()
 
     def close(self) -> None:
-        self.reconciler.stop()
+        self.stop_loops()
         self.ctx.backend.close()
         self.ctx.db.dispose()
 

@@ -48,7 +48,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from paddlecloud.api.history import ClusterPoint
-from paddlecloud.backends.base import Capability, JobStatus
+from paddlecloud.api.models import JobSpec
+from paddlecloud.backends.base import Capability, JobStatus, NodeInfo
 from paddlecloud.controller.capacity import name_foreign_load, node_states
 from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
@@ -300,7 +301,22 @@ class Reconciler:
         waiting = self._requests(s, queued, elastic)
         queued = [r for r in queued if r.phase == JobPhase.QUEUED]
         nodes = self.ctx.backend.nodes()
-        snap = Snapshot(
+        snap = self._snapshot(s, waiting, holding, active, nodes)
+        started = time.perf_counter()
+        plan = self.policy.schedule(snap)
+        self.ctx.metrics.scheduling_round.observe(time.perf_counter() - started)
+        if Capability.SHARED_CAPACITY in self.ctx.backend.capabilities:
+            plan = name_foreign_load(plan, nodes, snap)
+        self.last = (snap, plan)
+        rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
+        self._held |= apply_plan(self.ctx, s, plan, rows)
+        holding_now = [r for r in (*queued, *holding) if r.phase in HOLDING]  # after the plan
+        self.nodes, self._nodes_cycle = node_states(self.ctx, holding_now, nodes), self.cycle
+
+    def _snapshot(self, s: Session, waiting: tuple[JobRequest, ...], holding: Sequence[JobRow],
+                  active: Sequence[JobRow], nodes: Sequence[NodeInfo]) -> Snapshot:  # fmt: skip
+        elastic = Capability.RESIZE in self.ctx.backend.capabilities
+        return Snapshot(
             cycle=self.cycle,
             now=self.ctx.clock.now(),
             nodes=node_states(self.ctx, holding, nodes),
@@ -312,16 +328,32 @@ class Reconciler:
             ),
             quotas=compute_quotas(s),
         )
-        started = time.perf_counter()
-        plan = self.policy.schedule(snap)
-        self.ctx.metrics.scheduling_round.observe(time.perf_counter() - started)
-        if Capability.SHARED_CAPACITY in self.ctx.backend.capabilities:
-            plan = name_foreign_load(plan, nodes, snap)
-        self.last = (snap, plan)
-        rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
-        self._held |= apply_plan(self.ctx, s, plan, rows)
-        holding_now = [r for r in (*queued, *holding) if r.phase in HOLDING]  # after the plan
-        self.nodes, self._nodes_cycle = node_states(self.ctx, holding_now, nodes), self.cycle
+
+    def forecast_snapshot(self, s: Session) -> tuple[Snapshot, dict[str, JobSpec], dict[str, int]] | None:
+        """The cluster as the next cycle would see it, for the start-time forecast
+        (``controller.forecasts``): the snapshot, each job's spec and row id by key. Read-only: a
+        job whose spec cannot be read is left out (the cycle fails it); None when no job waits or
+        runs."""
+        queued = s.scalars(
+            select(JobRow).where(JobRow.phase == JobPhase.QUEUED, JobRow.stop_requested.is_(False))
+        ).all()
+        holding = s.scalars(select(JobRow).where(JobRow.phase.in_(HOLDING))).all()
+        active = [r for r in holding if r.phase != JobPhase.PREEMPTING]
+        if not queued and not active:
+            return None
+        elastic = Capability.RESIZE in self.ctx.backend.capabilities
+        specs, ids, waiting = {}, {}, []
+        for row in (*queued, *active):
+            key = job_key(row.user, row.name)
+            try:
+                specs[key] = self.ctx.specs.get(row)
+                if row.phase == JobPhase.QUEUED:
+                    waiting.append(job_request(row, elastic, self.ctx.specs))
+            except Exception:  # an unreadable spec: the reconciler fails the job next cycle
+                continue
+            ids[key] = row.id
+        snap = self._snapshot(s, tuple(waiting), holding, active, self.ctx.backend.nodes())
+        return snap, specs, ids
 
     def _record_cluster(self, s: Session) -> None:
         """At most every ``history.interval_s``: the cluster's allocation and queue in the history

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from paddlecloud.api.errors import Conflict, ErrorCode
 from paddlecloud.api.models import (
+    EstimateView,
     EventView,
     Framework,
     JobDetail,
@@ -18,7 +19,7 @@ from paddlecloud.api.models import (
     WorkerView,
 )
 from paddlecloud.controller.batches import state_view
-from paddlecloud.core.phases import JobPhase, WorkerState
+from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, WorkerState
 from paddlecloud.store.tables import JobRow, WorkerRow
 
 __all__ = ["RoleTally", "detail_view", "job_view", "tally", "ts", "worker_view"]
@@ -56,7 +57,7 @@ def _trainers(row: JobRow) -> int:
     return int(row.spec.get("trainers", {}).get("count", 1))
 
 
-def job_view(row: JobRow, counts: RoleTally) -> JobView:
+def job_view(row: JobRow, counts: RoleTally, estimate: EstimateView | None = None) -> JobView:
     spec = row.spec
     submitted = ts(row.submitted_at)
     assert submitted is not None
@@ -73,6 +74,7 @@ def job_view(row: JobRow, counts: RoleTally) -> JobView:
         finished_at=ts(row.finished_at),
         reason=row.reason,
         message=row.message,
+        estimate=estimate if row.phase not in TERMINAL_PHASES else None,
     )
 
 
@@ -93,10 +95,10 @@ def worker_view(w: WorkerRow) -> WorkerView:
     )
 
 
-def detail_view(row: JobRow, spec: JobSpec | None = None) -> JobDetail:
+def detail_view(row: JobRow, spec: JobSpec | None = None, estimate: EstimateView | None = None) -> JobDetail:
     """The job in full; ``spec``: the row's spec already parsed (a submit has it), else read back
     (``Conflict`` with code ``spec_unreadable`` when the stored one no longer passes the rules)."""
-    base = job_view(row, tally(row.workers))
+    base = job_view(row, tally(row.workers), estimate)
     if spec is None:
         try:
             spec = JobSpec.from_stored(row.spec)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import blake3
 
-__all__ = ["ChunkedHasher", "chunk_digest", "file_checksum", "parse_checksum"]
+__all__ = ["PREFIX", "ChunkedHasher", "chunk_digest", "file_checksum", "parse_checksum"]
 
 PREFIX = "blake3c"
 

@@ -193,9 +193,11 @@ class FittedStepTime:
         """From ``(replicas, nodes, local_bsz, step_time)`` reports; None with nothing to fit.
 
         Compute: least squares of ``step`` on ``local_bsz`` over the single-replica reports, or, if
-        there are none, over all with a common sync; a single batch size gives a line through the
-        origin. Sync: the mean excess over the compute line of the multi-replica reports on one node
-        and across nodes (a missing one borrows the other)."""
+        there are none, over all with a common sync; a single batch size gives half its time to
+        the constant and half to the per-sample part (AdaptDL's rule: optimistic about a larger
+        batch, so that the job gets to try one; its reports there correct the line). Sync: the
+        mean excess over the compute line of the multi-replica reports on one node and across
+        nodes (a missing one borrows the other)."""
         if not reports:
             return None
         single = [(b, t) for r, _, b, t in reports if r <= 1] or [(b, t) for _, _, b, t in reports]
@@ -212,13 +214,13 @@ class FittedStepTime:
 
 
 def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares ``t = a + c x`` (a >= 0, c >= 0); one distinct x: through the origin."""
+    """Least-squares ``t = a + c x`` (a >= 0, c >= 0); one distinct x: ``a = c x`` (half each)."""
     n = len(points)
     mx = sum(x for x, _ in points) / n
     my = sum(t for _, t in points) / n
     sxx = sum((x - mx) ** 2 for x, _ in points)
     if sxx <= 1e-12 * max(1.0, mx * mx):
-        return 0.0, (my / mx if mx > 0 else 0.0)
+        return (my / 2, my / 2 / mx) if mx > 0 else (my, 0.0)
     c = sum((x - mx) * (t - my) for x, t in points) / sxx
     if c <= 0:
         return my, 0.0

@@ -34,6 +34,7 @@ from paddlecloud.server import (
 from paddlecloud.server.errors import install_error_handlers
 from paddlecloud.server.limits import BodyLimitMiddleware
 from paddlecloud.server.metrics import RequestMetricsMiddleware
+from paddlecloud.server.pfs_socket import PfsSocket
 
 __all__ = ["ApiVersionMiddleware", "create_app"]
 
@@ -80,11 +81,16 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if run_loop:
             platform.start()
+        pfs_socket = PfsSocket(platform.pfs_local) if run_loop and platform.files.store.local_paths else None
+        if pfs_socket is not None:
+            pfs_socket.start()
         try:
             yield
         finally:
+            if pfs_socket is not None:
+                pfs_socket.stop()
             if run_loop:
-                platform.reconciler.stop()
+                platform.stop_loops()
 
     app = FastAPI(
         title="PaddleCloud",

@@ -26,11 +26,12 @@ from paddlecloud.backends.local.sandbox import IsolationError
 from paddlecloud.backends.options import OptionError
 from paddlecloud.backends.registry import BackendEntry, UnknownBackend, backend_names
 from paddlecloud.backends.registry import entry as backend_entry
-from paddlecloud.controller import ComputeLimits, MetricsAccess, Platform, PlatformConfig
+from paddlecloud.controller import ComputeLimits, ForecastSettings, MetricsAccess, Platform, PlatformConfig
 from paddlecloud.server.app import create_app
 
 __all__ = [
     "ComputeLimits",
+    "ForecastSettings",
     "IsolationError",
     "MetricsAccess",
     "OptionError",

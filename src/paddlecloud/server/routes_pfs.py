@@ -19,6 +19,8 @@ from paddlecloud.api.files import (
     ChecksumView,
     FileInfo,
     FileList,
+    LocalGrant,
+    LocalGrantRequest,
     MkdirRequest,
     MoveRequest,
     RemoveRequest,
@@ -118,6 +120,13 @@ async def put_file(
                 code=ErrorCode.INVALID_REQUEST,
             )
     return await run_in_threadpool(platform.files.put_small, who, path, bytes(body), checksum, overwrite)
+
+
+@router.post("/local", response_model=LocalGrant, status_code=201)
+def local_grant(req: LocalGrantRequest, who: Caller, platform: PlatformDep) -> LocalGrant:
+    """A one-time grant for the same-host fast path (a client on the server's machine moves the data
+    as an open file over the server's Unix socket instead of HTTP); ``not_supported`` without one."""
+    return platform.pfs_local.grant(who, req.upload_id, req.path)
 
 
 @router.post("/uploads", response_model=UploadView, status_code=201)

@@ -38,8 +38,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot, WorkerPlacement
+from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot
+from paddlecloud.scheduler.apply import JobState, apply_plan
 from paddlecloud.sim.adaptive import AdaptiveModel, Tables
+from paddlecloud.sim.estimates import EstimateSpec, StartLog, accuracy
 from paddlecloud.sim.profiles import AppProfile, ThroughputModel
 from paddlecloud.sim.series import Series
 from paddlecloud.sim.workload import ClusterSpec, SimJob, job_work, speedup_table
@@ -54,29 +56,21 @@ class SimConfig:
     restart_s: float = 30.0
     #: stop after this much virtual time even if jobs remain (they are reported unfinished)
     horizon_s: float = 30 * 86400.0
+    #: record each job's start estimate at submit (``sim.estimates``); None: none (faster)
+    estimates: EstimateSpec | None = None
 
 
 @dataclass
-class _Run:
+class _Run(JobState):
     job: SimJob
     work: float
     done: float = 0.0
-    #: the trainers' placement (``n`` counts these)
-    placement: tuple[WorkerPlacement, ...] = ()
-    #: the pservers' placement, fixed from admission to the end or a preemption
-    pservers: tuple[WorkerPlacement, ...] = ()
-    first_start: float | None = None
     finished: float | None = None
     attained: float = 0.0
-    resized_at: float = float("-inf")
-    paused_until: float = 0.0
-    resizes: int = 0
-    preemptions: int = 0
     #: throughput of one replica at the job's global batch (set on first progress)
     base_rate: float = 0.0
     #: adaptive-batch jobs: their model and the global batch they train at now
     adaptive: AdaptiveModel | None = None
-    batch: int = 0
 
     @property
     def n(self) -> int:
@@ -104,6 +98,8 @@ class SimResult:
     goodput_gpu_s: float = 0.0
     adaptive_gpu_s: float = 0.0
     efficient_gpu_s: float = 0.0
+    #: with ``SimConfig.estimates``: per job, its estimated and actual start (``sim.estimates``)
+    starts: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def summary(self, capacity_gpus: int) -> dict[str, float]:
         jcts = sorted(self.jct.values())
@@ -124,7 +120,7 @@ class SimResult:
             "preemptions": float(self.preemptions),
             "goodput_util": self.goodput_gpu_s / busy if busy else 0.0,
             "adaptive_stat_eff": self.efficient_gpu_s / self.adaptive_gpu_s if self.adaptive_gpu_s else 0.0,
-        }
+        } | (accuracy(self.starts) if self.starts else {})
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -154,16 +150,26 @@ def simulate(
     """Replay ``jobs`` under ``policy`` until every job is done or ``cfg.horizon_s`` passes."""
     w = _World(cfg, models, jobs)
     result = SimResult(policy=policy.name)
+    log = (
+        StartLog(cfg.estimates, policy, models, cfg.cluster.node.gpu, cfg.round_s, cfg.restart_s)
+        if cfg.estimates
+        else None
+    )
     while w.active() and w.t <= cfg.horizon_s:
-        w.arrive()
+        arrived = w.arrive()
         w.cycle += 1
-        w.apply(policy.schedule(w.snapshot()))
+        snap = w.snapshot()
+        if log is not None:
+            log.observe(snap, w.runs, arrived)
+        w.apply(policy.schedule(snap))
         w.progress(result)
         w.skip_idle(result.series)
     result.unfinished = [n for n, r in w.runs.items() if r.finished is None]
     result.first_start = {n: r.first_start for n, r in w.runs.items() if r.first_start is not None}
     result.resizes = sum(r.resizes for r in w.runs.values())
     result.preemptions = sum(r.preemptions for r in w.runs.values())
+    if log is not None:
+        result.starts = log.per_job(w.runs)
     return result
 
 
@@ -186,10 +192,13 @@ class _World:
     def active(self) -> bool:
         return self.nxt < len(self.pending) or bool(self.queued) or bool(self.running)
 
-    def arrive(self) -> None:
+    def arrive(self) -> list[str]:
+        """The jobs whose submit time has come join the queue; returns them."""
+        first = self.nxt
         while self.nxt < len(self.pending) and self.pending[self.nxt].submit_time <= self.t:
             self.queued.append(self.pending[self.nxt].name)
             self.nxt += 1
+        return [j.name for j in self.pending[first : self.nxt]]
 
     def snapshot(self) -> Snapshot:
         return _snapshot(
@@ -199,27 +208,8 @@ class _World:
 
     def apply(self, plan: Plan) -> None:
         """Admitted jobs start, resized ones change trainers (both pay ``restart_s``), preempted ones
-        go back to the queue with their progress."""
-        t, pause = self.t, self.t + self.cfg.restart_s
-        for a in plan.admit:
-            r = self.runs[a.job]
-            r.placement = tuple(p for p in a.placement if p.role == "trainer")
-            r.pservers = tuple(p for p in a.placement if p.role == "pserver")
-            r.first_start = t if r.first_start is None else r.first_start
-            r.paused_until, r.resized_at = pause, t
-            r.batch = a.batch_size if r.adaptive is not None and a.batch_size > 0 else r.batch
-            self.queued.remove(a.job)
-            self.running.append(a.job)
-        for z in plan.resize:
-            r = self.runs[z.job]
-            r.placement, r.resized_at, r.paused_until = z.placement, t, pause
-            r.resizes += 1
-            r.batch = z.batch_size if r.adaptive is not None and z.batch_size > 0 else r.batch
-        for pre in plan.preempt:
-            r = self.runs[pre.job]
-            r.placement, r.pservers, r.preemptions = (), (), r.preemptions + 1
-            self.running.remove(pre.job)
-            self.queued.append(pre.job)
+        go back to the queue with their progress (``scheduler.apply_plan``, shared with forecasts)."""
+        apply_plan(plan, self.runs, self.queued, self.running, self.t, self.cfg.restart_s)
 
     def progress(self, result: SimResult) -> None:
         """One round of progress; finished jobs leave; the round's row goes into the series."""

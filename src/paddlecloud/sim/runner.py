@@ -24,6 +24,7 @@ from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import DEFAULT_POLICY
 from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.sim.engine import SimConfig, SimResult, simulate, widen
+from paddlecloud.sim.estimates import EstimateSpec
 from paddlecloud.sim.profiles import AppProfile, ElasticCpuModel, ThroughputModel, load_profiles
 from paddlecloud.sim.series import Series, combine
 from paddlecloud.sim.workload import (
@@ -108,6 +109,8 @@ class RunSpec:
     #: the share of each workload's jobs made adaptive-batch (see :func:`choose_adaptive`)
     adaptive_fraction: float = 0.0
     adaptive_seed: int = 0
+    #: record each job's start and end estimate at submit (``sim.estimates``, profile durations)
+    estimate_starts: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.adaptive_fraction <= 1.0:
@@ -195,6 +198,8 @@ class Report:
     adaptive: dict[str, list[str]] = field(default_factory=dict)
     #: policy -> workload -> job name -> completion time (s), finished jobs only
     job_jcts: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    #: policy -> workload -> job -> its estimates at submit and actual start / end (``estimate_starts``)
+    starts: dict[str, dict[str, dict[str, dict[str, float | None]]]] = field(default_factory=dict)
 
     @property
     def util_unit(self) -> str:
@@ -230,6 +235,8 @@ class Report:
                 "rule": ADAPTIVE_RULE,
                 "jobs": self.adaptive,
             }
+        if self.starts:
+            doc["start_estimates"] = self.starts
         if series_points > 0:
             doc["series"] = {
                 pol: {wl: s.resample(series_points).to_json(self.capacity) for wl, s in per.items()}
@@ -286,13 +293,17 @@ def run_report(spec: RunSpec) -> Report:
         for wl, jobs in loads.items()
     }
     report.adaptive = {wl: sorted(names) for wl, names in chosen.items()}
+    cfg = SimConfig(
+        cluster,
+        round_s=EDL_ROUND_S if spec.format == "edl" else SimConfig.round_s,
+        estimates=EstimateSpec() if spec.estimate_starts else None,
+    )
     for name in spec.policies:
         pol = make_policy(name)
         per: dict[str, Summary] = {}
         report.series[name] = {}
         report.jcts[name] = {}
         report.job_jcts[name] = {}
-        cfg = SimConfig(cluster, round_s=EDL_ROUND_S) if spec.format == "edl" else SimConfig(cluster)
         for wl, jobs in loads.items():
             res = simulate(_jobs_for(name, spec, jobs, models, cluster, chosen[wl]), models, pol, cfg)
             per[wl] = res.summary(capacity)
@@ -300,6 +311,8 @@ def run_report(spec: RunSpec) -> Report:
                 per[wl].update(edl_window(jobs, res, capacity))
             if spec.adaptive_fraction > 0:
                 per[wl].update(_split_jct(res.jct, chosen[wl]))
+            if res.starts:
+                report.starts.setdefault(name, {})[wl] = res.starts
             report.series[name][wl] = res.series
             report.jcts[name][wl] = sorted(res.jct.values())
             report.job_jcts[name][wl] = dict(res.jct)

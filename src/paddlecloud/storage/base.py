@@ -12,6 +12,7 @@ nobody ever lists a partial file.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -90,6 +91,11 @@ class FileStore(Protocol):
 
     def read(self, key: Key, offset: int, length: int | None, block: int) -> Iterator[bytes]: ...
 
+    def open_read(self, key: Key) -> int:
+        """A read-only descriptor of the regular file ``key`` (opened without following links);
+        the caller closes it. Raises NOT_FOUND / IS_A_DIRECTORY / UNSAFE."""
+        ...
+
     def put_small(self, key: Key, data: Iterable[bytes], overwrite: bool) -> Entry:
         """Write a whole file atomically from ``data`` (staged, then renamed into place)."""
         ...
@@ -115,11 +121,27 @@ class FileStore(Protocol):
         it); returns the number of bytes written. Pieces are written as they come, never buffered whole."""
         ...
 
+    def upload_copy_in(self, upload_id: str, src_fd: int, offset: int, length: int) -> str:
+        """Copy bytes ``offset..offset+length`` of the open file ``src_fd`` to the same place of the
+        staged file without passing them through the caller; return the BLAKE3 digest of what the
+        staged file then holds there."""
+        ...
+
     def upload_mark(self, upload_id: str, index: int, digest: str) -> None: ...
 
     def upload_unmark(self, upload_id: str, index: int) -> None: ...
 
-    def upload_commit(self, upload_id: str, overwrite: bool) -> Entry: ...
+    def upload_commit(self, upload_id: str, overwrite: bool, checksum: str | None = None) -> Entry:
+        """Place the staged file at its key atomically (``checksum``: recorded with it)."""
+        ...
+
+    def recorded_checksum(self, fd: int) -> str | None:
+        """The checksum recorded with the open file ``fd`` while it is unchanged since, else None."""
+        ...
+
+    def record_checksum(self, fd: int, checksum: str, before: os.stat_result) -> None:
+        """Record ``checksum`` with ``fd`` unless the file changed since ``before`` was taken."""
+        ...
 
     def upload_abort(self, upload_id: str) -> None: ...
 

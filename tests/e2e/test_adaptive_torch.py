@@ -1,0 +1,96 @@
+"""Adaptive batch size through the whole platform: the torch example in adaptive mode starts on 1 of 4
+CPUs, reports its gradient noise scale and step time, and when the job holding the other 3 ends the
+scheduler grows it to 4 trainers with a larger global batch; the job resumes from its checkpoint at
+the new batch with the AdaScale gain and still reaches its accuracy target. ``describe`` shows the
+noise scale, the assigned batch and the LR gain.
+
+A server of its own with one 4-CPU virtual node and the default (elastic) policy.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import ROOT, Server, write_package
+
+pytestmark = pytest.mark.timeout(900)  # a loaded machine builds the torch environment slowly
+
+INIT = 32
+#: epochs at the initial batch: long enough to report on one trainer and to be grown
+EPOCHS = 30
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Iterator[Server]:
+    srv = Server(data_dir=tmp_path / "data", home=tmp_path / "home", up_args=["--node-cpu", "4"])
+    srv.home.mkdir()
+    srv.start()
+    yield srv
+    for job in srv.json("get", "jobs")["items"]:
+        srv.cli("kill", job["name"], "--grace", "1", check=False)
+    srv.stop()
+
+
+def _adaptive(srv: Server, name: str) -> dict[str, Any]:
+    state: dict[str, Any] = srv.job(name)["adaptive"]
+    return state
+
+
+def _until(what: str, check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.5)
+
+
+def test_the_adaptive_example_trains_at_the_batch_the_scheduler_grows(small: Server, tmp_path: Path) -> None:
+    blocker = write_package(tmp_path / "blocker", {"main.py": "import time\ntime.sleep(600)\n"})
+    small.cli("submit", str(blocker), "--name", "hold3", "--entry", "python main.py", "--trainers", "3",
+              "--cpu", "1")  # fmt: skip
+    small.wait_phase("hold3", {"Running"})
+    small.cli(
+        "submit", str(ROOT / "examples" / "torch_ddp"), "--name", "ada", "--framework", "torch",
+        "--entry", "torchrun train.py", "--trainers", "1", "--min-instance", "1", "--max-instance", "4",
+        "--cpu", "1", "--batch-size", str(INIT), "--adaptive-batch-size", f"{INIT}:1024",
+        "--env", "ADAPTIVE=1", "--env", f"EPOCHS={EPOCHS}",
+    )  # fmt: skip
+    small.wait_phase("ada", {"Running"}, timeout=600)  # builds the torch environment first
+    # one trainer reports what it measures (the first report ~2 s after it starts training)
+    _until("a report", lambda: _adaptive(small, "ada")["reports"] >= 1, timeout=120)
+    one = _adaptive(small, "ada")
+    assert one["batch_size"] == INIT and one["noise_scale"] is not None and one["noise_scale"] > 0, one
+    small.cli("kill", "hold3", "--grace", "1")
+    _until("4 trainers", lambda: small.job("ada")["trainers"]["desired"] == 4, timeout=120)
+    job = small.wait_phase("ada", {"Succeeded", "Failed"}, timeout=400)
+    assert job["phase"] == "Succeeded", job["message"]
+
+    state = job["adaptive"]
+    events = [e["message"] for e in job["events"] if e["reason"] == "BatchSize"]
+    grown = [
+        int(m[1]) for m in (re.match(rf"global batch {INIT} -> (\d+) on 4 trainers", e) for e in events) if m
+    ]
+    assert grown and grown[-1] > INIT, events  # the batch grew with the trainers
+    assert (state["batch_size"], state["trainers"]) == (grown[-1], 4), (state, events)
+
+    logs = "".join(
+        p.read_text()
+        for p in (small.data_dir / "cluster" / "jobs" / "default" / "ada" / "logs").glob("trainer-*.log")
+    )
+    acc = re.findall(r"final accuracy ([0-9.]+)$", logs, re.M)
+    assert acc and float(acc[-1]) >= 0.97, logs[-3000:]
+    # the worker group restarted at the new batch, split over 4 ranks, with the AdaScale gain
+    at = re.findall(r"global batch (\d+) \(assigned (\d+) from the api.*on 4 replicas.*gain ([0-9.]+)", logs)
+    assert at and int(at[-1][1]) == state["batch_size"] and float(at[-1][2]) > 1.0, logs[-3000:]
+    assert state["lr_gain"] is not None and state["lr_gain"] > 1.0, state
+    assert "resumed from checkpoint" in logs
+
+    text = small.cli("describe", "ada").stdout
+    line = next(x for x in text.splitlines() if x.lstrip().startswith("Adaptive"))
+    assert f"global batch {state['batch_size']} on 4 trainers" in line, text
+    assert re.search(r"noise scale [0-9,]+, lr gain [0-9.]+", line), line
