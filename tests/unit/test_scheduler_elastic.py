@@ -514,6 +514,17 @@ def test_plan_is_the_same_in_every_process() -> None:
     assert len(plans) == 1, plans
 
 
+def test_an_adaptive_job_climbs_the_las_ladder_slower_than_a_fixed_batch_job() -> None:
+    # both served 12,000 GPU-seconds: the fixed-batch job is in the 2nd queue, the adaptive one
+    # (rate(1) = 1) counts 12,000 / ADAPTIVE_SERVICE_SCALE and is still in the 1st: it goes first
+    # although it came later; at 3x that service both are in the 2nd queue and submit time decides
+    fixed = job("F", 4, attained=SERVED, at=1)
+    for served, first in ((SERVED, "A"), (3 * SERVED, "F")):
+        adaptive = dataclasses.replace(job("A", 4, attained=served, at=2), batches=(32,) * 4)
+        s = snap(N1, [fixed, adaptive])
+        assert outcome(s, decide("elastic", s))["admit"] == {first: 4}
+
+
 # ---------------------------------------------------------------------------------- known bugs
 
 
