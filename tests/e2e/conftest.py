@@ -126,6 +126,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv.stop()
 
 
+@pytest.fixture
+def small(tmp_path: Path) -> Iterator[Server]:
+    """A server of its own with one virtual node of 4 CPUs (jobs there compete for them); every job
+    is killed at the end."""
+    srv = Server(data_dir=tmp_path / "data", home=tmp_path / "home", up_args=["--node-cpu", "4"])
+    srv.home.mkdir()
+    srv.start()
+    yield srv
+    for job in srv.json("get", "jobs")["items"]:
+        srv.cli("kill", job["name"], "--grace", "1", check=False)
+    srv.stop()
+
+
 def write_package(root: Path, files: dict[str, str]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():

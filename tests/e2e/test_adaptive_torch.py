@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +23,6 @@ pytestmark = pytest.mark.timeout(900)  # a loaded machine builds the torch envir
 INIT = 32
 #: epochs at the initial batch: long enough to report on one trainer and to be grown
 EPOCHS = 30
-
-
-@pytest.fixture
-def small(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(data_dir=tmp_path / "data", home=tmp_path / "home", up_args=["--node-cpu", "4"])
-    srv.home.mkdir()
-    srv.start()
-    yield srv
-    for job in srv.json("get", "jobs")["items"]:
-        srv.cli("kill", job["name"], "--grace", "1", check=False)
-    srv.stop()
 
 
 def _adaptive(srv: Server, name: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,17 +20,6 @@ from tests.e2e.conftest import ROOT, Server, write_package
 pytestmark = pytest.mark.timeout(600)
 
 EPOCHS = 150
-
-
-@pytest.fixture
-def small(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(data_dir=tmp_path / "data", home=tmp_path / "home", up_args=["--node-cpu", "4"])
-    srv.home.mkdir()
-    srv.start()
-    yield srv
-    for job in srv.json("get", "jobs")["items"]:
-        srv.cli("kill", job["name"], "--grace", "1", check=False)
-    srv.stop()
 
 
 def _trainers(srv: Server, name: str) -> int:
