@@ -52,7 +52,9 @@ def test_the_adaptive_example_trains_at_the_batch_the_scheduler_grows(small: Ser
     # one trainer reports what it measures (the first report ~2 s after it starts training)
     _until("a report", lambda: _adaptive(small, "ada")["reports"] >= 1, timeout=120)
     one = _adaptive(small, "ada")
-    assert one["batch_size"] == INIT and one["noise_scale"] is not None and one["noise_scale"] > 0, one
+    # the scheduler may already have re-batched it on its one trainer (a batch-only resize, applied
+    # by the worker group at its next restart)
+    assert one["batch_size"] >= INIT and one["noise_scale"] is not None and one["noise_scale"] > 0, one
     small.cli("kill", "hold3", "--grace", "1")
     _until("4 trainers", lambda: small.job("ada")["trainers"]["desired"] == 4, timeout=120)
     job = small.wait_phase("ada", {"Succeeded", "Failed"}, timeout=400)
@@ -61,7 +63,7 @@ def test_the_adaptive_example_trains_at_the_batch_the_scheduler_grows(small: Ser
     state = job["adaptive"]
     events = [e["message"] for e in job["events"] if e["reason"] == "BatchSize"]
     grown = [
-        int(m[1]) for m in (re.match(rf"global batch {INIT} -> (\d+) on 4 trainers", e) for e in events) if m
+        int(m[1]) for m in (re.match(r"global batch \d+ -> (\d+) on 4 trainers", e) for e in events) if m
     ]
     assert grown and grown[-1] > INIT, events  # the batch grew with the trainers
     assert (state["batch_size"], state["trainers"]) == (grown[-1], 4), (state, events)
