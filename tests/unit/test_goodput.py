@@ -115,3 +115,11 @@ def test_fit_with_little_to_go_on() -> None:
     # no single-replica report: the compute line over all, the sync borrowed across node counts
     multi = FittedStepTime.fit([(2, 1, 10.0, 1.0), (2, 1, 20.0, 2.0)])
     assert multi is not None and multi.sync_net == multi.sync_local and math.isfinite(multi.per_sample)
+
+
+def test_a_noise_scale_that_is_not_finite_counts_as_unknown() -> None:
+    """A job reporting |G|^2 ~ 0 with a large variance must not get a negative or NaN goodput (it
+    would never leave the least-served queue) nor break JSON views."""
+    for bad in (math.inf, math.nan):
+        assert efficiency(bad, 32, 64) == efficiency(0.0, 32, 64) == 0.5
+        assert efficiency(bad, 32, 32) == 1.0

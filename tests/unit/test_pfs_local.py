@@ -14,6 +14,7 @@ import pytest
 from pfs_helpers import (
     CHUNK,
     HOME,
+    PUBLIC,
     SIZE,
     begin,
     blob,
@@ -229,4 +230,37 @@ def test_many_chunks_go_in_batches_of_grants(
     assert seen.count(("POST", "/pfs/local")) == 2  # 4 chunks: 3 + 1
     out = tmp_path / "m.out"
     fs.download_file(f"{HOME}/m.bin", out)
+    assert out.read_bytes() == data
+
+
+def test_hash_read_survives_a_file_shrinking_and_says_so(tmp_path: Path) -> None:
+    """The server's whole-file checksum reads with pread: a job truncating its owner's file while it
+    is hashed gives an error, not SIGBUS (a shared mapping of a shrinking file kills the process)."""
+    from paddlecloud.core.fileio import hash_range, hash_read
+
+    f = tmp_path / "f.bin"
+    f.write_bytes(os.urandom(3 << 20))
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        assert hash_read(fd, 4096, 2 << 20, piece=1 << 16) == hash_range(fd, 4096, 2 << 20)
+        os.truncate(f, 1 << 20)
+        with pytest.raises(ValueError, match="file ends before"):
+            hash_read(fd, 0, 2 << 20)
+    finally:
+        os.close(fd)
+
+
+def test_a_file_the_caller_may_not_write_downloads_over_http(
+    sock: PfsSocket, root: Client, alice: Client, tmp_path: Path
+) -> None:
+    """A descriptor handed over the socket can be reopened for writing (/proc/self/fd): a public file,
+    readable but not writable by alice, gets no grant; the download still works, over HTTP."""
+    data = blob(SIZE, seed=9)
+    fs_of(root).mkdir(f"{PUBLIC}/d", parents=True)
+    fs_of(root).upload_file(write(tmp_path / "pub.bin", data), f"{PUBLIC}/d/pub.bin")
+    with pytest.raises(PaddleCloudError) as err:
+        grant(alice, path=f"{PUBLIC}/d/pub.bin")
+    assert err.value.code == "not_supported"
+    out = tmp_path / "got.bin"
+    fs_of(alice).download_file(f"{PUBLIC}/d/pub.bin", out)  # refused the socket: over HTTP
     assert out.read_bytes() == data

@@ -107,10 +107,20 @@ class AdaptiveReport(Body):
         gt=0, le=86_400, allow_inf_nan=False, strict=True, description="seconds per optimizer step"
     )
     grad_sqr: float | None = Field(
-        None, ge=0, allow_inf_nan=False, strict=True, description="|G|^2 at the job's initial batch"
+        None,
+        ge=0,
+        le=1e30,
+        allow_inf_nan=False,
+        strict=True,
+        description="|G|^2 at the job's initial batch",
     )
     grad_var: float | None = Field(
-        None, ge=0, allow_inf_nan=False, strict=True, description="tr(Sigma) at the job's initial batch"
+        None,
+        ge=0,
+        le=1e30,
+        allow_inf_nan=False,
+        strict=True,
+        description="tr(Sigma) at the job's initial batch",
     )
     lr_gain: float | None = Field(
         None, ge=1, le=1e6, allow_inf_nan=False, strict=True, description="the LR gain applied now"

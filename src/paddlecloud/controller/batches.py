@@ -53,10 +53,12 @@ def new_state(spec: JobSpec) -> AdaptiveRow | None:
 
 
 def noise_scale(state: AdaptiveRow, init: int) -> float | None:
-    """The gradient noise scale in samples from the smoothed statistics (None: not measured)."""
+    """The gradient noise scale in samples from the smoothed statistics (None: not measured, or
+    not a finite number: a report of |G|^2 near 0 and a large variance says nothing usable)."""
     if state.grad_sqr is None or state.grad_var is None or state.grad_sqr <= 0:
         return None
-    return init * state.grad_var / state.grad_sqr
+    noise = init * state.grad_var / state.grad_sqr
+    return noise if math.isfinite(noise) and noise <= 1e15 else None
 
 
 def state_view(spec: JobSpec, state: AdaptiveRow | None) -> AdaptiveState | None:

@@ -42,7 +42,7 @@ from paddlecloud.api.files import ChecksumView, FileInfo, StorageUsage, UploadVi
 from paddlecloud.controller.metrics import PlatformMetrics
 from paddlecloud.controller.users import Identity
 from paddlecloud.core.checksum import PREFIX, ChunkedHasher, file_checksum
-from paddlecloud.core.fileio import hash_range
+from paddlecloud.core.fileio import hash_read
 from paddlecloud.core.pfspath import PfsPath, PfsPathError, parse_pfs_path
 from paddlecloud.core.quantity import human_bytes
 from paddlecloud.storage.base import Entry, FileStore, Kind, StorageError, StorageErrorKind, UploadState
@@ -281,7 +281,9 @@ class FileService:
 
     def checksum(self, who: Identity, text: str, chunk_size: int) -> ChecksumView:
         """The file's ``blake3c`` checksum: the one recorded with it when it is still current (at the
-        upload's commit, or by an earlier call), else each chunk hashed where it lies (mapped)."""
+        upload's commit, or by an earlier call), else each chunk hashed through ``pread``: jobs may
+        truncate their owner's files meanwhile, and a mapping of a shrinking file would kill the
+        server (SIGBUS)."""
         path = self.resolve(who, text, write=False)
         fd = self._do(path, lambda: self.store.open_read(path.key))
         try:
@@ -290,7 +292,12 @@ class FileService:
             recorded = self.store.recorded_checksum(fd)
             if recorded is not None and recorded.startswith(f"{PREFIX}:{chunk_size}:"):
                 return ChecksumView(path=text, size=size, checksum=recorded)
-            digests = [hash_range(fd, off, min(chunk_size, size - off)) for off in range(0, size, chunk_size)]
+            try:
+                digests = [hash_read(fd, o, min(chunk_size, size - o)) for o in range(0, size, chunk_size)]
+            except ValueError:  # shrunk while it was read (a job rewriting it)
+                raise InvalidInput(
+                    f"{path} changed while it was read; copy it again", code=ErrorCode.INVALID_REQUEST
+                ) from None
             checksum = file_checksum(chunk_size, digests)
             self.store.record_checksum(fd, checksum, before)
         finally:

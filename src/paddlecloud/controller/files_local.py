@@ -69,6 +69,16 @@ class LocalTransfers:
             self.files.upload_state(who, upload_id)  # the caller's own upload, or upload_not_found
         else:
             self.files.stat(who, str(path))  # readable by the caller, or forbidden / path_not_found
+            # A descriptor handed over can be reopened for writing through /proc/self/fd (the store's
+            # files belong to the server's uid, which sandboxed jobs map to): only files the caller
+            # may write anyway go this way; the rest (public, another user's shared data) over HTTP.
+            try:
+                self.files.resolve(who, str(path), write=True)
+            except Forbidden:
+                raise InvalidInput(
+                    "same-host downloads are offered for files you may write; the client uses HTTP",
+                    code=ErrorCode.NOT_SUPPORTED,
+                ) from None
         if self.address is None:
             raise InvalidInput(
                 "this server offers no same-host transfers; the client falls back to HTTP",

@@ -348,7 +348,7 @@ class Reconciler:
             try:
                 specs[key] = self.ctx.specs.get(row)
                 if row.phase == JobPhase.QUEUED:
-                    waiting.append(job_request(row, elastic, self.ctx.specs))
+                    waiting.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans))
             except Exception:  # an unreadable spec: the reconciler fails the job next cycle
                 continue
             ids[key] = row.id

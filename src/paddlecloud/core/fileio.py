@@ -3,6 +3,7 @@ and writeback steps (used by the local file store on the server and by the SDK o
 
     copy_range(src, dst, off, n)   copy_file_range in the kernel (pread/pwrite where it cannot)
     hash_range(fd, off, n)         BLAKE3 of the bytes where they lie (a shared read-only mapping)
+    hash_read(fd, off, n)          the same through pread, for files others may shrink meanwhile
     start_writeback(fd, off, n)    sync_file_range(WRITE): the disk starts now, the final fsync is short
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import blake3
 
-__all__ = ["copy_range", "hash_range", "start_writeback"]
+__all__ = ["copy_range", "hash_range", "hash_read", "start_writeback"]
 
 _PAGE = mmap.ALLOCATIONGRANULARITY
 _NO_COPY_FILE_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
@@ -39,6 +40,20 @@ def hash_range(fd: int, offset: int, length: int) -> str:
             return blake3.blake3(view[offset - start :]).hexdigest()
         finally:
             view.release()
+
+
+def hash_read(fd: int, offset: int, length: int, piece: int = 1 << 22) -> str:
+    """:func:`hash_range` through ``pread``, for a file another process may truncate meanwhile (a
+    mapping of it would raise SIGBUS and kill the process); ValueError when the file is shorter."""
+    h = blake3.blake3()
+    done = 0
+    while done < length:
+        data = os.pread(fd, min(piece, length - done), offset + done)
+        if not data:
+            raise ValueError(f"file ends before byte {offset + length}")
+        h.update(data)
+        done += len(data)
+    return h.hexdigest()
 
 
 def copy_range(src: int, dst: int, offset: int, length: int) -> None:

@@ -174,6 +174,8 @@ class _Scaler:
         (most fulfilled job first, never below a min) until it fits; if it cannot fit even so,
         nothing changes and the answer is False."""
         alloc, ledger = self.alloc, self.ledger
+        if ledger.problem(job, job.lo, pservers=True):  # earlier admissions of this cycle used the quota
+            return False
         alloc.begin()
         shed: list[JobRequest] = []
         heap: list[tuple[float, int, int, int, int]] | None = None

@@ -192,6 +192,7 @@ class _Run:
                 req=req, work=w, left=max(w.left, 0.0), attained=req.attained,
                 placement=tuple(p for p in req.placement if p.role == "trainer"),
                 pservers=tuple(p for p in req.placement if p.role != "trainer"),
+                batch=req.batch_size,
                 first_start=snap.now if req.key in running else None, paused_until=w.paused_until,
                 resized_at=req.resized_at,
             )  # fmt: skip
@@ -241,12 +242,14 @@ class _Run:
     def _request(self, key: str) -> JobRequest:
         job = self.jobs[key]
         req = job.req
-        same = req.placement is job.held and req.resized_at == job.resized_at
+        batch = job.batch if req.batches and job.n else 0  # the batch it trains at (as the simulator's)
+        same = req.placement is job.held and req.resized_at == job.resized_at and req.batch_size == batch
         if same and req.attained == job.attained:
             return req
         job.req = _with(
-            req, attained=job.attained, placement=job.held, running=job.n, resized_at=job.resized_at
-        )
+            req, attained=job.attained, placement=job.held, running=job.n, resized_at=job.resized_at,
+            batch_size=batch,
+        )  # fmt: skip
         return job.req
 
     def progress(self, end: float) -> Basis | None:

@@ -66,7 +66,10 @@ class AdaptiveBatch:
 
 
 def efficiency(noise: float, init: float, batch: float) -> float:
-    """Examples at ``batch`` worth this many examples at ``init`` (1 at ``batch == init``)."""
+    """Examples at ``batch`` worth this many examples at ``init`` (1 at ``batch == init``); a noise
+    scale that is not a positive finite number counts as unknown."""
+    if not noise < math.inf:  # inf or NaN: unknown, as 0
+        noise = 0.0
     if batch <= init:
         return 1.0 if noise <= 0 else (noise + init) / (noise + batch)
     if noise <= 0:
@@ -165,7 +168,7 @@ class GoodputModel:
                 if g > best_g:
                     best_b, best_g = b, g
             batches.append(best_b)
-            speedup.append(best_g / base if base > 0 else float(n))
+            speedup.append(max(best_g, 0.0) / base if base > 0 else float(n))
         return GoodputTable(tuple(batches), tuple(speedup))
 
 
