@@ -75,9 +75,11 @@ def test_submit_wait_never_hides_a_traceback(server: Server, tmp_path: Path) -> 
 
 
 def _watch(server: Server, *args: str, stdout: int | None = subprocess.PIPE) -> subprocess.Popen[str]:
+    # Ctrl-C must reach it even when the tests run with SIGINT ignored (a shell's background job)
     return subprocess.Popen(
         [PADDLECLOUD, *args, "--interval", "0.5"],
         stdout=stdout, stderr=subprocess.PIPE, text=True, env=server.env, cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
 
