@@ -305,12 +305,12 @@ def abandon(user: User, path: str, size: int, chunk: int) -> None:
 
 class Watcher:
     """Lists a directory over and over (HTTP every few ms, and ``pfs ls`` as fast as it starts) and
-    records every entry seen as (how, name, size, when)."""
+    records every entry seen as (how, name, size, when the listing started, when it answered)."""
 
     def __init__(self, user: User, remote_dir: str) -> None:
         self.user, self.dir = user, remote_dir
         self.http_polls = self.cli_polls = 0
-        self.seen: list[tuple[str, str, int, float]] = []
+        self.seen: list[tuple[str, str, int, float, float]] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._threads = [
@@ -329,8 +329,9 @@ class Watcher:
             t.join(timeout=60)
 
     def _record(self, how: str, items: list[dict[str, Any]], started: float) -> None:
+        ended = time.monotonic()
         for i in items:
-            self.seen.append((how, i["path"].rsplit("/", 1)[-1], int(i["size"]), started))
+            self.seen.append((how, i["path"].rsplit("/", 1)[-1], int(i["size"]), started, ended))
 
     def _http(self) -> None:
         with self.user.http() as http:
@@ -405,8 +406,9 @@ def test_interrupted_upload_resumes_and_is_never_listed_partially(
     assert watch.http_polls > 50 and watch.cli_polls >= 2, (watch.http_polls, watch.cli_polls)
 
     sightings = [s for s in watch.seen if s[1] == name]
-    # never listed before the resumed copy started; when listed, always whole
-    assert [s for s in sightings if s[3] < resumed_at] == []
+    # never listed by a listing that answered before the resumed copy started (a `pfs ls` that
+    # started before it may answer after it ended); when listed, always whole
+    assert [s for s in sightings if s[4] < resumed_at] == []
     assert sightings, "the watcher never saw the finished file"
     assert {s[2] for s in sightings} == {size}
     assert {s[0] for s in sightings} == {"http", "cli"}

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from paddlecloud.api.adaptive import BatchSpec
+from paddlecloud.backends.samplesets import SampleSetRef
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
@@ -80,6 +81,9 @@ class Capability(StrEnum):
     #: ``JobLaunch.package`` (a path on the server's machine) is not readable where they run. The
     #: platform then needs an ``api_url`` the workers reach (``up --api-url``)
     FETCH_PACKAGE = "fetch-package"
+    #: SampleSets (data sets cached on the nodes, ``backends.samplesets``): the backend has a
+    #: ``samplesets`` attribute (a ``SampleSetBackend``) and binds ``JobLaunch.sampleset``
+    SAMPLESETS = "samplesets"
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,9 @@ class JobLaunch:
     #: adaptive-batch jobs: the spec's batch settings (Kubernetes writes them into the TrainingJob);
     #: the workers' variables are in ``env`` already (``PADDLECLOUD_BATCH_SIZE``, ...)
     batch: BatchSpec | None = None
+    #: the SampleSet the job reads (``SAMPLESETS`` backends): each worker sees its node's mount
+    #: read-only at ``PADDLECLOUD_SAMPLESET_DIR``
+    sampleset: SampleSetRef | None = None
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)
