@@ -363,7 +363,8 @@ class Volume:
 
     def warmup(self, mountpoint: Path, path: str, progress: Callable[[int, int], None]) -> None:
         """Fill the cache of the mount at ``mountpoint`` with ``path`` (relative; "" whole volume).
-        ``progress(done, total)``: bytes added to its block cache of the bytes under ``path``."""
+        ``progress(done, total)``: bytes added to its block cache of the bytes under ``path``.
+        Then walks ``path`` through the mount once, so that the kernel holds its metadata too."""
         target = self._target(mountpoint, path)
         files, total = self._usage(target)
         counter = "juicefs_blockcache_bytes"
@@ -374,6 +375,10 @@ class Volume:
             progress(max(0, min(total, _stat_counter(mountpoint, counter) - start)), total)
 
         self._watch(["warmup", "--threads", "50", str(target)], _budget(files, total), tick)
+        if target.is_dir():  # and the kernel's entry and attribute caches (kept for an hour on a
+            for f in _files(target):  # read-only mount): a first epoch then makes no lookups
+                with contextlib.suppress(OSError):
+                    os.lstat(f)
         progress(total, total)
 
     def evict(self, mountpoint: Path, path: str) -> None:
