@@ -47,6 +47,9 @@ def test_sync_copies_every_file_and_mirrors_removals(vol: Volume, tmp_path: Path
     admin = tmp_path / "admin"
     vol.mount(admin, tmp_path / "admin-cache", 0, read_only=False)
     vol.mount(admin, tmp_path / "admin-cache", 0, read_only=False)  # idempotent
+    assert vol.usage(admin) == (0, 0)
+    (admin / "tiny").write_bytes(b"12")  # juicefs prints lengths below 1 KiB without "(N Bytes)"
+    assert vol.usage(admin) == (1, 2)
     seen: list[tuple[int, int]] = []
     vol.sync(src, admin, lambda done, total: seen.append((done, total)))
 

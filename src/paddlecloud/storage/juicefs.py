@@ -408,10 +408,11 @@ class Volume:
             return 1, target.stat().st_size
         out = self._run(["info", "-r", str(target)])
         files = re.search(r"^\s*files: (\d+)", out, re.MULTILINE)
-        length = re.search(r"^\s*length: .*?\((\d+) Bytes\)", out, re.MULTILINE)
+        # "length: 48.46 MiB (50819200 Bytes)", or below 1 KiB just "length: 2 Bytes"
+        length = re.search(r"^\s*length: (?:.*?\((\d+) Bytes\)|(\d+) Bytes)$", out, re.MULTILINE)
         if files is None or length is None:
             raise JuiceFSError(f"juicefs info printed no files/length for {target}: {out[-300:]}")
-        return int(files.group(1)), int(length.group(1))
+        return int(files.group(1)), int(length.group(1) or length.group(2))
 
     @staticmethod
     def _target(mountpoint: Path, path: str) -> Path:
