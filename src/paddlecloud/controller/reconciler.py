@@ -18,6 +18,10 @@ nodes of each snapshot, it is not offered to the policy, and the jobs whose admi
 are held out of the queue meanwhile (they would otherwise look unplaceable and make the policy
 preempt again). Then it is Queued again.
 
+A queued job naming a SampleSet (``controller/samplesets.py``) waits out of the queue until it is
+Ready (reason ``SampleSetNotReady``, with what it waits for); once it is, its request carries the
+nodes holding the cache, which placement prefers.
+
 A backend call about one job that raises (``adopt``, ``sync``, ``stop``, also a preemption's stop in
 the background) fails that job alone (``controller.confine``), as does a queued job whose stored spec
 cannot be read: the cycle goes on with the other jobs. A transient error (``BackendUnavailable``)
@@ -56,6 +60,7 @@ from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
 from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
+from paddlecloud.controller.sampleset_records import readiness
 from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
 from paddlecloud.core.resources import Resources
@@ -73,6 +78,8 @@ HOLDING = (*ACTIVE, JobPhase.PREEMPTING)
 #: it holds but is no longer the policy's to grow, shrink or preempt (a trainer added then would
 #: never run and turn its success into a failure)
 STOPPING = "Stopping"
+#: the reason of a queued job held back until the SampleSet it names is Ready
+SAMPLESET_NOT_READY = "SampleSetNotReady"
 
 
 def _counts(status: JobStatus, role: str, names: set[str]) -> RoleCounts:
@@ -389,11 +396,22 @@ class Reconciler:
         )
 
     def _requests(self, s: Session, queued: Sequence[JobRow], elastic: bool) -> tuple[JobRequest, ...]:
-        """The queued jobs as the scheduler sees them; one whose stored spec cannot be read fails."""
+        """The queued jobs as the scheduler sees them; one whose stored spec cannot be read fails.
+        A job whose SampleSet is not Ready waits out of the queue (``SampleSetNotReady``); the others
+        naming one carry the nodes that hold its cache."""
         out = []
+        named = {(r.user, str(r.spec["sampleset"])) for r in queued if r.spec.get("sampleset")}
+        samplesets = readiness(s, named)
         for row in queued:
+            found = samplesets.get((row.user, str(row.spec.get("sampleset"))))
+            if found is not None and not found.ready:
+                if row.reason != SAMPLESET_NOT_READY:
+                    self.ctx.event(row, "Normal", SAMPLESET_NOT_READY, found.message)
+                row.reason, row.message = SAMPLESET_NOT_READY, found.message
+                continue
+            caches = found.cache_nodes if found is not None else frozenset()
             try:
-                out.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans))
+                out.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans, caches))
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.INVALID_SPEC, "reading the job's spec", exc)
                 s.commit()
