@@ -272,9 +272,10 @@ class SampleSetService:
         try:
             n = parse_memory(text)
         except QuantityError as exc:
-            raise InvalidInput(f"cache_size: {exc}", field="cache_size") from None
+            raise InvalidInput(f"cache_size: {exc}", code=ErrorCode.INVALID_REQUEST, field="cache_size") from None
         if n < 2**20:
-            raise InvalidInput(f"cache_size {text!r} is under 1Mi (the cache's unit)", field="cache_size")
+            raise InvalidInput(f"cache_size {text!r} is under 1Mi (the cache's unit)",
+                               code=ErrorCode.INVALID_REQUEST, field="cache_size")  # fmt: skip
         return n
 
     def _new_job(self, set_id: int, kind: SampleJobKind, path: str, now: float) -> SampleJobRow:
