@@ -14,20 +14,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from memory_platform import GI, MemoryWorld
 
 from paddlecloud.api.errors import ErrorCode, PaddleCloudError
 from paddlecloud.api.samplesets import SampleSetPhase
 from paddlecloud.backends.base import Capability, NodeInfo
+from paddlecloud.backends.errors import JobRejected
 from paddlecloud.backends.memory.backend import ALL
 from paddlecloud.backends.memory.samplesets import MemorySampleSets
 from paddlecloud.backends.samplesets import SampleSetRef, SampleTask, SampleTaskKind
-from paddlecloud.backends.errors import JobRejected
 from paddlecloud.client import Client
 from paddlecloud.controller.quotas import set_storage_quota
 from paddlecloud.core.phases import JobPhase
 from paddlecloud.core.resources import Resources
-
-from memory_platform import GI, MemoryWorld
 
 pytestmark = pytest.mark.timeout(60)
 
