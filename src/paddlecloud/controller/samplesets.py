@@ -272,7 +272,9 @@ class SampleSetService:
         try:
             n = parse_memory(text)
         except QuantityError as exc:
-            raise InvalidInput(f"cache_size: {exc}", code=ErrorCode.INVALID_REQUEST, field="cache_size") from None
+            raise InvalidInput(
+                f"cache_size: {exc}", code=ErrorCode.INVALID_REQUEST, field="cache_size"
+            ) from None
         if n < 2**20:
             raise InvalidInput(f"cache_size {text!r} is under 1Mi (the cache's unit)",
                                code=ErrorCode.INVALID_REQUEST, field="cache_size")  # fmt: skip
