@@ -114,12 +114,11 @@ def _job_command(kind: str, help_text: str, path_arg: str | None = None) -> clic
             f"sampleset {name}: {kind}{where} queued as job {job.id} (see: paddlecloud sampleset jobs {name})"
         )
 
-    cmd = click.command(kind, help=help_text)(run)
-    if path_arg == "required":
-        cmd = click.argument("path")(cmd)
-    elif path_arg == "optional":
-        cmd = click.argument("path", required=False, default="")(cmd)
-    return click.argument("name")(cmd)
+    params: list[click.Parameter] = [click.Argument(["name"])]
+    if path_arg is not None:
+        optional = {} if path_arg == "required" else {"required": False, "default": ""}
+        params.append(click.Argument(["path"], **optional))  # type: ignore[arg-type]
+    return click.Command(kind, callback=run, params=params, help=help_text)
 
 
 sampleset.add_command(_job_command("sync", "Copy the source folder into NAME again (new and changed files)."))
