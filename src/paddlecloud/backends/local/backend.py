@@ -60,13 +60,14 @@ from paddlecloud.backends.base import (
     NodeInfo,
     WorkerStatus,
 )
-from paddlecloud.backends.errors import JobRejected, NotSupported
+from paddlecloud.backends.errors import BackendError, JobRejected, NotSupported
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.nodes import NodeShape, make_nodes
 from paddlecloud.backends.local.ports import PortAllocator, is_listening
 from paddlecloud.backends.local.process import WorkerProc, kill_leftovers, stop_group, watch_exit
 from paddlecloud.backends.local.restarts import RestartBook
+from paddlecloud.backends.local.samplesets import LocalSampleSets
 from paddlecloud.backends.local.sandbox import (
     ConfinementError,
     JobJail,
@@ -76,6 +77,7 @@ from paddlecloud.backends.local.sandbox import (
     worker_base_env,
 )
 from paddlecloud.backends.local.settings import LocalSettings
+from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
@@ -137,6 +139,8 @@ class _Job:
     lock: threading.RLock = field(default_factory=threading.RLock)
     stopper: threading.Thread | None = None
     prepared: threading.Event = field(default_factory=threading.Event)
+    #: node -> the mount of the job's SampleSet there (read-only at PADDLECLOUD_SAMPLESET_DIR)
+    sampleset_mounts: dict[str, Path] = field(default_factory=dict)
 
     def role(self, role: str) -> list[WorkerProc]:
         return [w for w in self.workers.values() if w.role == role]
@@ -160,6 +164,7 @@ class LocalBackend:
             Capability.LOGS_PREVIOUS,
             Capability.LOGS_FOLLOW,
             Capability.FIXED_CAPACITY,
+            Capability.SAMPLESETS,
         }
     )
 
@@ -177,6 +182,8 @@ class LocalBackend:
             config.isolation, self._pythonpath, gpus=self._gpu_machine, private=(config.root, *config.private)
         )
         self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
+        #: SampleSets: a JuiceFS mount per emulated node (``samplesets.py``)
+        self.samplesets = LocalSampleSets(config.root / "samplesets", [n.name for n in self._nodes])
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -235,6 +242,10 @@ class LocalBackend:
         if job.stage == Stage.PREPARING:
             self._prepare_async(job)
         else:
+            try:  # mounted again after the restart (running workers keep the view they had)
+                self._attach_sampleset(job)
+            except BackendError as exc:
+                log.warning("%s: SampleSet not mounted again: %s", launch.key, exc)
             self._envs.pin(self._requirements(job), launch.key)  # in use until its processes end
             job.env_dir = self._envs.path_for(self._requirements(job))
             job.prepared.set()
@@ -333,6 +344,7 @@ class LocalBackend:
             job = self._jobs.pop(key, None)
         if job is not None:
             self._ports.release(job.ports)
+        self.samplesets.detach(key)
         shutil.rmtree(self._job_dir(key), ignore_errors=True)
 
     def confinement(self) -> Confinement:
@@ -344,6 +356,7 @@ class LocalBackend:
         for job in jobs:
             if job.stopper is not None:
                 job.stopper.join(timeout=self.config.cleanup_grace + 5)
+        self.samplesets.close()  # mounted again by the controller's ensure after a restart
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -460,8 +473,12 @@ class LocalBackend:
             jail = self._jail(job)
             if jail is not None:
                 jail.check()  # every place the workers will see can be bound
+            self._attach_sampleset(job)
         except (ArchiveError, EnvBuildError, OSError, ConfinementError) as exc:
             job.failure = f"preparing the job failed: {exc}"
+        except BackendError as exc:  # the SampleSet cannot be mounted
+            ref = job.launch.sampleset
+            job.failure = f"mounting the SampleSet {ref.name if ref else ''} failed: {exc}"
         except Exception as exc:  # never leave a job Starting forever: fail it with the cause
             log.exception("preparing %s failed", job.launch.key)
             job.failure = f"preparing the job failed: {type(exc).__name__}: {exc}"
@@ -588,6 +605,16 @@ class LocalBackend:
             job.stage = Stage.DONE
             self._ports.release(job.ports)
             self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
+            self.samplesets.detach(job.launch.key)  # its mounts may be unmounted from now on
+
+    def _attach_sampleset(self, job: _Job, nodes: tuple[str, ...] = ()) -> None:
+        """Mount the job's SampleSet on its workers' nodes (and ``nodes``) and keep it mounted
+        while the job runs; BackendError when it cannot be."""
+        ref = job.launch.sampleset
+        if ref is not None:
+            with job.lock:
+                want = {w.node for w in job.workers.values()} | set(nodes) | set(job.sampleset_mounts)
+            job.sampleset_mounts = self.samplesets.attach(ref, job.launch.key, sorted(want))
 
     def _jail(self, job: _Job) -> JobJail | None:
         """What the job's workers are confined to (None: isolation none)."""
@@ -619,6 +646,10 @@ class LocalBackend:
         for w in workers:
             if not w.cwd.exists():  # added after the package was copied for the others
                 shutil.copytree(job.dir / "package", w.cwd, symlinks=True)
+            if job.launch.sampleset is not None and w.command is None:
+                if w.node not in job.sampleset_mounts:  # added on a node it was not mounted on
+                    self._attach_sampleset(job, (w.node,))
+                w.sampleset = job.sampleset_mounts[w.node]  # bound read-only in its sandbox
             if w.command is not None:  # a platform helper: no user contract, never on GPUs
                 w.spawn(w.command, {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, now, jail)
                 watch_exit(w, self._wake)
@@ -630,7 +661,8 @@ class LocalBackend:
                 files=job.launch.files, api=job.launch.api, trainer_range=job.launch.trainer_range,
                 membership_file=str(job.dir / "contract" / "membership.json"),
             )  # fmt: skip
-            w.spawn(job.launch.entry, {**base, **worker_env(ctx)}, now, jail)
+            extra = {SAMPLESET_DIR_ENV: str(w.sampleset)} if w.sampleset is not None else {}
+            w.spawn(job.launch.entry, {**base, **worker_env(ctx), **extra}, now, jail)
             watch_exit(w, self._wake)
 
     def _statuses(self, job: _Job) -> tuple[WorkerStatus, ...]:

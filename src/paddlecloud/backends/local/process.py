@@ -76,6 +76,8 @@ class WorkerProc:
     restart_at: float | None = None
     #: this run's ``RUN_TAG`` value, set when it is spawned
     tag: str | None = None
+    #: the mount of its job's SampleSet on its node (read-only at PADDLECLOUD_SAMPLESET_DIR)
+    sampleset: Path | None = None
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -96,7 +98,7 @@ class WorkerProc:
         """Its folders and its run's host name (for a sandbox)."""
         return WorkerDirs(
             cwd=self.cwd, status=self.status_dir, tmp=self.run_dir.parent / "tmp" / self.name,
-            hostname=f"{self.name}-{(self.tag or '')[:8]}",
+            hostname=f"{self.name}-{(self.tag or '')[:8]}", sampleset=self.sampleset,
         )  # fmt: skip
 
     @property

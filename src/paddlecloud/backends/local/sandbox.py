@@ -11,7 +11,7 @@ A sandboxed worker is one ``bwrap`` process tree in namespaces of its own::
         --bind TMP /tmp --ro-bind /usr ... (the system, selected /etc files, generated passwd, group
         and hosts, the base Python, the job's environment, the runtime shim, the job's contract/)
         --bind-fd HOME  --ro-bind-fd PUBLIC  [--ro-bind-fd INPUT] [--bind-fd OUTPUT]
-        --bind CWD --bind STATUS_DIR --remount-ro / --chdir CWD
+        --bind CWD --bind STATUS_DIR [--ro-bind SAMPLESET_MOUNT] --remount-ro / --chdir CWD
         -- ENV/bin/python -m paddlecloud.runtime.launcher --status STATUS_DIR/exit.json --cwd CWD ENTRY
 
 Nothing else of the host exists inside: not the data dir (database, logs, pid files, other jobs),
@@ -150,6 +150,9 @@ class WorkerDirs:
     tmp: Path
     hostname: str = "paddlecloud"
     address: str = "127.0.0.1"
+    #: the mount of the job's SampleSet on the worker's node, bound read-only at its own path
+    #: (``PADDLECLOUD_SAMPLESET_DIR``); a platform mount, so bound by name
+    sampleset: Path | None = None
 
 
 # -- paths reached without following links ---------------------------------------------------------
@@ -528,6 +531,8 @@ class JobJail:
         for folder in self.shared:
             binds += ["--ro-bind-try", str(folder), str(folder)]  # absent for runs of older versions
         binds += ["--bind", str(dirs.cwd), str(dirs.cwd), "--bind", str(dirs.status), str(dirs.status)]
+        if dirs.sampleset is not None:
+            binds += ["--ro-bind", str(dirs.sampleset), str(dirs.sampleset)]
         binds += ["--die-with-parent"] if self.die_with_parent else []
         with self.sandbox._command(self.user, dirs, binds, list(self.data), argv) as cmd:
             yield cmd

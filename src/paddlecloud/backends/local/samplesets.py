@@ -1,0 +1,373 @@
+"""SampleSets on the local backend: one JuiceFS volume per SampleSet, mounted once per emulated node.
+
+Layout under ``<cluster>/samplesets/<uid>/`` (the volume's root, ``storage.juicefs.Volume``)::
+
+    meta.db, objects/, logs/     the volume (SQLite metadata, file objects) and its mount logs
+    admin/                       the writable mount: syncs and rmr go through it (no block cache)
+    nodes/<node>/mnt             each node's read-only mount: what that node's workers see at
+    nodes/<node>/cache           PADDLECLOUD_SAMPLESET_DIR, and its block cache (capped at
+                                 ``ref.cache_size``)
+
+Flow (``backends.samplesets`` has the contract)::
+
+    controller ──ensure(ref)──▶ format once, mount admin + ref.nodes (unmount nodes dropped, unless
+                                a job uses them)
+               ──start_task──▶ a worker thread per task, one at a time per SampleSet (its lock):
+                                sync (admin), warmup / clear (every node mount), rmr (admin); after
+                                a sync or rmr, idle node mounts are remounted to see the new tree
+               ──task_status / status──▶ from memory / from the volume and the cache dirs
+               ──delete──▶ cancel the task, unmount everything below the folder, remove it
+    LocalBackend.start ──attach(ref, job, nodes)──▶ {node: mount} (mounted if missing, pinned
+                                until ``detach(job)``);  LocalBackend.close ──close()──▶ unmount all
+
+Task status lives in memory: after a server restart an unknown id is FAILED and the controller
+issues the task again. Mounting is refused at once (``SampleSetsUnavailable``) where there is no
+FUSE device or no juicefs binary; a mount that fails is ``BackendUnavailable`` (tried again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paddlecloud.backends.errors import BackendUnavailable
+from paddlecloud.backends.samplesets import (
+    NodeCache,
+    SampleSetRef,
+    SampleSetStatus,
+    SampleSetsUnavailable,
+    SampleTask,
+    SampleTaskKind,
+    SampleTaskState,
+    SampleTaskStatus,
+)
+from paddlecloud.storage.juicefs import (
+    FuseUnavailable,
+    JuiceFSError,
+    Volume,
+    cached_bytes,
+    check_fuse,
+    find_juicefs,
+    mounts_under,
+)
+
+__all__ = ["LocalSampleSets"]
+
+log = logging.getLogger("paddlecloud.backends.local.samplesets")
+
+#: how long delete and close wait for a cancelled task's thread
+_JOIN = 30.0
+
+
+class _Cancelled(Exception):
+    """Raised in a task's progress callback to stop its command (delete, close)."""
+
+
+@dataclass
+class _Task:
+    task: SampleTask
+    state: SampleTaskState = SampleTaskState.RUNNING
+    done: int = 0
+    total: int = 0
+    message: str = ""
+    thread: threading.Thread | None = None
+
+    def view(self) -> SampleTaskStatus:
+        return SampleTaskStatus(self.state, self.done, self.total, self.message)
+
+
+@dataclass
+class _Set:
+    """What this process knows of one SampleSet."""
+
+    ref: SampleSetRef
+    volume: Volume
+    formatted: bool = False
+    tasks: dict[str, _Task] = field(default_factory=dict)
+    #: held while a task runs (one at a time) and while mounts change
+    work: threading.Lock = field(default_factory=threading.Lock)
+    mounting: threading.RLock = field(default_factory=threading.RLock)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class LocalSampleSets:
+    """``SampleSetBackend`` of the local backend (``nodes``: the emulated nodes' names)."""
+
+    def __init__(self, root: Path, nodes: Iterable[str]) -> None:
+        self.root = root
+        self.nodes = tuple(nodes)
+        self._sets: dict[str, _Set] = {}
+        self._pins: dict[str, tuple[str, frozenset[str]]] = {}  # job key -> (uid, nodes)
+        self._lock = threading.Lock()
+
+    # -- paths -----------------------------------------------------------------------------------
+
+    def folder(self, uid: str) -> Path:
+        return self.root / uid
+
+    def admin(self, uid: str) -> Path:
+        return self.folder(uid) / "admin"
+
+    def mountpoint(self, uid: str, node: str) -> Path:
+        """Where ``node``'s workers see the SampleSet (its read-only mount)."""
+        return self.folder(uid) / "nodes" / node / "mnt"
+
+    def cache_dir(self, uid: str, node: str) -> Path:
+        return self.folder(uid) / "nodes" / node / "cache"
+
+    # -- the contract ----------------------------------------------------------------------------
+
+    def ensure(self, ref: SampleSetRef) -> None:
+        s = self._set(ref)
+        with s.mounting:
+            self._format(s)
+            self._mount_admin(s)
+            for node in self._known(ref.nodes):
+                self._mount_node(s, node)
+            for node in self._mounted_nodes(ref.uid) - set(ref.nodes) - self._pinned(ref.uid):
+                self._umount(s.volume, self.mountpoint(ref.uid, node))
+
+    def start_task(self, ref: SampleSetRef, task: SampleTask) -> None:
+        s = self._set(ref)
+        with self._lock:
+            if task.id in s.tasks:
+                return
+            t = s.tasks[task.id] = _Task(task)
+        t.thread = threading.Thread(target=self._run, args=(s, t), name=f"sampleset-{ref.uid}-{task.id}")
+        t.thread.daemon = True
+        t.thread.start()
+
+    def task_status(self, ref: SampleSetRef, task_id: str) -> SampleTaskStatus:
+        with self._lock:
+            s = self._sets.get(ref.uid)
+            t = s.tasks.get(task_id) if s is not None else None
+            if t is None:
+                return SampleTaskStatus(
+                    SampleTaskState.FAILED, message="this task is unknown here (the server restarted?)"
+                )
+            return t.view()
+
+    def status(self, ref: SampleSetRef) -> SampleSetStatus:
+        s = self._set(ref)
+        files = size = 0
+        nodes_up = sorted(self._mounted_nodes(ref.uid))
+        for mp in [self.admin(ref.uid)] + [self.mountpoint(ref.uid, n) for n in nodes_up]:
+            if s.volume.is_mounted(mp):
+                with contextlib.suppress(JuiceFSError):
+                    files, size = s.volume.usage(mp)
+                    break
+        nodes = []
+        for node in ref.nodes:
+            known = node in self.nodes
+            nodes.append(
+                NodeCache(
+                    node=node,
+                    mounted=known and s.volume.is_mounted(self.mountpoint(ref.uid, node)),
+                    cached_bytes=cached_bytes(self.cache_dir(ref.uid, node)),
+                    message="" if known else f"no node {node} in this cluster",
+                )
+            )
+        return SampleSetStatus(files=files, bytes=size, nodes=tuple(nodes))
+
+    def delete(self, ref: SampleSetRef) -> None:
+        s = self._set(ref)
+        s.cancel.set()
+        for t in list(s.tasks.values()):
+            if t.thread is not None:
+                t.thread.join(_JOIN)
+        with s.mounting:
+            for mp in mounts_under(self.folder(ref.uid)):
+                self._umount(s.volume, mp)
+            try:
+                s.volume.destroy()
+            except JuiceFSError as exc:
+                raise BackendUnavailable(str(exc)) from None
+            shutil.rmtree(self.folder(ref.uid), ignore_errors=True)
+        with self._lock:
+            self._sets.pop(ref.uid, None)
+            for key in [k for k, (uid, _) in self._pins.items() if uid == ref.uid]:
+                del self._pins[key]
+
+    # -- jobs and shutdown -----------------------------------------------------------------------
+
+    def attach(self, ref: SampleSetRef, job: str, nodes: Iterable[str]) -> dict[str, Path]:
+        """The mount each of ``nodes`` shows ``job``'s workers (mounted where missing), kept
+        mounted until :meth:`detach`. Raises ``SampleSetsUnavailable`` / ``BackendUnavailable``."""
+        wanted = frozenset(nodes)
+        with self._lock:
+            self._pins[job] = (ref.uid, wanted)
+        s = self._set(ref)
+        with s.mounting:
+            self._format(s)
+            for node in sorted(wanted):
+                self._mount_node(s, node)
+        return {node: self.mountpoint(ref.uid, node) for node in wanted}
+
+    def detach(self, job: str) -> None:
+        with self._lock:
+            self._pins.pop(job, None)
+
+    def close(self) -> None:
+        """Stop the running tasks and unmount every SampleSet (``ensure`` mounts them again)."""
+        with self._lock:
+            sets = list(self._sets.values())
+        for s in sets:
+            s.cancel.set()
+        for s in sets:
+            for t in list(s.tasks.values()):
+                if t.thread is not None:
+                    t.thread.join(_JOIN)
+        for mp in mounts_under(self.root):
+            with contextlib.suppress(JuiceFSError):
+                Volume(self.root, "close").umount(mp)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _set(self, ref: SampleSetRef) -> _Set:
+        with self._lock:
+            s = self._sets.get(ref.uid)
+            if s is None:
+                s = self._sets[ref.uid] = _Set(ref, Volume(self.folder(ref.uid), ref.uid))
+            s.ref = ref
+            return s
+
+    def _known(self, nodes: Iterable[str]) -> list[str]:
+        return [n for n in nodes if n in self.nodes]
+
+    def _pinned(self, uid: str) -> set[str]:
+        with self._lock:
+            return {n for u, nodes in self._pins.values() if u == uid for n in nodes}
+
+    def _mounted_nodes(self, uid: str) -> set[str]:
+        base = self.folder(uid) / "nodes"
+        return {mp.parent.name for mp in mounts_under(base) if mp.name == "mnt" and mp.parent.parent == base}
+
+    @staticmethod
+    def _format(s: _Set) -> None:
+        if s.formatted:
+            return
+        try:
+            check_fuse()
+            find_juicefs()
+        except FuseUnavailable as exc:
+            raise SampleSetsUnavailable(str(exc)) from None
+        try:
+            s.volume.format()
+        except JuiceFSError as exc:
+            raise BackendUnavailable(f"SampleSet {s.ref.key}: {exc}") from None
+        s.formatted = True
+
+    def _mount(self, s: _Set, mountpoint: Path, cache: Path, size: int, read_only: bool) -> None:
+        try:
+            s.volume.mount(mountpoint, cache, size, read_only=read_only)
+        except FuseUnavailable as exc:
+            raise SampleSetsUnavailable(str(exc)) from None
+        except JuiceFSError as exc:
+            raise BackendUnavailable(f"SampleSet {s.ref.key}: {exc}") from None
+
+    def _mount_admin(self, s: _Set) -> None:
+        uid = s.ref.uid
+        self._mount(s, self.admin(uid), self.folder(uid) / "admin-cache", 0, read_only=False)
+
+    def _mount_node(self, s: _Set, node: str) -> None:
+        uid = s.ref.uid
+        self._mount(
+            s, self.mountpoint(uid, node), self.cache_dir(uid, node), s.ref.cache_size, read_only=True
+        )
+
+    @staticmethod
+    def _umount(volume: Volume, mountpoint: Path) -> None:
+        try:
+            volume.umount(mountpoint)
+        except JuiceFSError as exc:
+            raise BackendUnavailable(str(exc)) from None
+
+    # -- tasks -----------------------------------------------------------------------------------
+
+    def _run(self, s: _Set, t: _Task) -> None:
+        with s.work:
+            try:
+                if s.cancel.is_set():
+                    raise _Cancelled
+                self._do(s, t)
+                t.state = SampleTaskState.SUCCEEDED
+            except _Cancelled:
+                t.state, t.message = SampleTaskState.FAILED, "cancelled (the SampleSet is being deleted)"
+            except (JuiceFSError, BackendUnavailable, SampleSetsUnavailable, OSError) as exc:
+                t.state, t.message = SampleTaskState.FAILED, str(exc)
+            except Exception as exc:  # never leave a task running forever: fail it with the cause
+                log.exception("SampleSet task %s of %s failed", t.task.id, s.ref.key)
+                t.state, t.message = SampleTaskState.FAILED, f"{type(exc).__name__}: {exc}"
+
+    @staticmethod
+    def _progress(s: _Set, t: _Task, index: int = 0, count: int = 1) -> Callable[[int, int], None]:
+        """A progress callback that stops the command once the SampleSet is being deleted;
+        ``index`` of ``count``: this step's place among equal ones (the same warmup per node)."""
+
+        def report(done: int, total: int) -> None:
+            if s.cancel.is_set():
+                raise _Cancelled
+            t.done, t.total = index * total + done, total * count
+
+        return report
+
+    def _do(self, s: _Set, t: _Task) -> None:
+        ref, kind, vol = s.ref, t.task.kind, s.volume
+        if kind in (SampleTaskKind.SYNC, SampleTaskKind.RMR):
+            with s.mounting:
+                self._format(s)
+                self._mount_admin(s)
+            if kind == SampleTaskKind.SYNC:
+                if not ref.source.is_dir():
+                    raise JuiceFSError(f"the source {ref.source} is not a folder")
+                vol.sync(ref.source, self.admin(ref.uid), self._progress(s, t))
+            else:
+                t.total = 1
+                vol.rmr(self.admin(ref.uid), t.task.path)
+                t.done = 1
+            self._refresh_nodes(s)
+            return
+        nodes = self._known(ref.nodes)
+        with s.mounting:
+            self._format(s)
+            for node in nodes:
+                self._mount_node(s, node)
+        for i, node in enumerate(nodes):
+            mnt = self.mountpoint(ref.uid, node)
+            if kind == SampleTaskKind.WARMUP:
+                vol.warmup(mnt, t.task.path, self._progress(s, t, index=i, count=len(nodes)))
+            else:
+                if s.cancel.is_set():
+                    raise _Cancelled
+                self._clear(s, node, t.task.path)
+                t.done, t.total = i + 1, len(nodes)
+
+    def _clear(self, s: _Set, node: str, path: str) -> None:
+        """Drop ``path`` ("" all) from ``node``'s cache: evict what the volume holds there; for the
+        whole cache, where blocks of files no longer in the volume remain and no job uses the
+        mount, wipe the cache dir under a fresh mount."""
+        uid = s.ref.uid
+        s.volume.evict(self.mountpoint(uid, node), path)
+        if path or cached_bytes(self.cache_dir(uid, node)) == 0 or node in self._pinned(uid):
+            return
+        with s.mounting:
+            self._umount(s.volume, self.mountpoint(uid, node))
+            shutil.rmtree(self.cache_dir(uid, node), ignore_errors=True)
+            self._mount_node(s, node)
+
+    def _refresh_nodes(self, s: _Set) -> None:
+        """Remount the idle node mounts (their metadata caches would show the old tree for an hour);
+        a mount a job uses keeps its view until the job ends."""
+        uid = s.ref.uid
+        with s.mounting:
+            for node in sorted(self._mounted_nodes(uid) - self._pinned(uid)):
+                started = time.monotonic()
+                self._umount(s.volume, self.mountpoint(uid, node))
+                self._mount_node(s, node)
+                log.debug("remounted %s on %s in %.1f s", uid, node, time.monotonic() - started)

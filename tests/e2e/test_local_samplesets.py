@@ -1,0 +1,216 @@
+"""SampleSets on the local backend (backends/local/samplesets.py) against real JuiceFS mounts: the
+lifecycle (ensure, sync, warmup, clear, rmr, delete), a machine without FUSE, and a sandboxed job
+that reads its SampleSet read-only at PADDLECLOUD_SAMPLESET_DIR and sees no other."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from paddlecloud.backends.base import Capability, JobLaunch
+from paddlecloud.backends.local import LocalBackend, LocalConfig, NodeShape
+from paddlecloud.backends.local.samplesets import LocalSampleSets
+from paddlecloud.backends.samplesets import (
+    SampleSetRef,
+    SampleSetsUnavailable,
+    SampleTask,
+    SampleTaskKind,
+    SampleTaskState,
+    SampleTaskStatus,
+)
+from paddlecloud.core.envcontract import ApiAccess
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler import WorkerPlacement
+from paddlecloud.storage.juicefs import FUSE_DEVICE_ENV, mounts_under
+from tests.e2e.juicefs_fixtures import digests, make_tree, unmounted_after
+
+MiB = 1 << 20
+NODES = ("node-0", "node-1")
+
+
+def _ref(source: Path, uid: str = "ss-1", nodes: tuple[str, ...] = NODES) -> SampleSetRef:
+    return SampleSetRef(key=f"alice/{uid}", owner="alice", name=uid, uid=uid, source=source,
+                        cache_size=64 * MiB, nodes=nodes)  # fmt: skip
+
+
+def _run(
+    sets: LocalSampleSets, ref: SampleSetRef, task: SampleTask, timeout: float = 120
+) -> SampleTaskStatus:
+    sets.start_task(ref, task)
+    sets.start_task(ref, task)  # the same id again changes nothing
+    deadline = time.monotonic() + 120
+    while (st := sets.task_status(ref, task.id)).state == SampleTaskState.RUNNING:
+        assert time.monotonic() < deadline, f"{task} still running: {st}"
+        time.sleep(0.1)
+    assert st.state == SampleTaskState.SUCCEEDED, st.message
+    return st
+
+
+@pytest.fixture
+def sets(tmp_path: Path) -> Iterator[LocalSampleSets]:
+    s = LocalSampleSets(tmp_path / "cluster" / "samplesets", NODES)
+    with unmounted_after(tmp_path):
+        try:
+            yield s
+        finally:
+            s.close()
+
+
+def test_lifecycle_sync_warmup_clear_rmr_delete(sets: LocalSampleSets, tmp_path: Path) -> None:
+    want = make_tree(tmp_path / "src", big=6 * MiB)
+    total = sum((tmp_path / "src" / p).stat().st_size for p in want)
+    ref = _ref(tmp_path / "src")
+    sets.ensure(ref)
+    sets.ensure(ref)  # idempotent
+    assert [(n.node, n.mounted, n.cached_bytes) for n in sets.status(ref).nodes] == [
+        ("node-0", True, 0),
+        ("node-1", True, 0),
+    ]
+
+    st = _run(sets, ref, SampleTask("sj-1", SampleTaskKind.SYNC))
+    assert (st.done, st.total) == (total, total)
+    status = sets.status(ref)
+    assert (status.files, status.bytes) == (len(want), total)
+    for node in NODES:  # every node mount shows the synced tree (remounted after the sync)
+        assert digests(sets.mountpoint(ref.uid, node)) == want
+
+    st = _run(sets, ref, SampleTask("sj-2", SampleTaskKind.WARMUP))
+    assert (st.done, st.total) == (2 * total, 2 * total)
+    for n in sets.status(ref).nodes:
+        assert total <= n.cached_bytes <= total * 1.1, n
+
+    st = _run(sets, ref, SampleTask("sj-3", SampleTaskKind.CLEAR))
+    assert (st.done, st.total) == (2, 2)
+    assert [n.cached_bytes for n in sets.status(ref).nodes] == [0, 0]
+
+    _run(sets, ref, SampleTask("sj-4", SampleTaskKind.RMR, "part-1"))
+    left = {p: d for p, d in want.items() if not p.startswith("part-1/")}
+    assert sets.status(ref).files == len(left)
+    for node in NODES:
+        assert digests(sets.mountpoint(ref.uid, node)) == left
+
+    sets.delete(ref)
+    assert mounts_under(sets.folder(ref.uid)) == []
+    assert not sets.folder(ref.uid).exists()
+    gone = sets.task_status(ref, "sj-4")
+    assert gone.state == SampleTaskState.FAILED and "unknown" in gone.message
+    sets.delete(ref)  # idempotent
+
+
+def test_ensure_follows_the_node_list_but_keeps_a_node_a_job_uses(
+    sets: LocalSampleSets, tmp_path: Path
+) -> None:
+    make_tree(tmp_path / "src", small=4, big=1000)
+    ref = _ref(tmp_path / "src")
+    sets.ensure(ref)
+    sets.attach(ref, "alice/job", ["node-1"])
+    sets.ensure(_ref(tmp_path / "src", nodes=("node-0",)))
+    assert [n.mounted for n in sets.status(ref).nodes] == [True, True]  # node-1: the job's
+    sets.detach("alice/job")
+    sets.ensure(_ref(tmp_path / "src", nodes=("node-0",)))
+    assert [n.mounted for n in sets.status(ref).nodes] == [True, False]
+    unknown = sets.status(_ref(tmp_path / "src", nodes=("node-0", "node-9"))).nodes[1]
+    assert not unknown.mounted and "node-9" in unknown.message
+
+
+def test_a_sync_of_a_missing_source_fails_with_the_reason(sets: LocalSampleSets, tmp_path: Path) -> None:
+    ref = _ref(tmp_path / "nowhere")
+    sets.ensure(ref)
+    sets.start_task(ref, SampleTask("sj-1", SampleTaskKind.SYNC))
+    deadline = time.monotonic() + 60
+    while (st := sets.task_status(ref, "sj-1")).state == SampleTaskState.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert st.state == SampleTaskState.FAILED and "nowhere" in st.message
+
+
+def test_without_fuse_ensure_is_refused_at_once(
+    sets: LocalSampleSets, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FUSE_DEVICE_ENV, str(tmp_path / "no-such-device"))
+    started = time.monotonic()
+    with pytest.raises(SampleSetsUnavailable, match="no-such-device"):
+        sets.ensure(_ref(tmp_path / "src"))
+    assert time.monotonic() - started < 1.0
+    assert mounts_under(tmp_path) == []
+
+
+# -- a job that names a SampleSet ------------------------------------------------------------------
+
+#: reads every file of its SampleSet, tries to write there, and looks for another SampleSet
+READER = """\
+import errno, hashlib, json, os, pathlib
+root = pathlib.Path(os.environ["PADDLECLOUD_SAMPLESET_DIR"])
+seen = {}
+for dirpath, _, files in os.walk(root):
+    for f in files:
+        p = pathlib.Path(dirpath) / f
+        seen[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+try:
+    (root / "mine").write_text("x")
+    write = "written"
+except OSError as exc:
+    write = errno.errorcode[exc.errno]
+me = os.environ["PADDLECLOUD_WORKER"]
+out = pathlib.Path(os.environ["PADDLECLOUD_OUTPUT_DIR"]) / (me + ".json")
+out.write_text(json.dumps({"root": str(root), "files": seen, "write": write,
+                           "other": os.path.exists(os.environ["OTHER"])}))
+"""
+
+
+def _package(path: Path) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        data = READER.encode()
+        info = tarfile.TarInfo("read.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_sandboxed_job_reads_its_sampleset_read_only_on_every_node(tmp_path: Path) -> None:
+    nodes = NodeShape(count=2, cpu_m=4000, memory=8 * 2**30)
+    backend = LocalBackend(
+        LocalConfig(root=tmp_path / "cluster", nodes=nodes, isolation="sandbox"), time.time, lambda: None
+    )
+    assert Capability.SAMPLESETS in backend.capabilities and backend.isolation.sandboxed
+    with unmounted_after(tmp_path):
+        try:
+            want = make_tree(tmp_path / "src", small=12, big=MiB)
+            ref = _ref(tmp_path / "src")
+            other = _ref(tmp_path / "src", uid="ss-2", nodes=("node-0",))  # someone else's
+            for r in (ref, other):
+                backend.samplesets.ensure(r)
+            _run(backend.samplesets, ref, SampleTask("sj-1", SampleTaskKind.SYNC))
+            out = tmp_path / "out"
+            launch = JobLaunch(
+                key="alice/reader", user="alice", name="reader", framework="none", entry="python read.py",
+                package=_package(tmp_path / "reader.tar.gz"), output_dir=out,
+                placement=(WorkerPlacement("trainer", 0, "node-0"), WorkerPlacement("trainer", 1, "node-1")),
+                api=ApiAccess("http://127.0.0.1:9", "pcj_test"), resources={"trainer": Resources(100, 2**26)},
+                package_path="/pfs/local/home/alice/jobs/reader/package.tar.gz", sampleset=ref,
+                env={"OTHER": str(backend.samplesets.mountpoint(other.uid, "node-0"))},
+            )  # fmt: skip
+            backend.start(launch)
+            deadline = time.monotonic() + 180
+            while not (status := backend.sync(launch.key)).finished:
+                assert time.monotonic() < deadline, status
+                time.sleep(0.2)
+            assert status.failure is None, (status.failure, [w.log_path for w in status.workers])
+            assert all(w.state == WorkerState.SUCCEEDED for w in status.workers)
+            for i, node in enumerate(NODES):
+                got = json.loads((out / f"trainer-{i}.json").read_text())
+                assert got["root"] == str(backend.samplesets.mountpoint(ref.uid, node))
+                assert got["files"] == want
+                assert got["write"] == "EROFS"
+                assert got["other"] is False  # another SampleSet's mount does not exist inside
+            backend.forget(launch.key)
+        finally:
+            backend.close()
+    assert mounts_under(tmp_path) == []
