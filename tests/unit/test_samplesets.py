@@ -378,6 +378,11 @@ def test_cache_nodes_are_those_caching_nine_tenths_of_it(world: MemoryWorld, tmp
     world.tick()
     snap, _plan = world.platform.reconciler.last or (None, None)
     assert snap is not None and snap.queue[0].cache_nodes == frozenset({"mem-1"})
+    # wherever it was placed, the job's node has the SampleSet mounted
+    job = alice.job("train")
+    assert job.phase in (JobPhase.STARTING, JobPhase.RUNNING), job.message
+    placed = {w.node for w in job.workers}
+    assert placed <= world.engine.volumes.volumes["ss-1"].mounted
     alice.sampleset_job("mnist", "clear")
     alice.sampleset_job("mnist", "warmup", "sub")  # 3,500 of 4,500 bytes: under 90 %
     settle(world)

@@ -6,7 +6,8 @@
     MemorySampleSets (one per backend; task states live here and are lost in a restart)
 
 Refuses what a real engine would (``JobRejected``): a task, status or job launch on a SampleSet
-never ``ensure``d (or not mounted where the job runs), a second task while one runs, an unknown
+never ``ensure``d (a job's nodes outside ``ref.nodes`` are mounted for it, as the local backend
+does), a second task while one runs, an unknown
 node, a source that is not a folder, a task path that is absolute or holds "..". ``unavailable``
 (a message) makes ``ensure`` raise ``SampleSetsUnavailable``, as a machine without FUSE does.
 Tasks end on the first ``task_status`` after they start, unless ``hold`` is set: the test then
@@ -41,6 +42,8 @@ class _Volume:
     files: dict[str, int] = field(default_factory=dict)
     mounted: set[str] = field(default_factory=set)
     cached: dict[str, int] = field(default_factory=dict)
+    #: nodes mounted for a job outside ``ref.nodes`` (kept mounted, as the local backend pins them)
+    attached: set[str] = field(default_factory=set)
 
     def size(self, path: str) -> int:
         if not path:
@@ -106,9 +109,9 @@ class MemorySampleSets:
                 raise JobRejected(f"source {ref.source} is not a folder")
             vol = self.store.volumes.setdefault(ref.uid, _Volume(ref))
             vol.ref = ref
-            for gone in vol.mounted - set(ref.nodes):
+            for gone in vol.mounted - set(ref.nodes) - vol.attached:
                 vol.cached.pop(gone, None)
-            vol.mounted = set(ref.nodes)
+            vol.mounted = set(ref.nodes) | vol.attached
 
     def start_task(self, ref: SampleSetRef, task: SampleTask) -> None:
         with self.store.lock:
@@ -196,15 +199,18 @@ class MemorySampleSets:
     # -- for the backend -------------------------------------------------------------------------
 
     def check_launch(self, launch: JobLaunch) -> Path | None:
-        """Where the job's workers would see the data; refuses a SampleSet not mounted where they run."""
+        """Where the job's workers would see the data: refuses a SampleSet never ensured or another
+        user's; mounts it (without cache) on the job's nodes outside ``ref.nodes``, as local does."""
         ref = launch.sampleset
         if ref is None:
             return None
         with self.store.lock:
             vol = self._volume(ref.uid)
-            missing = sorted({p.node for p in launch.placement} - vol.mounted)
-            if missing:
-                raise JobRejected(f"SampleSet {ref.key} is not mounted on {', '.join(missing)}")
+            if self.store.unavailable is not None:
+                raise JobRejected(self.store.unavailable)
+            extra = {p.node for p in launch.placement} - vol.mounted
+            vol.attached |= extra
+            vol.mounted |= extra
             if ref.owner != launch.user:
                 raise JobRejected(f"job of {launch.user} names {ref.owner}'s SampleSet {ref.name}")
         return Path("/memory/samplesets") / ref.uid
@@ -213,3 +219,4 @@ class MemorySampleSets:
         with self.store.lock:
             for vol in self.store.volumes.values():
                 vol.mounted.clear()
+                vol.attached.clear()
