@@ -66,7 +66,7 @@ from paddlecloud.controller.sampleset_records import (
 )
 from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.core.phases import TERMINAL_PHASES
-from paddlecloud.core.quantity import QuantityError, human_bytes, parse_memory
+from paddlecloud.core.quantity import QuantityError, human_memory, parse_memory
 from paddlecloud.store.tables import JobRow, SampleJobRow, SampleSetRow
 
 __all__ = ["SampleSetLoop", "SampleSetService", "check_job_path", "derive_phase"]
@@ -508,5 +508,5 @@ class SampleSetLoop:
         phase, message = derive_phase(jobs, mem.unavailable)
         if not message and row.cached_bytes:
             mounted = sum(1 for n in row.node_caches or [] if n.get("mounted"))
-            message = f"{human_bytes(row.cached_bytes)} cached on {mounted} node(s)"
+            message = f"{human_memory(row.cached_bytes)} cached on {mounted} node(s)"
         row.phase, row.message, row.updated_at = phase, message, self.ctx.clock.now()
