@@ -411,3 +411,13 @@ def test_a_job_without_a_sampleset_is_unchanged(world: MemoryWorld, tmp_path: Pa
     snap, _ = world.platform.reconciler.last or (None, None)
     assert snap is not None and snap.queue[0].cache_nodes == frozenset()
     assert "sampleset" not in alice.job("plain").spec.model_dump(exclude_none=True)
+
+
+def test_deleting_a_user_removes_their_samplesets(world: MemoryWorld) -> None:
+    alice = world.client("alice")
+    ready(world, alice)
+    admin = world.client("root", admin=True)
+    admin.delete_user("alice", force=True)
+    settle(world, 1)
+    assert ("delete", "ss-1") in engine(world).calls and "ss-1" not in world.engine.volumes.volumes
+    assert admin.samplesets(all_users=True) == []
