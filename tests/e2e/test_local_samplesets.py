@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from paddlecloud.backends.base import Capability, JobLaunch
+from paddlecloud.backends.errors import BackendUnavailable
 from paddlecloud.backends.local import LocalBackend, LocalConfig, NodeShape
 from paddlecloud.backends.local.samplesets import LocalSampleSets
 from paddlecloud.backends.samplesets import (
@@ -118,6 +119,23 @@ def test_ensure_follows_the_node_list_but_keeps_a_node_a_job_uses(
     assert [n.mounted for n in sets.status(ref).nodes] == [True, False]
     unknown = sets.status(_ref(tmp_path / "src", nodes=("node-0", "node-9"))).nodes[1]
     assert not unknown.mounted and "node-9" in unknown.message
+
+
+def test_close_unmounts_all_and_ensure_brings_the_data_back(sets: LocalSampleSets, tmp_path: Path) -> None:
+    want = make_tree(tmp_path / "src", small=6, big=1000)
+    ref = _ref(tmp_path / "src")
+    sets.ensure(ref)
+    _run(sets, ref, SampleTask("sj-1", SampleTaskKind.SYNC))
+    sets.close()  # the server stops
+    assert mounts_under(sets.root) == []
+    with pytest.raises(BackendUnavailable, match="not mounted"):
+        sets.status(ref)  # no zeros while nothing is mounted
+    again = LocalSampleSets(sets.root, NODES)  # the server starts again
+    try:
+        again.ensure(ref)
+        assert (again.status(ref).files, digests(again.mountpoint(ref.uid, "node-1"))) == (len(want), want)
+    finally:
+        again.close()
 
 
 def test_a_sync_of_a_missing_source_fails_with_the_reason(sets: LocalSampleSets, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 A :class:`Volume` is one JuiceFS file system kept entirely under its own folder::
 
-    <root>/meta.db           SQLite metadata (``sqlite3://<root>/meta.db``)
+    <root>/meta.db           SQLite metadata (``sqlite3://<root>/meta.db``, WAL)
     <root>/objects/<name>/   the data blocks (``--storage file``)
     <root>/logs/<tag>.log    one log per mount daemon (its tail is quoted when a mount fails)
 
@@ -74,8 +74,10 @@ JUICEFS_ENV = "PADDLECLOUD_JUICEFS"
 _SHORT = 60.0
 _MOUNT_WAIT = 20.0
 _UMOUNT = 15.0
-#: a sync or warmup may run for as long as moving its bytes at this slow rate takes (plus _SHORT)
+#: a sync or warmup may run for as long as moving its files and bytes at these slow rates takes
+#: (plus _SHORT): small files are bound by metadata operations, large ones by bytes
 _SLOW_RATE = 5 << 20
+_SLOW_FILES = 20
 _POLL = 1.0
 #: how long read-only mounts keep metadata and open files (seconds): data does not change under a job
 _RO_CACHE = "3600"
@@ -159,12 +161,19 @@ def _files(top: Path) -> Iterator[Path]:
                 yield Path(e.path)
 
 
-def _tree_bytes(top: Path) -> int:
-    total = 0
+def _tree_usage(top: Path) -> tuple[int, int]:
+    """(files, bytes) of the regular files under ``top``."""
+    files = total = 0
     for path in _files(top):
         with contextlib.suppress(OSError):
             total += path.stat(follow_symlinks=False).st_size
-    return total
+            files += 1
+    return files, total
+
+
+def _budget(files: int, size: int) -> float:
+    """Seconds a sync or warmup of ``files`` files of ``size`` bytes in all may take."""
+    return _SHORT + size / _SLOW_RATE + files / _SLOW_FILES
 
 
 def _unescape(field: str) -> str:
@@ -221,7 +230,10 @@ class Volume:
 
     @property
     def meta_url(self) -> str:
-        return f"sqlite3://{self.root / 'meta.db'}"
+        """SQLite in WAL mode (the mount daemons and commands of a volume share it: readers do not
+        wait for the writer) with ``synchronous=NORMAL`` (no fsync per transaction; the source of
+        truth is the user's PFS folder, a sync rebuilds the volume)."""
+        return f"sqlite3://{self.root / 'meta.db'}?_journal=WAL&_sync=NORMAL"
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -332,7 +344,7 @@ class Volume:
         changed files copied, files gone from ``source`` removed, links copied as links (never
         followed: a link in the source cannot pull in a file from elsewhere), special files skipped.
         ``progress(done, total)``: bytes written so far of the source's bytes."""
-        total = _tree_bytes(source)
+        files, total = _tree_usage(source)
         counter = "juicefs_fuse_written_size_bytes_sum"
         start = _stat_counter(mountpoint, counter)
         progress(0, total)
@@ -342,7 +354,7 @@ class Volume:
 
         args = ["sync", "--dirs", "--links", "--delete-dst", "--threads", "16"]
         args += [f"{source}/", f"{mountpoint}/"]
-        out = self._watch(args, _SHORT + total / _SLOW_RATE, tick)
+        out = self._watch(args, _budget(files, total), tick)
         m = re.search(r"failed: (\d+)", out)
         if m and int(m.group(1)):
             tail = _tail(self.root / "logs" / "sync.out", 4)
@@ -351,9 +363,10 @@ class Volume:
 
     def warmup(self, mountpoint: Path, path: str, progress: Callable[[int, int], None]) -> None:
         """Fill the cache of the mount at ``mountpoint`` with ``path`` (relative; "" whole volume).
-        ``progress(done, total)``: bytes added to its block cache of the bytes under ``path``."""
+        ``progress(done, total)``: bytes added to its block cache of the bytes under ``path``.
+        Then walks ``path`` through the mount once, so that the kernel holds its metadata too."""
         target = self._target(mountpoint, path)
-        total = self._usage(target)[1]
+        files, total = self._usage(target)
         counter = "juicefs_blockcache_bytes"
         start = _stat_counter(mountpoint, counter)
         progress(0, total)
@@ -361,14 +374,18 @@ class Volume:
         def tick() -> None:
             progress(max(0, min(total, _stat_counter(mountpoint, counter) - start)), total)
 
-        self._watch(["warmup", "--threads", "50", str(target)], _SHORT + total / _SLOW_RATE, tick)
+        self._watch(["warmup", "--threads", "50", str(target)], _budget(files, total), tick)
+        if target.is_dir():  # and the kernel's entry and attribute caches (kept for an hour on a
+            for f in _files(target):  # read-only mount): a first epoch then makes no lookups
+                with contextlib.suppress(OSError):
+                    os.lstat(f)
         progress(total, total)
 
     def evict(self, mountpoint: Path, path: str) -> None:
         """Drop ``path`` ("" everything) from the block cache of the mount at ``mountpoint``."""
         target = self._target(mountpoint, path)
-        total = self._usage(target)[1]
-        self._run(["warmup", "--evict", "--threads", "50", str(target)], timeout=_SHORT + total / _SLOW_RATE)
+        budget = _budget(*self._usage(target))
+        self._run(["warmup", "--evict", "--threads", "50", str(target)], timeout=budget)
 
     def rmr(self, mountpoint: Path, path: str) -> None:
         """Remove ``path`` (relative, not empty) from the volume mounted writable at ``mountpoint``."""
@@ -380,7 +397,7 @@ class Volume:
         if target.is_symlink() or not target.is_dir():
             target.unlink()
             return
-        self._run(["rmr", "--threads", "16", str(target)], timeout=_SHORT * 10)
+        self._run(["rmr", "--threads", "16", str(target)], timeout=_budget(*self._usage(target)))
 
     def usage(self, mountpoint: Path) -> tuple[int, int]:
         """(files, bytes) the volume holds (its directory statistics, through ``mountpoint``)."""

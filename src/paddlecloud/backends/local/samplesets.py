@@ -154,14 +154,18 @@ class LocalSampleSets:
             return t.view()
 
     def status(self, ref: SampleSetRef) -> SampleSetStatus:
+        """Raises ``BackendUnavailable`` while the volume exists but no mount of it answers (after
+        a restart, before ``ensure``): the caller keeps what it knew rather than zeros."""
         s = self._set(ref)
-        files = size = 0
+        usage: tuple[int, int] | None = None
         nodes_up = sorted(self._mounted_nodes(ref.uid))
         for mp in [self.admin(ref.uid)] + [self.mountpoint(ref.uid, n) for n in nodes_up]:
-            if s.volume.is_mounted(mp):
+            if usage is None and s.volume.is_mounted(mp):
                 with contextlib.suppress(JuiceFSError):
-                    files, size = s.volume.usage(mp)
-                    break
+                    usage = s.volume.usage(mp)
+        if usage is None and (self.folder(ref.uid) / "meta.db").exists():
+            raise BackendUnavailable(f"SampleSet {ref.key} is not mounted here yet (ensure mounts it)")
+        files, size = usage or (0, 0)
         nodes = []
         for node in ref.nodes:
             known = node in self.nodes
