@@ -496,7 +496,11 @@ class SampleSetLoop:
             job.done = job.total
 
     def _refresh(self, engine: SampleSetBackend, ref: SampleSetRef, row: SampleSetRow) -> None:
-        st = engine.status(ref)
+        try:
+            st = engine.status(ref)
+        except BackendUnavailable as exc:  # e.g. not mounted for now: the last figures stay
+            log.warning("SampleSet %s: status unavailable for now: %s", ref.key, exc)
+            return
         row.files, row.bytes = st.files, st.bytes
         row.node_caches = [
             {"node": n.node, "mounted": n.mounted, "cached_bytes": n.cached_bytes, "message": n.message}
