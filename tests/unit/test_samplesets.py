@@ -421,3 +421,17 @@ def test_deleting_a_user_removes_their_samplesets(world: MemoryWorld) -> None:
     settle(world, 1)
     assert ("delete", "ss-1") in engine(world).calls and "ss-1" not in world.engine.volumes.volumes
     assert admin.samplesets(all_users=True) == []
+
+
+def test_the_forecast_leaves_out_a_job_held_for_its_sampleset(world: MemoryWorld, tmp_path: Path) -> None:
+    alice = world.client("alice")
+    alice.create_sampleset("mnist", put_data(world, "alice", "data"))
+    world.submit(alice, "train", package(tmp_path), sampleset="mnist")
+    with world.platform.ctx.session() as s:
+        got = world.platform.reconciler.forecast_snapshot(s)
+    assert got is not None and [q.key for q in got[0].queue] == []
+    settle(world)
+    with world.platform.ctx.session() as s:
+        got = world.platform.reconciler.forecast_snapshot(s)
+    assert got is not None
+    assert [(q.key, q.cache_nodes) for q in got[0].queue] == [("alice/train", frozenset({"mem-0", "mem-1"}))]

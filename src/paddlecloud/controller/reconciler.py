@@ -60,7 +60,7 @@ from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
 from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
-from paddlecloud.controller.sampleset_records import readiness
+from paddlecloud.controller.sampleset_records import Readiness, readiness
 from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
 from paddlecloud.core.resources import Resources
@@ -91,6 +91,11 @@ def _counts(status: JobStatus, role: str, names: set[str]) -> RoleCounts:
         succeeded=sum(w.state == WorkerState.SUCCEEDED for w in ws),
         failed=sum(w.state in (WorkerState.FAILED, WorkerState.LOST) for w in ws),
     )
+
+
+def _samplesets(s: Session, queued: Sequence[JobRow]) -> dict[tuple[str, str], Readiness]:
+    """Whether the SampleSet each queued job names is Ready, by (owner, name)."""
+    return readiness(s, {(r.user, str(r.spec["sampleset"])) for r in queued if r.spec.get("sampleset")})
 
 
 class Reconciler:
@@ -350,12 +355,18 @@ class Reconciler:
             return None
         elastic = Capability.RESIZE in self.ctx.backend.capabilities
         specs, ids, waiting = {}, {}, []
+        samplesets = _samplesets(s, queued)
         for row in (*queued, *active):
             key = job_key(row.user, row.name)
+            queued_now = row.phase == JobPhase.QUEUED
+            found = samplesets.get((row.user, str(row.spec.get("sampleset")))) if queued_now else None
+            if found is not None and not found.ready:  # held out of the queue until it is Ready
+                continue
+            caches = found.cache_nodes if found is not None else frozenset()
             try:
                 specs[key] = self.ctx.specs.get(row)
                 if row.phase == JobPhase.QUEUED:
-                    waiting.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans))
+                    waiting.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans, caches))
             except Exception:  # an unreadable spec: the reconciler fails the job next cycle
                 continue
             ids[key] = row.id
@@ -400,8 +411,7 @@ class Reconciler:
         A job whose SampleSet is not Ready waits out of the queue (``SampleSetNotReady``); the others
         naming one carry the nodes that hold its cache."""
         out = []
-        named = {(r.user, str(r.spec["sampleset"])) for r in queued if r.spec.get("sampleset")}
-        samplesets = readiness(s, named)
+        samplesets = _samplesets(s, queued)
         for row in queued:
             found = samplesets.get((row.user, str(row.spec.get("sampleset"))))
             if found is not None and not found.ready:
