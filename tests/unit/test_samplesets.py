@@ -435,3 +435,19 @@ def test_the_forecast_leaves_out_a_job_held_for_its_sampleset(world: MemoryWorld
         got = world.platform.reconciler.forecast_snapshot(s)
     assert got is not None
     assert [(q.key, q.cache_nodes) for q in got[0].queue] == [("alice/train", frozenset({"mem-0", "mem-1"}))]
+
+
+def test_a_mount_failing_for_now_is_shown_and_tried_again(world: MemoryWorld) -> None:
+    world.engine.volumes.trouble = "juicefs mount timed out after 20 s (see logs/node-0.log)"
+    alice = world.client("alice")
+    alice.create_sampleset("mnist", put_data(world, "alice", "data"))
+    settle(world, 2)
+    v = alice.sampleset("mnist")
+    assert (
+        v.phase == SampleSetPhase.PENDING
+        and "mounting failed, trying again: juicefs mount timed out" in v.message
+    )
+    assert all(j.phase == "Pending" for j in v.jobs)  # nothing failed: it is tried again
+    world.engine.volumes.trouble = None
+    settle(world)
+    assert alice.sampleset("mnist").phase == SampleSetPhase.READY

@@ -334,6 +334,8 @@ class _Memory:
     ensured: tuple[str, ...] | None = None
     #: why this cluster cannot mount it (SampleSetsUnavailable), until a new job asks again
     unavailable: str | None = None
+    #: why the last mount failed for now (BackendUnavailable: tried again next cycle), "" none
+    trouble: str = ""
     #: SampleJobs this process started (a Running one not among them is started again)
     started: set[int] = field(default_factory=set)
     refreshed_at: float = float("-inf")
@@ -443,8 +445,9 @@ class SampleSetLoop:
             return False
         except BackendUnavailable as exc:
             log.warning("SampleSet %s: mounting it failed for now: %s", ref.key, exc)
+            mem.trouble = f"mounting failed, trying again: {exc}"
             return False
-        mem.ensured, mem.unavailable = ref.nodes, None
+        mem.ensured, mem.unavailable, mem.trouble = ref.nodes, None, ""
         return True
 
     def _step_jobs(
@@ -510,6 +513,8 @@ class SampleSetLoop:
 
     def _settle(self, row: SampleSetRow, jobs: Sequence[SampleJobRow], mem: _Memory) -> None:
         phase, message = derive_phase(jobs, mem.unavailable)
+        if mem.trouble and phase != SampleSetPhase.FAILED:
+            message = mem.trouble
         if not message and row.cached_bytes:
             mounted = sum(1 for n in row.node_caches or [] if n.get("mounted"))
             message = f"{human_memory(row.cached_bytes)} cached on {mounted} node(s)"

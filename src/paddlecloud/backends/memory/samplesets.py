@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paddlecloud.backends.base import JobLaunch
-from paddlecloud.backends.errors import JobRejected
+from paddlecloud.backends.errors import BackendUnavailable, JobRejected
 from paddlecloud.backends.samplesets import (
     NodeCache,
     SampleSetRef,
@@ -58,6 +58,8 @@ class MemoryVolumes:
     volumes: dict[str, _Volume] = field(default_factory=dict)
     #: set: ``ensure`` raises SampleSetsUnavailable with it (a machine without FUSE)
     unavailable: str | None = None
+    #: set: ``ensure`` raises BackendUnavailable with it (a mount that failed for now)
+    trouble: str | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
@@ -102,6 +104,8 @@ class MemorySampleSets:
             self.calls.append(("ensure", ref.uid))
             if self.store.unavailable is not None:
                 raise SampleSetsUnavailable(self.store.unavailable)
+            if self.store.trouble is not None:
+                raise BackendUnavailable(self.store.trouble)
             unknown = sorted(set(ref.nodes) - set(self.nodes))
             if unknown:
                 raise JobRejected(f"no such node(s): {', '.join(unknown)}")
