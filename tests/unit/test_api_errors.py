@@ -62,6 +62,11 @@ EXPECTED: dict[ErrorCode, tuple[type[PaddleCloudError], int]] = {
     ErrorCode.SERVER_TOO_OLD: (VersionMismatch, 426),
     ErrorCode.INSUFFICIENT_STORAGE: (InsufficientStorage, 507),
     ErrorCode.INTERNAL: (ServerError, 500),
+    ErrorCode.SAMPLESET_NOT_FOUND: (NotFound, 404),
+    ErrorCode.SAMPLESET_EXISTS: (Conflict, 409),
+    ErrorCode.SAMPLESET_IN_USE: (Conflict, 409),
+    ErrorCode.SAMPLESETS_UNAVAILABLE: (Conflict, 409),
+    ErrorCode.SAMPLESET_PATH_INVALID: (InvalidInput, 422),
 }
 
 

@@ -25,6 +25,8 @@ TABLES = {
     "job_tokens",
     "task_queues",
     "tasks",
+    "samplesets",
+    "sample_jobs",
     "adaptive_states",
     "adaptive_reports",
 }

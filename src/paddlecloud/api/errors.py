@@ -3,17 +3,19 @@
     PaddleCloudError                 code                 HTTP
     ├── InvalidInput                 invalid_spec, invalid_request, invalid_package,
     │                                entry_not_found, invalid_path, checksum_mismatch,
-    │                                exceeds_capacity                                  422 / 400
+    │                                exceeds_capacity, sampleset_path_invalid          422 / 400
     ├── PackageTooLarge              package_too_large     413
     ├── RequestTooLarge              request_too_large     413
     ├── Unauthorized                 unauthorized          401
     ├── Forbidden                    forbidden, quota_exceeded                            403
     ├── NotFound                     job_not_found, package_not_found, worker_not_found,
     │                                user_not_found, path_not_found, upload_not_found,
-    │                                no_task_master, task_not_found                       404
+    │                                no_task_master, task_not_found, sampleset_not_found  404
     ├── Conflict                     job_exists, job_not_running, user_exists, path_exists,
     │                                not_a_directory, is_a_directory, directory_not_empty,
-    │                                lease_lost, user_has_jobs, own_account               409
+    │                                lease_lost, user_has_jobs, own_account,
+    │                                sampleset_exists, sampleset_in_use,
+    │                                samplesets_unavailable                               409
     ├── VersionMismatch              client_too_old, server_too_old                       426
     ├── ServerUnreachable            server_unreachable    (client side only)
     ├── InsufficientStorage          insufficient_storage  507
@@ -89,6 +91,15 @@ class ErrorCode(StrEnum):
     SERVER_TOO_OLD = "server_too_old"
     SERVER_UNREACHABLE = "server_unreachable"
     INSUFFICIENT_STORAGE = "insufficient_storage"
+    #: SampleSets (``api.samplesets``): another user's is not found too (never forbidden)
+    SAMPLESET_NOT_FOUND = "sampleset_not_found"
+    SAMPLESET_EXISTS = "sampleset_exists"
+    #: deleting a SampleSet that a job not finished yet names (the message names the jobs)
+    SAMPLESET_IN_USE = "sampleset_in_use"
+    #: this cluster cannot cache SampleSets (a backend without the capability, no FUSE device)
+    SAMPLESETS_UNAVAILABLE = "samplesets_unavailable"
+    #: a SampleJob path that is absolute, holds "..", or is empty where one is needed
+    SAMPLESET_PATH_INVALID = "sampleset_path_invalid"
     #: an operation this server's backend does not offer (``version`` lists its capabilities)
     NOT_SUPPORTED = "not_supported"
     INTERNAL = "internal"
@@ -206,6 +217,11 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.SERVER_UNREACHABLE: ServerUnreachable,
     ErrorCode.INSUFFICIENT_STORAGE: InsufficientStorage,
     ErrorCode.INTERNAL: ServerError,
+    ErrorCode.SAMPLESET_NOT_FOUND: NotFound,
+    ErrorCode.SAMPLESET_EXISTS: Conflict,
+    ErrorCode.SAMPLESET_IN_USE: Conflict,
+    ErrorCode.SAMPLESETS_UNAVAILABLE: Conflict,
+    ErrorCode.SAMPLESET_PATH_INVALID: InvalidInput,
 }
 
 

@@ -111,6 +111,8 @@ class StorageUsage(_Model):
     used: int
     reserved: int  # bytes promised to uploads in progress
     limit: int | None
+    #: bytes of the user's SampleSet caches (included in ``used``)
+    samplesets: int = 0
 
 
 class LocalGrantRequest(Body):

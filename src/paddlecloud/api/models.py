@@ -205,6 +205,9 @@ class JobSpec(Body):
     #: the job's global batch size and, opted in, the bounds the scheduler may move it within
     #: (``api.adaptive``): None, the job's batch is its own business
     batch: BatchSpec | None = None
+    #: one of the owner's SampleSets (``api.samplesets``): every worker reads it at
+    #: ``PADDLECLOUD_SAMPLESET_DIR`` (read-only); None: no SampleSet
+    sampleset: Annotated[str, AfterValidator(check_dns1123_label)] | None = None
     priority: int = Field(
         0,
         ge=-1000,

@@ -91,6 +91,7 @@ def _priority(text: str) -> int | str:
 @click.option("--input", "input_", help="PFS path the workers read (/pfs/... or pfs:REL)")
 @click.option("--output", help="PFS path the workers write (default: pfs:jobs/<name>/output)")
 @click.option("--env", "env", multiple=True, help="KEY=VALUE, repeatable")
+@click.option("--sampleset", help="one of your SampleSets: workers read it at $PADDLECLOUD_SAMPLESET_DIR")
 @click.option(
     "--priority", default="normal", show_default=True, help="low, normal, high, or a number -1000..1000"
 )
@@ -166,6 +167,8 @@ def submit(
         spec["input"] = opts["input_"]
     if opts["output"]:
         spec["output"] = opts["output"]
+    if opts["sampleset"]:
+        spec["sampleset"] = opts["sampleset"]
     if (tasks := task_spec(opts)) is not None:
         spec["tasks"] = tasks
     if (batch := batch_spec(opts)) is not None:
@@ -347,10 +350,18 @@ def _for_people(res: str, view: ResourceView | None) -> str:
 
 @click.command()
 @click.argument("job")
+@click.argument("name", required=False)
 @user_option
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
-def describe(job: str, user: str | None, fmt: str) -> None:
-    """A job's spec, state, workers and event history."""
+def describe(job: str, name: str | None, user: str | None, fmt: str) -> None:
+    """A job's spec, state, workers and event history (``describe sampleset NAME``: a SampleSet)."""
+    if name is not None:
+        if job != "sampleset":
+            raise click.UsageError(f"describe takes one job name, or `sampleset NAME` (got {job!r} {name!r})")
+        from paddlecloud.cli.samplesets import describe_sampleset
+
+        describe_sampleset(name, fmt)
+        return
     client = Client()
     d = client.job(job, user=user)
     if fmt in ("json", "yaml"):
@@ -377,6 +388,8 @@ def describe(job: str, user: str | None, fmt: str) -> None:
         out.print(f"[bold]Estimate:[/bold]   {escape(eta)}")
     if d.spec.input:
         out.print(f"[bold]Input:[/bold]      {d.spec.input}")
+    if d.spec.sampleset:
+        out.print(f"[bold]SampleSet:[/bold]  {d.spec.sampleset}   (at $PADDLECLOUD_SAMPLESET_DIR, read-only)")
     if d.spec.tasks is not None:
         out.print(
             f"[bold]Tasks:[/bold]      {summary_line(client.tasks.status(job, user=user, limit=0).summary)}"

@@ -29,6 +29,7 @@ COMMANDS = {
     "logs": ("jobs", "logs"),
     "kill": ("jobs", "kill"),
     "pfs": ("pfs", "pfs"),
+    "sampleset": ("samplesets", "sampleset"),
     "login": ("account", "login"),
     "config": ("account", "config"),
     "admin": ("account", "admin"),
@@ -50,9 +51,11 @@ class LazyGroup(click.Group):
         module, attr = COMMANDS[cmd_name]
         command: click.Command = getattr(importlib.import_module(f"paddlecloud.cli.{module}"), attr)
         if cmd_name == "get" and isinstance(command, click.Group) and "tasks" not in command.commands:
+            from paddlecloud.cli.samplesets import get_samplesets
             from paddlecloud.cli.tasks import get_tasks
 
             command.add_command(get_tasks)
+            command.add_command(get_samplesets)
         return command
 
 

@@ -35,6 +35,13 @@ from paddlecloud.api.models import (
     WorkerList,
     WorkerView,
 )
+from paddlecloud.api.samplesets import (
+    SampleJobList,
+    SampleJobView,
+    SampleSetList,
+    SampleSetPhase,
+    SampleSetView,
+)
 from paddlecloud.api.stored import STORED
 from paddlecloud.api.users import UserDeleted
 from paddlecloud.client.config import load_config
@@ -266,3 +273,57 @@ class Client:
         params = {"force": str(force).lower(), "delete_files": str(delete_files).lower()}
         r = self._session.request("DELETE", f"/users/{name}", params=params)
         return UserDeleted.model_validate_json(r.content)
+
+    # -- SampleSets -------------------------------------------------------------------------------
+
+    def create_sampleset(
+        self, name: str, source: str, *, cache_size: str | None = None, nodes: list[str] | None = None
+    ) -> SampleSetView:
+        """Create a SampleSet from the PFS folder ``source`` (``pfs:REL`` or ``/pfs/...``); the server
+        syncs it into the cache engine and warms the nodes' caches up by itself."""
+        body: dict[str, Any] = {"name": name, "source": self.pfs.full(source)}  # the server validates
+        if cache_size is not None:
+            body["cache_size"] = cache_size
+        if nodes is not None:
+            body["nodes"] = nodes
+        r = self._session.request("POST", "/samplesets", json=body)
+        return SampleSetView.model_validate_json(r.content)
+
+    def samplesets(self, *, all_users: bool = False) -> list[SampleSetView]:
+        """Your SampleSets (admins, ``all_users``: everyone's)."""
+        params = {"all": "true"} if all_users else {}
+        r = self._session.request("GET", "/samplesets", params=params)
+        return SampleSetList.model_validate_json(r.content).items
+
+    def sampleset(self, name: str) -> SampleSetView:
+        return SampleSetView.model_validate_json(self._session.request("GET", f"/samplesets/{name}").content)
+
+    def sampleset_job(self, name: str, kind: str, path: str = "") -> SampleJobView:
+        """Queue a SampleJob: ``sync``, ``warmup`` (``path`` "" for all), ``clear`` or ``rmr`` (``path``)."""
+        r = self._session.request("POST", f"/samplesets/{name}/jobs", json={"kind": kind, "path": path})
+        return SampleJobView.model_validate_json(r.content)
+
+    def sample_jobs(self, name: str) -> list[SampleJobView]:
+        """The SampleSet's SampleJobs, latest first."""
+        r = self._session.request("GET", f"/samplesets/{name}/jobs")
+        return SampleJobList.model_validate_json(r.content).items
+
+    def delete_sampleset(self, name: str) -> SampleSetView:
+        """Unmount and remove it (the server finishes in the background; ``sampleset_in_use`` while a
+        job not finished names it)."""
+        return SampleSetView.model_validate_json(
+            self._session.request("DELETE", f"/samplesets/{name}").content
+        )
+
+    def wait_sampleset(self, name: str, *, timeout: float = 600.0, poll: float = 0.5) -> SampleSetView:
+        """Poll until the SampleSet is Ready or Failed with no SampleJob left to run (``TimeoutError``
+        after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            view = self.sampleset(name)
+            idle = all(j.phase in ("Succeeded", "Failed") for j in view.jobs)
+            if idle and view.phase in (SampleSetPhase.READY, SampleSetPhase.FAILED):
+                return view
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"SampleSet {name} still {view.phase} after {timeout:g} s: {view.message}")
+            time.sleep(poll)

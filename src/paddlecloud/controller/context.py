@@ -22,6 +22,7 @@ from paddlecloud.api import API_PREFIX
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Backend, JobLaunch
 from paddlecloud.backends.errors import BackendError
+from paddlecloud.backends.samplesets import SampleSetRef
 from paddlecloud.controller.batches import BatchPlans, adaptive_spec, batch_env
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.files import FileService
@@ -29,6 +30,7 @@ from paddlecloud.controller.forecasts import ForecastBoard
 from paddlecloud.controller.history import History
 from paddlecloud.controller.jobtokens import issue_job_token
 from paddlecloud.controller.metrics import PlatformMetrics
+from paddlecloud.controller.sampleset_records import launch_ref
 from paddlecloud.controller.specs import SpecCache
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
@@ -152,7 +154,15 @@ class Context:
             home_dir=self._area(f"/pfs/{self.config.datacenter}/home/{row.user}"),
             public_dir=self._area(f"/pfs/{self.config.datacenter}/public"),
             batch=adaptive_spec(parsed),
+            sampleset=self._sampleset(row, parsed.sampleset),
         )
+
+    def _sampleset(self, row: JobRow, name: str | None) -> SampleSetRef | None:
+        """The SampleSet the job reads (``JobRejected`` when it is gone: the job fails alone)."""
+        s = object_session(row)
+        if name is None or s is None:
+            return None
+        return launch_ref(s, row.user, name, self.files, self.backend)
 
     def _area(self, pfs_path: str) -> Path | None:
         """Where a PFS area is on this machine (None for stores without local paths)."""

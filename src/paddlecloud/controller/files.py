@@ -51,6 +51,8 @@ __all__ = ["ChunkWriter", "FileService", "QuotaSource"]
 
 #: user -> their storage limit in bytes (None: no limit)
 QuotaSource = Callable[[str], int | None]
+#: user -> bytes they hold outside PFS that count against the same limit (SampleSet caches)
+UsageSource = Callable[[str], int]
 
 T = TypeVar("T")
 _GLOB = set("*?[")
@@ -139,9 +141,16 @@ def _storage_error(exc: StorageError, path: str) -> PaddleCloudError:
 
 class FileService:
     def __init__(
-        self, store: FileStore, datacenter: str, quota_of: QuotaSource, metrics: PlatformMetrics | None = None
+        self,
+        store: FileStore,
+        datacenter: str,
+        quota_of: QuotaSource,
+        metrics: PlatformMetrics | None = None,
+        held_elsewhere: UsageSource | None = None,
     ) -> None:
         self.store = store
+        #: bytes a user holds outside PFS (their SampleSets' caches): counted in their usage
+        self.held_elsewhere: UsageSource = held_elsewhere or (lambda user: 0)
         self.metrics = metrics or PlatformMetrics()
         self.datacenter = datacenter
         self.quota_of = quota_of
@@ -450,9 +459,12 @@ class FileService:
         return live
 
     def usage(self, who: Identity) -> StorageUsage:
-        used = self._used(who.name)
+        cached = self.held_elsewhere(who.name)
+        used = self._used(who.name) + cached
         reserved = sum(u.size for u in self._live_uploads(who.name))
-        return StorageUsage(user=who.name, used=used, reserved=reserved, limit=self.quota_of(who.name))
+        return StorageUsage(
+            user=who.name, used=used, reserved=reserved, limit=self.quota_of(who.name), samplesets=cached
+        )
 
     def _used(self, user: str) -> int:
         with self._lock:
@@ -482,19 +494,25 @@ class FileService:
                 self._usage.pop(path.owner, None)
 
     def _reserve(self, who: Identity, path: PfsPath, size: int, exclude_upload: str | None) -> None:
-        owner = path.owner
-        if path.area != "home" or owner is None:
-            return
+        if path.area == "home" and path.owner is not None:
+            self.check_room(path.owner, size, exclude_upload=exclude_upload)
+
+    def check_room(self, owner: str, size: int, *, exclude_upload: str | None = None) -> None:
+        """``quota_exceeded`` unless ``owner`` has ``size`` more bytes left under their storage
+        limit: PFS files + SampleSet caches + uploads in progress (but ``exclude_upload``)."""
         limit = self.quota_of(owner)
         if limit is None:
             return
-        used = self._used(owner)
+        cached = self.held_elsewhere(owner)
+        used = self._used(owner) + cached
         reserved = sum(u.size for u in self._live_uploads(owner) if u.id != exclude_upload)
         if used + reserved + size > limit:
+            in_caches = f", SampleSet caches {human_bytes(cached)}" if cached else ""
             raise Forbidden(
                 f"storage quota exceeded: {human_bytes(size)} more would make "
                 f"{human_bytes(used + reserved + size)} of {human_bytes(limit)} "
-                f"(used {human_bytes(used)}, in uploads {human_bytes(reserved)}); "
-                "remove files with `paddlecloud pfs rm`",
+                f"(used {human_bytes(used)}{in_caches}, in uploads {human_bytes(reserved)}); "
+                "remove files with `paddlecloud pfs rm`"
+                + (" or clear caches with `paddlecloud sampleset clear NAME`" if cached else ""),
                 code=ErrorCode.QUOTA_EXCEEDED,
             )

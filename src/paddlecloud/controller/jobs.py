@@ -43,6 +43,7 @@ from paddlecloud.controller.packages import check_entry, inspect_package
 from paddlecloud.controller.quotas import compute_quota
 from paddlecloud.controller.readcache import ReadCache
 from paddlecloud.controller.records import job_request, record_workers
+from paddlecloud.controller.sampleset_records import check_job_sampleset
 from paddlecloud.controller.tasks import add_queue, plan_tasks
 from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.controller.views import RoleTally, detail_view, job_view, worker_view
@@ -254,6 +255,9 @@ class JobService:
 
     def submit(self, who: Identity, spec: JobSpec) -> JobDetail:
         check_capacity(self.ctx, who.name, spec)
+        if spec.sampleset is not None:  # the owner's own, or not found (never another user's)
+            with self.ctx.session() as s:
+                check_job_sampleset(s, self.ctx.backend, who.name, spec.sampleset)
         spec, output_dir = self._check_files(who, spec)
         tasks = plan_tasks(self.ctx.files, who, spec)
         with self.ctx.session() as s:

@@ -5,6 +5,8 @@
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
                            ├─ TaskService (the jobs' data task masters)
                            ├─ AdaptiveService (adaptive-batch jobs' reports and assignment)
+                           ├─ SampleSetService + SampleSetLoop (controller.samplesets: cached data
+                           │                      sets; their caches count in the storage quota)
                            ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
                            ├─ ClusterState               (nodes and queue as the scheduler sees them)
                            ├─ Forecaster                 (start-time estimates, controller.forecasts)
@@ -38,6 +40,8 @@ from paddlecloud.controller.metrics import PlatformMetrics, live_figures
 from paddlecloud.controller.quotas import storage_quota
 from paddlecloud.controller.readcache import ReadCache
 from paddlecloud.controller.reconciler import Reconciler
+from paddlecloud.controller.sampleset_records import cached_bytes_of
+from paddlecloud.controller.samplesets import SampleSetLoop, SampleSetService
 from paddlecloud.controller.scheduling import ClusterState
 from paddlecloud.controller.tasks import TaskService
 from paddlecloud.controller.users import Identity, UserDirectory, require_admin
@@ -65,6 +69,9 @@ class Platform:
     tasks: TaskService
     cluster: ClusterState
     adaptive: AdaptiveService
+    #: SampleSets: the requests, and the loop that drives their lifecycle (a thread of its own)
+    samplesets: SampleSetService
+    sampleset_loop: SampleSetLoop
     #: refreshes the start-time forecast (``controller.forecasts``) in a thread of its own
     forecaster: Forecaster | None = None
     #: the PFS same-host fast path (grants; the server's Unix socket sets its address)
@@ -104,8 +111,12 @@ class Platform:
             with db.session() as s:
                 return storage_quota(s, user, config.storage_quota)
 
+        def cached_of(user: str) -> int:
+            with db.session() as s:
+                return cached_bytes_of(s, user)
+
         metrics = PlatformMetrics()
-        files = FileService(LocalDirStore(config.pfs_dir), config.datacenter, quota_of, metrics)
+        files = FileService(LocalDirStore(config.pfs_dir), config.datacenter, quota_of, metrics, cached_of)
         ctx = Context(config=config, db=db, backend=backend, clock=clock, files=files, metrics=metrics)
         holder.append(ctx)
         reconciler = Reconciler(ctx, make_policy(config.policy))
@@ -114,6 +125,7 @@ class Platform:
         forecaster = Forecaster(
             ctx.forecasts, reconciler.policy, reconciler.forecast_snapshot, ctx.session, config.forecast
         )
+        sampleset_loop = SampleSetLoop(ctx)
         return cls(
             ctx=ctx,
             jobs=JobService(ctx),
@@ -123,6 +135,8 @@ class Platform:
             tasks=TaskService(ctx),
             cluster=ClusterState(ctx, reconciler),
             adaptive=AdaptiveService(ctx),
+            samplesets=SampleSetService(ctx, sampleset_loop.wake),
+            sampleset_loop=sampleset_loop,
             forecaster=forecaster,
         )
 
@@ -144,6 +158,7 @@ class Platform:
 
     def start(self) -> None:
         self.reconciler.start()
+        self.sampleset_loop.start()
         if self.forecaster is not None:
             self.forecaster.start()
 
@@ -151,6 +166,7 @@ class Platform:
         """Stop the threads :meth:`start` started (the reconcile loop, the forecaster)."""
         if self.forecaster is not None:
             self.forecaster.stop()
+        self.sampleset_loop.stop()
         self.reconciler.stop()
 
     def close(self) -> None:

@@ -18,6 +18,10 @@ nodes of each snapshot, it is not offered to the policy, and the jobs whose admi
 are held out of the queue meanwhile (they would otherwise look unplaceable and make the policy
 preempt again). Then it is Queued again.
 
+A queued job naming a SampleSet (``controller/samplesets.py``) waits out of the queue until it is
+Ready (reason ``SampleSetNotReady``, with what it waits for); once it is, its request carries the
+nodes holding the cache, which placement prefers.
+
 A backend call about one job that raises (``adopt``, ``sync``, ``stop``, also a preemption's stop in
 the background) fails that job alone (``controller.confine``), as does a queued job whose stored spec
 cannot be read: the cycle goes on with the other jobs. A transient error (``BackendUnavailable``)
@@ -56,6 +60,7 @@ from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
 from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
+from paddlecloud.controller.sampleset_records import Readiness, readiness
 from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
 from paddlecloud.core.resources import Resources
@@ -73,6 +78,8 @@ HOLDING = (*ACTIVE, JobPhase.PREEMPTING)
 #: it holds but is no longer the policy's to grow, shrink or preempt (a trainer added then would
 #: never run and turn its success into a failure)
 STOPPING = "Stopping"
+#: the reason of a queued job held back until the SampleSet it names is Ready
+SAMPLESET_NOT_READY = "SampleSetNotReady"
 
 
 def _counts(status: JobStatus, role: str, names: set[str]) -> RoleCounts:
@@ -84,6 +91,11 @@ def _counts(status: JobStatus, role: str, names: set[str]) -> RoleCounts:
         succeeded=sum(w.state == WorkerState.SUCCEEDED for w in ws),
         failed=sum(w.state in (WorkerState.FAILED, WorkerState.LOST) for w in ws),
     )
+
+
+def _samplesets(s: Session, queued: Sequence[JobRow]) -> dict[tuple[str, str], Readiness]:
+    """Whether the SampleSet each queued job names is Ready, by (owner, name)."""
+    return readiness(s, {(r.user, str(r.spec["sampleset"])) for r in queued if r.spec.get("sampleset")})
 
 
 class Reconciler:
@@ -343,12 +355,18 @@ class Reconciler:
             return None
         elastic = Capability.RESIZE in self.ctx.backend.capabilities
         specs, ids, waiting = {}, {}, []
+        samplesets = _samplesets(s, queued)
         for row in (*queued, *active):
             key = job_key(row.user, row.name)
+            queued_now = row.phase == JobPhase.QUEUED
+            found = samplesets.get((row.user, str(row.spec.get("sampleset")))) if queued_now else None
+            if found is not None and not found.ready:  # held out of the queue until it is Ready
+                continue
+            caches = found.cache_nodes if found is not None else frozenset()
             try:
                 specs[key] = self.ctx.specs.get(row)
                 if row.phase == JobPhase.QUEUED:
-                    waiting.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans))
+                    waiting.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans, caches))
             except Exception:  # an unreadable spec: the reconciler fails the job next cycle
                 continue
             ids[key] = row.id
@@ -389,11 +407,21 @@ class Reconciler:
         )
 
     def _requests(self, s: Session, queued: Sequence[JobRow], elastic: bool) -> tuple[JobRequest, ...]:
-        """The queued jobs as the scheduler sees them; one whose stored spec cannot be read fails."""
+        """The queued jobs as the scheduler sees them; one whose stored spec cannot be read fails.
+        A job whose SampleSet is not Ready waits out of the queue (``SampleSetNotReady``); the others
+        naming one carry the nodes that hold its cache."""
         out = []
+        samplesets = _samplesets(s, queued)
         for row in queued:
+            found = samplesets.get((row.user, str(row.spec.get("sampleset"))))
+            if found is not None and not found.ready:
+                if row.reason != SAMPLESET_NOT_READY:
+                    self.ctx.event(row, "Normal", SAMPLESET_NOT_READY, found.message)
+                row.reason, row.message = SAMPLESET_NOT_READY, found.message
+                continue
+            caches = found.cache_nodes if found is not None else frozenset()
             try:
-                out.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans))
+                out.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans, caches))
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.INVALID_SPEC, "reading the job's spec", exc)
                 s.commit()

@@ -36,7 +36,11 @@ def trainer_names(row: JobRow) -> set[str]:
 
 
 def job_request(
-    row: JobRow, elastic: bool = True, specs: SpecCache | None = None, plans: BatchPlans | None = None
+    row: JobRow,
+    elastic: bool = True,
+    specs: SpecCache | None = None,
+    plans: BatchPlans | None = None,
+    cache_nodes: frozenset[str] = frozenset(),
 ) -> JobRequest:
     """The scheduler's view of a job; a started job's ``running`` and ``placement`` are what it holds.
 
@@ -44,7 +48,7 @@ def job_request(
     count so no policy plans a resize the backend cannot do. ``specs``: parse the stored spec once
     per job (the controller's cache) instead of on every call. ``plans``: an adaptive-batch job's
     ``batches`` and goodput ``speedup`` (the controller's cache; without it, none: views that do
-    not schedule).
+    not schedule). ``cache_nodes``: the nodes holding the cache of the job's SampleSet.
     """
     spec = specs.get(row) if specs is not None else JobSpec.from_stored(row.spec)
     placement = placement_of(row)
@@ -73,6 +77,7 @@ def job_request(
         speedup=plan.speedup if plan is not None else (),
         # the batch it runs at: elastic's batch-only resize compares it with the table's
         batch_size=row.adaptive.batch_size if adaptive and row.adaptive is not None else 0,
+        cache_nodes=cache_nodes,
     )
 
 

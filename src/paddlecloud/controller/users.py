@@ -18,6 +18,7 @@ Deleting a user (``delete``)::
     every job of the user: the active ones killed at once (force: their grace periods overlap), then
     each record with its logs, tasks and package removed
     PFS home: kept (admins still read it at /pfs/<dc>/home/NAME) or, with delete_files, deleted
+    their SampleSets marked deleting (the SampleSet loop unmounts and removes them)
     the user row removed (its name is free again: a new user of that name gets a kept home)
 """
 
@@ -30,7 +31,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -40,7 +41,7 @@ from paddlecloud.api.users import UserDeleted
 from paddlecloud.controller.config import ComputeLimits
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.phases import TERMINAL_PHASES
-from paddlecloud.store.tables import JobRow, UserRow
+from paddlecloud.store.tables import JobRow, SampleSetRow, UserRow
 
 if TYPE_CHECKING:  # the services a deletion goes through (they import this module)
     from paddlecloud.controller.files import FileService
@@ -226,7 +227,12 @@ class UserDirectory:
                 done.jobs_removed += 1
         if delete_files and files.remove_home(name):
             done.home = "deleted"
-        with jobs.ctx.session() as s:
+        with jobs.ctx.session() as s:  # their SampleSets: unmounted and removed by their loop
+            s.execute(
+                update(SampleSetRow)
+                .where(SampleSetRow.owner == name)
+                .values(deleting=True, message="deleting: its owner was deleted")
+            )
             gone = s.scalar(select(UserRow).where(UserRow.name == name))
             if gone is not None:
                 s.delete(gone)

@@ -26,6 +26,7 @@ from paddlecloud.server import (
     routes_jobs,
     routes_metrics,
     routes_pfs,
+    routes_samplesets,
     routes_scheduling,
     routes_system,
     routes_tasks,
@@ -109,6 +110,7 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     app.include_router(routes_tasks.router, prefix=API_PREFIX)
     app.include_router(routes_adaptive.router, prefix=API_PREFIX)
     app.include_router(routes_pfs.router, prefix=API_PREFIX)
+    app.include_router(routes_samplesets.router, prefix=API_PREFIX)
     app.include_router(routes_users.router, prefix=API_PREFIX)
     app.include_router(routes_scheduling.router, prefix=API_PREFIX)
     app.include_router(routes_metrics.router, prefix=API_PREFIX)

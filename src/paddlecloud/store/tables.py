@@ -1,5 +1,5 @@
 """SQLAlchemy 2 ORM tables: users, jobs, workers, events; job tokens, task queues and tasks; the
-state and recent reports of adaptive-batch jobs.
+state and recent reports of adaptive-batch jobs; SampleSets and their SampleJobs.
 
 Times are float seconds since the epoch from the controller's injected clock. The schema is created
 and upgraded only by Alembic (``store/migrations``); keep both in step.
@@ -30,6 +30,8 @@ __all__ = [
     "EventRow",
     "JobRow",
     "JobTokenRow",
+    "SampleJobRow",
+    "SampleSetRow",
     "TaskQueueRow",
     "TaskRow",
     "UserRow",
@@ -217,3 +219,50 @@ class AdaptiveReportRow(Base):
     nodes: Mapped[int] = mapped_column(Integer)
     local_bsz: Mapped[float] = mapped_column(Float)
     step_time_s: Mapped[float] = mapped_column(Float)
+
+
+class SampleSetRow(Base):
+    """One user's SampleSet (``controller/samplesets.py``): what was asked, and what the backend
+    reported last (files, bytes, per-node caches). A deleted one keeps its row (``deleting``) until
+    the backend has unmounted and removed it; the name stays taken until then."""
+
+    __tablename__ = "samplesets"
+    __table_args__ = (UniqueConstraint("owner", "name", name="uq_samplesets_owner_name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(63), index=True)
+    name: Mapped[str] = mapped_column(String(63))
+    #: the PFS folder it is synced from (/pfs/...)
+    source: Mapped[str] = mapped_column(Text)
+    #: per-node cache cap, bytes
+    cache_size: Mapped[int] = mapped_column(BigInteger)
+    #: the nodes asked for (None: every node)
+    nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    phase: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text, default="")
+    files: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: sum over the nodes (counted against the owner's storage quota)
+    cached_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: [{"node", "mounted", "cached_bytes", "message"}] as last reported
+    node_caches: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    deleting: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class SampleJobRow(Base):
+    """One SampleJob (sync, warmup, clear, rmr) of a SampleSet; they run one at a time, in id order."""
+
+    __tablename__ = "sample_jobs"
+    __table_args__ = (Index("ix_sample_jobs_set_phase", "sampleset_id", "phase"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sampleset_id: Mapped[int] = mapped_column(ForeignKey("samplesets.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(Text, default="")
+    phase: Mapped[str] = mapped_column(String(16))
+    done: Mapped[int] = mapped_column(BigInteger, default=0)
+    total: Mapped[int] = mapped_column(BigInteger, default=0)
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -9,9 +9,10 @@ Start order as the contract asks: ``start`` records the job's workers Pending; `
 pservers (Running) and, once every pserver runs, the trainers (``auto_run``; without it the test
 calls ``engine.run``). ``engine.exit(key, worker, code)`` ends a worker (``Succeeded`` on 0, else
 ``Failed``, which fails the job as a local worker's failure does); ``stop`` ends every worker
-``Stopped``. ``engine.log`` appends a line to the worker's current run. ``engine.fail(method, key,
-exc)`` makes that call raise ``exc`` (once, or ``times``). Endpoints are ``<node>:<port>``, ports
-counted from 40000 per engine.
+``Stopped``. SampleSets: ``backends/memory/samplesets.py`` (``backend.samplesets``; a job launched
+with one must find it mounted on its nodes). ``engine.log`` appends a line to the worker's current
+run. ``engine.fail(method, key, exc)`` makes that call raise ``exc`` (once, or ``times``).
+Endpoints are ``<node>:<port>``, ports counted from 40000 per engine.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.errors import JobRejected, NotSupported
+from paddlecloud.backends.memory.samplesets import MemorySampleSets, MemoryVolumes
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
@@ -89,6 +91,8 @@ class MemoryEngine:
         self.jobs: dict[str, _Job] = {}
         self.foreign: dict[str, Resources] = {}
         self.notes: dict[str, str] = {}
+        #: SampleSet volumes (``backends.memory.samplesets``): they outlive a backend, as on disk
+        self.volumes = MemoryVolumes()
         self._failures: dict[tuple[str, str], tuple[BaseException, int]] = {}
         self._ports = 40000
         self.lock = threading.RLock()
@@ -187,6 +191,8 @@ class MemoryBackend:
         self._wake = wake
         #: the jobs this backend has taken on (started or adopted): what a restart loses
         self._mine: set[str] = set()
+        #: SampleSets (``Capability.SAMPLESETS``): volumes in the engine, tasks here
+        self.samplesets = MemorySampleSets(self.engine.volumes, tuple(n.name for n in settings.nodes))
 
     def _need(self, capability: Capability, operation: str) -> None:
         if capability not in self.capabilities:
@@ -218,6 +224,9 @@ class MemoryBackend:
             known = {n.name for n in self.settings.nodes}
             if any(p.node not in known for p in launch.placement):
                 raise JobRejected(f"no node {sorted({p.node for p in launch.placement} - known)} here")
+            if launch.sampleset is not None:
+                self._need(Capability.SAMPLESETS, "jobs that read a SampleSet")
+                self.samplesets.check_launch(launch)
             self.engine.jobs[launch.key] = _Job(launch, {})
             for p in launch.placement:
                 self._add(self.engine.jobs[launch.key], p)
@@ -338,7 +347,8 @@ class MemoryBackend:
         return Confinement("none: in-memory workers run no code", True)
 
     def close(self) -> None:
-        """Nothing to release; the engine (and its jobs) lives on."""
+        """SampleSets are unmounted; the engine (its jobs, the volumes) lives on."""
+        self.samplesets.close()
 
 
 def create(setup: BackendSetup) -> MemoryBackend:
