@@ -16,8 +16,8 @@
      back from jobs later in the order (never below their min); a job admitted in this cycle is
      first placed whole at that count where it fits as it is, on the fewest nodes (it has no
      trainers yet, so packing it costs nothing; one trainer at a time would scatter it);
-     Adaptive-batch jobs (a goodput table) are not topped up in this order: in
-  3b. what the running adaptive jobs hold above their ``min`` and what is free are shared among them
+  3b. what the running adaptive-batch jobs (a goodput table) hold above their ``min`` after the
+     top-up and what is free are shared among them again
      by goodput fairness (goodfair.py): the power mean (``fair_p``, 0.5) of their speed-ups over one
      trainer, each weighted by ``fair_weight ** -queue`` (its LAS queue: the less served count more),
      a running job's speed-up at any count but its own discounted by ``fair_restart`` (a resize costs
@@ -339,12 +339,9 @@ class _Cycle:
         alloc, ledger, jobs, lo = self.alloc, self.ledger, self.jobs, self.policy.lo
         trainers, limited = alloc.trainers, bool(ledger.quotas)
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
-        fair = self.policy.fair_p is not None
         for i, job in enumerate(jobs):
             n = len(trainers.get(job.key, ()))
             if n == 0 or n >= job.trainers or job.key in self.preempted:  # the target is <= trainers
-                continue
-            if fair and job.batches:  # adaptive jobs: see fair()
                 continue
             target = min(job.trainers, self.policy.hi(job))
             if job.key in self.admitted:

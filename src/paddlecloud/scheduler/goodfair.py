@@ -40,7 +40,7 @@ def utility(x: float, p: float) -> float:
         return -math.inf
     if p == 0:
         return math.log(x)
-    return x**p / p
+    return float(x**p) / p
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def _values(c: Claim, p: float, restart: float) -> list[float]:
     rate, top, base = c.rate, len(c.rate), c.rate[0]
     if base <= 0:
         return [-math.inf] * (c.hi + 1)
-    speed = [rate[min(n, top) - 1] / base for n in range(1, c.hi + 1)]
+    speed = [r / base for r in rate[: c.hi]] + [rate[-1] / base] * (c.hi - top)
     if c.held:
         speed = [x if n == c.held else x * restart for n, x in enumerate(speed, 1)]
     w = c.weight
@@ -112,7 +112,10 @@ def share(
     while heap:
         _, i, k = heapq.heappop(heap)
         c, n = claims[i], counts[i]
-        fit = min([k, *(left[d] // c.need[d] for d in range(3) if c.need[d] > 0)])
+        fit = k
+        for d, need in enumerate(c.need):
+            if need > 0 and left[d] < need * fit:
+                fit = left[d] // need
         if fit < k:  # room for fewer: the best step that fits, if any gains
             gain, k = _best_step(values[i], n, n + fit) if fit > 0 else (0.0, 0)
             if k:
