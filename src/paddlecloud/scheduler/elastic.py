@@ -339,9 +339,12 @@ class _Cycle:
         alloc, ledger, jobs, lo = self.alloc, self.ledger, self.jobs, self.policy.lo
         trainers, limited = alloc.trainers, bool(ledger.quotas)
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
+        fair = self.policy.fair_p is not None  # adaptive jobs neither take nor give here: fair()
         for i, job in enumerate(jobs):
             n = len(trainers.get(job.key, ()))
             if n == 0 or n >= job.trainers or job.key in self.preempted:  # the target is <= trainers
+                continue
+            if fair and job.batches:
                 continue
             target = min(job.trainers, self.policy.hi(job))
             if job.key in self.admitted:
@@ -353,7 +356,9 @@ class _Cycle:
                     continue
                 if alloc.blocked(job):  # its next trainer can only go back where it ran: taken
                     break
-                while last > i and len(trainers.get(jobs[last].key, ())) <= lo(jobs[last]):
+                while last > i and (
+                    len(trainers.get(jobs[last].key, ())) <= lo(jobs[last]) or (fair and jobs[last].batches)
+                ):
                     last -= 1
                 if last <= i:
                     break
