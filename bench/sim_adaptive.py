@@ -65,9 +65,8 @@ def main() -> None:
                   f"{m['gpu_util']:>10.2f}{m['goodput_util']:>9.2f}{m['resizes']:>9.0f}")  # fmt: skip
         ratio = fixed_ratio(reports[load, 0.5], reports[load, 0.0]) if 0.5 in fractions else None
         if ratio is not None:
-            print(
-                f"  half adaptive: the fixed-batch jobs' JCT vs the same jobs with none adaptive: x{ratio:.3f}"
-            )
+            what = "the fixed-batch jobs' JCT vs the same jobs with none adaptive"
+            print(f"  half adaptive: {what}: x{ratio:.3f}")
         out[str(load)] = {
             "pollux_mean_avg_jct": pollux,
             "fixed_jobs_ratio_half": ratio,

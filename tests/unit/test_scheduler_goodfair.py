@@ -10,7 +10,7 @@ import random
 import pytest
 
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import JobRequest, NodeState, Snapshot, WorkerPlacement, policy
+from paddlecloud.scheduler import ElasticPolicy, JobRequest, NodeState, Snapshot, WorkerPlacement, policy
 from paddlecloud.scheduler.goodfair import Claim, share, utility
 
 GI = 1 << 30
@@ -126,7 +126,12 @@ def test_elastic_shares_among_adaptive_jobs_not_by_las_alone() -> None:
     snap = Snapshot(
         cycle=1, now=1e6, nodes=(node,), queue=(adaptive("N", 5e5, 0.0, rate),), running=(served,)
     )
-    plan = policy("elastic").schedule(snap)
+    plan = ElasticPolicy(fair_p=0.5).schedule(snap)
     assert [(a.job, len(a.placement)) for a in plan.admit] == [("N", 4)]
     assert [(r.job, r.trainers, r.batch_size) for r in plan.resize] == [("L", 4, 128)]
     assert [p.gpus for p in plan.resize[0].placement] == [(0,), (1,), (2,), (3,)]
+
+
+def test_elastic_keeps_the_las_top_up_unless_asked() -> None:
+    # the share is opt-in (``fair_p``): the default ``elastic`` tops adaptive jobs up in LAS order
+    assert policy("elastic").fair_p is None  # type: ignore[attr-defined]
