@@ -1,0 +1,74 @@
+"""Benchmark: variants of the opt-in goodput share (``ElasticPolicy.fair_*``) on the Pollux workloads.
+
+Runs ``elastic`` with the given ``fair_*`` fields (and, optionally, ``ADAPTIVE_SERVICE_SCALE`` /
+``SERVICE_EXPONENT``) on the 8 Pollux workloads of one load with a share of the jobs adaptive, the
+way ``sim.runner.run_report`` does (same jobs, same adaptive choice), and prints each workload's avg
+JCT, the mean, and the mean JCT per application: the variant table of bench/README.md
+("Goodput fairness among adaptive jobs").
+
+    nice -n 10 .venv/bin/python bench/sim_fair_variants.py [--load 1.0] [--fraction 1] [--fair-p 0.5]
+        [--fair-weight 2] [--fair-restart 0.9] [--fair-cooldown 0] [--workloads 1 2 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from paddlecloud.scheduler import ElasticPolicy
+from paddlecloud.scheduler import elastic as elastic_module
+from paddlecloud.sim.engine import SimConfig, simulate
+from paddlecloud.sim.runner import RunSpec, _inputs, _jobs_for, choose_adaptive
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
+FOLDERS = {0.5: "workloads-0.5", 1.0: "workloads", 1.5: "workloads-1.5"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--load", type=float, default=1.0, choices=sorted(FOLDERS))
+    ap.add_argument("--fraction", type=float, default=1.0, help="share of jobs adaptive")
+    ap.add_argument("--workloads", type=int, nargs="+", default=list(range(1, 9)))
+    ap.add_argument("--fair-p", default="0.5", help="a number, or 'none' for the LAS top-up")
+    ap.add_argument("--fair-weight", type=float, default=2.0)
+    ap.add_argument("--fair-restart", type=float, default=0.9)
+    ap.add_argument("--fair-cooldown", type=float, default=0.0)
+    ap.add_argument("--service-scale", type=float, help="ADAPTIVE_SERVICE_SCALE")
+    ap.add_argument("--service-exponent", type=float, help="SERVICE_EXPONENT")
+    args = ap.parse_args()
+    if args.service_scale is not None:
+        elastic_module.ADAPTIVE_SERVICE_SCALE = args.service_scale
+    if args.service_exponent is not None:
+        elastic_module.SERVICE_EXPONENT = args.service_exponent
+    pol = ElasticPolicy(
+        fair_p=None if args.fair_p == "none" else float(args.fair_p), fair_weight=args.fair_weight,
+        fair_restart=args.fair_restart, fair_cooldown=args.fair_cooldown,
+    )  # fmt: skip
+    files = [str(DATA / FOLDERS[args.load] / f"workload-{k}.csv") for k in args.workloads]
+    spec = RunSpec(files, ["elastic"], adaptive_fraction=args.fraction)
+    loads, models, cluster = _inputs(spec)
+    capacity = cluster.nodes * cluster.node.gpu
+    avgs: list[float] = []
+    apps: dict[str, list[float]] = defaultdict(list)
+    start = time.time()
+    for wl, jobs in loads.items():
+        chosen = choose_adaptive(jobs, args.fraction, 0, wl)
+        res = simulate(
+            _jobs_for("elastic", spec, jobs, models, cluster, chosen), models, pol, SimConfig(cluster)
+        )
+        s = res.summary(capacity)
+        avgs.append(s["avg_jct_s"])
+        for j in jobs:
+            if j.name in res.jct:
+                apps[j.app].append(res.jct[j.name])
+        print(
+            f"{wl}: avg JCT {s['avg_jct_s']:.0f} s, resizes {s['resizes']:.0f}, GPU util {s['gpu_util']:.2f}"
+        )
+    print(f"mean avg JCT {sum(avgs) / len(avgs):.0f} s ({time.time() - start:.0f} s wall)")
+    print("  ".join(f"{a} {sum(v) / len(v):.0f}" for a, v in sorted(apps.items())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Goodput fairness: how many trainers each adaptive-batch job gets, by a power mean of speed-ups.
+
+``elastic`` admits jobs in its least-attained-service order; among the adaptive-batch jobs that then
+run, the trainers they hold above their minimum and the free capacity are shared out by
+:func:`share`, which maximises the power mean (exponent ``p``) of the jobs' speed-ups, Pollux's
+fairness objective::
+
+    maximise  sum_j U(s_j(n_j)),  U(x) = x ** p / p  (p != 0),  log x  (p = 0)
+    s_j(n)  = rate_j(n) / rate_j(1) x (restart factor if n differs from the count the job runs at)
+
+``rate_j`` is the job's goodput table (``JobRequest.rate``): the best batch on n trainers, so a job
+that a larger batch would not help gets little from more trainers. ``p = 1`` maximises the summed
+speed-up (cluster goodput), ``p < 0`` favours the jobs furthest behind (``p = -1``: the harmonic
+mean, Pollux's). Changing a running job's count costs a restart; ``restart`` (< 1) discounts its
+speed-up at any other count, so a change is made only when it is worth it.
+
+Data flow: :class:`Claim` per job (its counts, bounds, per-trainer resources, speed-up table) and
+the capacity to share -> :func:`share` -> each job's target count and the order the trainers were
+handed out (the caller replays it with real placement). Greedy, one increment at a time, each the
+largest utility gain per trainer over the next few counts (so a discount at counts near the one the
+job holds does not stop it short); for a concave ``U o s`` and one resource it is optimal.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Claim", "share", "utility"]
+
+#: how many counts ahead an increment may look (a job jumps over a dip in its gains)
+LOOKAHEAD = 8
+
+
+def utility(x: float, p: float) -> float:
+    """``x ** p / p`` (``log x`` at ``p = 0``): increasing in ``x``, concave for ``p <= 1``."""
+    if x <= 0:
+        return -math.inf
+    if p == 0:
+        return math.log(x)
+    return float(x**p) / p
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One job's part in :func:`share`."""
+
+    key: str
+    #: the count it starts from (its minimum, or the count it must keep) and the most it may get
+    lo: int
+    hi: int
+    #: the count at which it pays no restart (it runs at it now); 0: every count is free
+    held: int
+    #: per-trainer (cpu_m, memory, gpu)
+    need: tuple[int, int, int]
+    #: ``rate[n - 1]``: its speed-up on n trainers (any scale: normalised by ``rate[0]``)
+    rate: tuple[float, ...]
+    #: its utility counts this much
+    weight: float = 1.0
+
+    def value(self, n: int, p: float, restart: float) -> float:
+        r = self.rate[min(n, len(self.rate)) - 1] / self.rate[0] if n > 0 and self.rate[0] > 0 else 0.0
+        return self.weight * utility(r * (restart if self.held and n != self.held else 1.0), p)
+
+
+def _values(c: Claim, p: float, restart: float) -> list[float]:
+    """``c.value(n)`` for ``n = 0 .. c.hi`` (index n; below ``c.lo`` never read), in one pass."""
+    rate, top, base = c.rate, len(c.rate), c.rate[0]
+    if base <= 0:
+        return [-math.inf] * (c.hi + 1)
+    speed = [r / base for r in rate[: c.hi]] + [rate[-1] / base] * (c.hi - top)
+    if c.held:
+        speed = [x if n == c.held else x * restart for n, x in enumerate(speed, 1)]
+    w = c.weight
+    if p == 0:
+        out = [w * math.log(x) if x > 0 else -math.inf for x in speed]
+    else:
+        out = [w * x**p / p if x > 0 else -math.inf for x in speed]
+    return [-math.inf, *out]
+
+
+def _best_step(values: list[float], n: int, hi: int) -> tuple[float, int]:
+    """The largest utility gain per trainer from ``n`` to ``n + k`` (``k <= LOOKAHEAD``, ``n + k <=
+    hi``), and ``k`` (0: none gains)."""
+    base = values[n]
+    best, steps = 0.0, 0
+    for k in range(1, min(LOOKAHEAD, hi - n) + 1):
+        gain = (values[n + k] - base) / k
+        if gain > best:
+            best, steps = gain, k
+    return best, steps
+
+
+def share(
+    claims: Sequence[Claim], room: tuple[int, int, int], p: float = -1.0, restart: float = 1.0
+) -> tuple[dict[str, int], list[str]]:
+    """Hand ``room`` (cpu_m, memory, gpu, beyond every claim's ``lo``) out to ``claims``: each one's
+    count, and the keys in the order their trainers were given (one entry per trainer)."""
+    counts = [c.lo for c in claims]
+    values = [_values(c, p, restart) if c.hi > c.lo else [] for c in claims]
+    left = list(room)
+    order: list[str] = []
+    heap: list[tuple[float, int, int]] = []
+    for i, c in enumerate(claims):
+        if c.hi > c.lo:
+            gain, k = _best_step(values[i], c.lo, c.hi)
+            if k:
+                heap.append((-gain, i, k))
+    heapq.heapify(heap)
+    while heap:
+        _, i, k = heapq.heappop(heap)
+        c, n = claims[i], counts[i]
+        fit = k
+        for d, need in enumerate(c.need):
+            if need > 0 and left[d] < need * fit:
+                fit = left[d] // need
+        if fit < k:  # room for fewer: the best step that fits, if any gains
+            gain, k = _best_step(values[i], n, n + fit) if fit > 0 else (0.0, 0)
+            if k:
+                heapq.heappush(heap, (-gain, i, k))
+            continue
+        counts[i] = n = n + k
+        order += [c.key] * k
+        for d in range(3):
+            left[d] -= c.need[d] * k
+        gain, k = _best_step(values[i], n, c.hi)
+        if k:
+            heapq.heappush(heap, (-gain, i, k))
+    return {c.key: n for c, n in zip(claims, counts, strict=True)}, order

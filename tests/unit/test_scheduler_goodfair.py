@@ -1,0 +1,137 @@
+"""Goodput fairness (``scheduler.goodfair``): the greedy share against exhaustive search on small
+hand-made cases, the restart discount, resource limits; and ``elastic`` using it for adaptive jobs."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+
+import pytest
+
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler import ElasticPolicy, JobRequest, NodeState, Snapshot, WorkerPlacement, policy
+from paddlecloud.scheduler.goodfair import Claim, share, utility
+
+GI = 1 << 30
+GPU = (1000, GI, 1)
+
+
+def claim(key: str, rate: tuple[float, ...], lo: int = 1, held: int = 0, weight: float = 1.0) -> Claim:
+    return Claim(key, lo, len(rate), held, GPU, rate, weight)
+
+
+def best(claims: list[Claim], gpus: int, p: float, restart: float = 1.0) -> float:
+    """The optimum by exhaustive search over every split of at most ``gpus`` extra trainers."""
+    top = -float("inf")
+    for counts in itertools.product(*(range(c.lo, c.hi + 1) for c in claims)):
+        if sum(n - c.lo for n, c in zip(counts, claims, strict=True)) <= gpus:
+            top = max(top, sum(c.value(n, p, restart) for n, c in zip(counts, claims, strict=True)))
+    return top
+
+
+def total(claims: list[Claim], counts: dict[str, int], p: float, restart: float = 1.0) -> float:
+    return sum(c.value(counts[c.key], p, restart) for c in claims)
+
+
+def test_harmonic_mean_splits_evenly_between_linear_jobs() -> None:
+    counts, order = share(
+        [claim("a", (1, 2, 3, 4, 5, 6)), claim("b", (1, 2, 3, 4, 5, 6))], (4000, 4 * GI, 4), -1
+    )
+    assert counts == {"a": 3, "b": 3}
+    assert sorted(order) == ["a", "a", "b", "b"]
+
+
+def test_weights_move_trainers_to_the_heavier_job() -> None:
+    # minimise 4/n_a + 1/n_b with n_a + n_b = 6: (4, 2) gives 1.5, the best of the five splits
+    claims = [claim("a", (1, 2, 3, 4, 5), weight=4), claim("b", (1, 2, 3, 4, 5))]
+    assert share(claims, (4000, 4 * GI, 4), -1)[0] == {"a": 4, "b": 2}
+
+
+def test_a_job_that_stops_scaling_gets_no_more() -> None:
+    # b gains nothing past 2 trainers: the rest goes to a even at p = 1 (summed speed-up)
+    claims = [claim("a", (1, 1.9, 2.7, 3.4, 4.0)), claim("b", (1, 1.5, 1.5, 1.5, 1.5))]
+    counts, _ = share(claims, (6000, 6 * GI, 6), 1)
+    assert counts == {"a": 5, "b": 2}
+
+
+@pytest.mark.parametrize("p", [-2.0, -1.0, 0.0, 0.5, 1.0])
+@pytest.mark.parametrize("seed", range(12))
+def test_greedy_matches_exhaustive_search_on_concave_tables(p: float, seed: int) -> None:
+    rng = random.Random(seed)
+    claims = []
+    for k in range(3):
+        rate, gain = [1.0], rng.uniform(0.3, 1.0)
+        for _ in range(rng.randint(1, 5)):
+            rate.append(rate[-1] + gain)
+            gain *= rng.uniform(0.3, 1.0)  # falling gains: concave
+        claims.append(claim(f"j{k}", tuple(rate), weight=rng.choice([1.0, 0.5, 2.0])))
+    gpus = rng.randint(0, 8)
+    counts, order = share(claims, (1000 * gpus, GI * gpus, gpus), p)
+    assert sum(counts[c.key] - c.lo for c in claims) == len(order) <= gpus
+    assert total(claims, counts, p) == pytest.approx(best(claims, gpus, p))
+
+
+def test_the_restart_discount_keeps_a_running_job_at_its_count() -> None:
+    # without it 2 extra trainers split (2, 2); a, running at 1, keeps 1 when a change costs x0.5
+    claims = [claim("a", (1, 2, 3, 4), held=1), claim("b", (1, 2, 3, 4))]
+    room = (2000, 2 * GI, 2)
+    assert share(claims, room, -1, restart=1.0)[0] == {"a": 2, "b": 2}
+    counts, _ = share(claims, room, -1, restart=0.5)
+    assert counts == {"a": 1, "b": 3}
+    assert total(claims, counts, -1, 0.5) == pytest.approx(best(claims, 2, -1, 0.5))
+
+
+def test_a_job_shrunk_below_its_count_gets_back_over_the_discount() -> None:
+    # a runs at 4 and starts the share at 1: counts 2 and 3 are discounted, 4 is not; looking ahead
+    # over the dip, it goes back to 4 rather than stopping at 1 or splitting the room with b
+    claims = [claim("a", (1, 2, 3, 4), held=4), claim("b", (1, 1.2, 1.3, 1.35))]
+    counts, _ = share(claims, (4000, 4 * GI, 4), -1, restart=0.8)
+    assert counts["a"] == 4
+    assert total(claims, counts, -1, 0.8) == pytest.approx(best(claims, 4, -1, 0.8))
+
+
+def test_the_scarcest_resource_bounds_the_share() -> None:
+    # 10 GPUs free but CPU for two more trainers only
+    counts, order = share([claim("a", (1, 2, 3, 4, 5, 6))], (2500, 10 * GI, 10), 0)
+    assert counts == {"a": 3} and order == ["a", "a"]
+
+
+def test_utility_is_increasing_and_concave() -> None:
+    for p in (-1.0, 0.0, 0.5, 1.0):
+        u = [utility(x, p) for x in (1.0, 2.0, 3.0)]
+        assert u[0] < u[1] < u[2] and u[1] - u[0] >= u[2] - u[1]
+    assert utility(0.0, -1) == -float("inf")
+
+
+# ------------------------------------------------------------------------------- in ``elastic``
+
+
+def adaptive(key: str, at: float, attained: float, rate: tuple[float, ...]) -> JobRequest:
+    return JobRequest(
+        key=key, user="u", priority=0, submitted_at=at, pservers=0, pserver=Resources(), trainers=2,
+        trainer=Resources(1000, GI, 1), min_trainers=1, max_trainers=len(rate), attained=attained,
+        speedup=rate, batches=tuple(32 * n for n in range(1, len(rate) + 1)), resized_at=-1e9,
+    )  # fmt: skip
+
+
+def test_elastic_shares_among_adaptive_jobs_not_by_las_alone() -> None:
+    # L has been served far longer and holds all 8 GPUs; N arrives. Under LAS alone N would be
+    # topped up to its request (2) and grown by marginal speed-up; with goodput fairness the two
+    # (same scaling) split the cluster evenly, L keeping its lowest trainers in place
+    rate = (1.0, 1.9, 2.7, 3.4, 4.0, 4.5, 4.9, 5.2)
+    node = NodeState("n0", Resources(64000, 256 * GI, 8), Resources(8000, 8 * GI, 8), ())
+    placement = tuple(WorkerPlacement("trainer", i, "n0", (i,)) for i in range(8))
+    served = dataclasses.replace(adaptive("L", 0, 10_000.0, rate), running=8, placement=placement)
+    snap = Snapshot(
+        cycle=1, now=1e6, nodes=(node,), queue=(adaptive("N", 5e5, 0.0, rate),), running=(served,)
+    )
+    plan = ElasticPolicy(fair_p=0.5).schedule(snap)
+    assert [(a.job, len(a.placement)) for a in plan.admit] == [("N", 4)]
+    assert [(r.job, r.trainers, r.batch_size) for r in plan.resize] == [("L", 4, 128)]
+    assert [p.gpus for p in plan.resize[0].placement] == [(0,), (1,), (2,), (3,)]
+
+
+def test_elastic_keeps_the_las_top_up_unless_asked() -> None:
+    # the share is opt-in (``fair_p``): the default ``elastic`` tops adaptive jobs up in LAS order
+    assert policy("elastic").fair_p is None  # type: ignore[attr-defined]
