@@ -59,6 +59,8 @@ class JobRequest:
     batches: tuple[int, ...] = ()
     #: adaptive-batch jobs that run: the global batch they train at now (0: unknown or fixed)
     batch_size: int = 0
+    #: nodes that hold the job's SampleSet cache (cache-aware placement)
+    cache_nodes: frozenset[str] = frozenset()
 
     @property
     def lo(self) -> int:
