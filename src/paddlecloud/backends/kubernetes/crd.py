@@ -295,6 +295,12 @@ def spec_schema() -> Schema:
             ),
             "scheduling": _scheduling(),
             "batch": _batch(),
+            "sampleset": _obj(
+                "a SampleSet of this namespace: its claim is mounted read-only at /mnt/sampleset in every "
+                "pod (PADDLECLOUD_SAMPLESET_DIR), and nodes holding its cache are preferred",
+                {"name": _str("the SampleSet's name", minLength=1)},
+                required=("name",),
+            ),
         },
         required=("user", "image", "entry", "package"),
         rules=[

@@ -34,8 +34,10 @@ import kopf
 from kubernetes import client
 
 from paddlecloud.backends.kubernetes import crd, objects
+from paddlecloud.backends.kubernetes import sampleset_crd as ss
 from paddlecloud.backends.kubernetes.edl import EdlController
 from paddlecloud.backends.kubernetes.kube import Kube, api_message, api_status, connect
+from paddlecloud.backends.kubernetes.sampleset_operator import SampleSetOperator
 from paddlecloud.backends.kubernetes.status import rfc3339
 
 __all__ = ["Operator", "OperatorConfig", "main", "registry"]
@@ -57,6 +59,8 @@ class OperatorConfig:
     #: run the EDL controller every this many seconds (0: not at all)
     edl_interval_s: float = 0.0
     edl_policy: str = "elastic"
+    #: reconcile SampleSets and SampleJobs too (their CRDs: deploy/kubernetes/base/sampleset-crd.yaml)
+    samplesets: bool = True
 
 
 @dataclass
@@ -279,6 +283,7 @@ def registry(kube: Kube, config: OperatorConfig | None = None) -> kopf.OperatorR
     config = config or OperatorConfig()
     reg = kopf.OperatorRegistry()
     op = Operator(kube)
+    sets = SampleSetOperator(kube)
     loops: list[threading.Event] = []
     group, version, plural = crd.GROUP, crd.VERSION, crd.PLURAL
 
@@ -294,6 +299,8 @@ def registry(kube: Kube, config: OperatorConfig | None = None) -> kopf.OperatorR
         settings.networking.request_timeout = 30
         if config.resync_s > 0:
             loops.append(_every(config.resync_s, "resync", op.resync))
+            if config.samplesets:
+                loops.append(_every(config.resync_s, "resync-samplesets", sets.resync))
         if config.edl_interval_s > 0:
             edl = EdlController(kube, policy_name=config.edl_policy)
             loops.append(_every(config.edl_interval_s, "edl", edl.step))
@@ -303,6 +310,7 @@ def registry(kube: Kube, config: OperatorConfig | None = None) -> kopf.OperatorR
         for stop in loops:
             stop.set()
         op.close()
+        sets.close()
 
     @kopf.on.event(group, version, plural, registry=reg)
     def job_changed(type: str, namespace: str | None, name: str, **_: Any) -> None:
@@ -315,7 +323,29 @@ def registry(kube: Kube, config: OperatorConfig | None = None) -> kopf.OperatorR
         if job and namespace:
             op.handle(namespace, job)
 
+    if config.samplesets:
+        _sampleset_handlers(reg, sets)
     return reg
+
+
+def _sampleset_handlers(reg: kopf.OperatorRegistry, sets: SampleSetOperator) -> None:
+    """SampleSets are reconciled on their own events, their SampleJobs' and their Jobs' and Pods'."""
+    group, version = crd.GROUP, crd.VERSION
+
+    @kopf.on.event(group, version, ss.SET_PLURAL, registry=reg)
+    def sampleset_changed(type: str, namespace: str | None, name: str, **_: Any) -> None:
+        if type != "DELETED" and namespace:
+            sets.handle(namespace, name)
+
+    @kopf.on.event(group, version, ss.JOB_PLURAL, registry=reg)
+    def samplejob_changed(namespace: str | None, spec: Mapping[str, Any], **_: Any) -> None:
+        if namespace and spec.get("sampleSet"):
+            sets.handle(namespace, str(spec["sampleSet"]))
+
+    @kopf.on.event("batch", "v1", "jobs", labels={ss.LABEL_SAMPLESET: kopf.PRESENT}, registry=reg)
+    def job_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+        if namespace:
+            sets.handle(namespace, labels[ss.LABEL_SAMPLESET])
 
 
 def _every(interval_s: float, name: str, fn: Callable[[], object]) -> threading.Event:
