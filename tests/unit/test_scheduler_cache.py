@@ -31,11 +31,15 @@ def job(
     )  # fmt: skip
 
 
-def snap(nodes: Sequence[NodeState], queue: Iterable[JobRequest] = (), running: Iterable[JobRequest] = ()) -> Snapshot:
+def snap(
+    nodes: Sequence[NodeState], queue: Iterable[JobRequest] = (), running: Iterable[JobRequest] = ()
+) -> Snapshot:
     return Snapshot(cycle=1, now=1000.0, nodes=tuple(nodes), queue=tuple(queue), running=tuple(running))
 
 
-def running(j: JobRequest, on: Sequence[str], nodes: Sequence[NodeState]) -> tuple[JobRequest, list[NodeState]]:
+def running(
+    j: JobRequest, on: Sequence[str], nodes: Sequence[NodeState]
+) -> tuple[JobRequest, list[NodeState]]:
     """``j`` running one trainer per name in ``on``, and ``nodes`` with what it holds allocated."""
     placement = tuple(WorkerPlacement("trainer", i, n) for i, n in enumerate(on))
     held = [dataclasses.replace(n, allocated=n.allocated + j.trainer.times(on.count(n.name))) for n in nodes]

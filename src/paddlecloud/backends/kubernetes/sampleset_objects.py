@@ -206,8 +206,9 @@ def _script(kind: str, path: str) -> str:
 def job_object(
     v: SetView, owner: Mapping[str, Any], kind: str, path: str, index: int, node: str | None
 ) -> Obj:
-    """Kubernetes Job ``<owner>-<index>`` (``<sampleset>-purge``): ``kind``'s juicefs command on the SampleSet's claim (and,
-    for sync, the source read-only at /mnt/source); per-node kinds are pinned to ``node``."""
+    """Kubernetes Job ``<owner>-<index>`` (``<sampleset>-purge``): ``kind``'s juicefs command on the
+    SampleSet's claim (and, for sync, the source read-only at /mnt/source); per-node kinds are pinned
+    to ``node``."""
     name = f"{owner['name']}-{'purge' if kind == 'purge' else index}"
     lbls = _labels(v, **{ss.LABEL_SAMPLEJOB: str(owner["name"]) if kind != "purge" else name})
     mounts: list[Obj] = [{"name": "sampleset", "mountPath": _DIR}]
