@@ -203,7 +203,7 @@ def test_a_sampleset_lives_syncs_warms_clears_and_is_deleted(
         "both nodes labelled",
         lambda: all(label in n["metadata"].get("labels", {}) for n in kube.list("nodes")),
     )
-    assert [n.cached_bytes for n in sets.status(r).nodes] == [3000, 3000]
+    wait_for("caches full", lambda: [n.cached_bytes for n in sets.status(r).nodes] == [3000, 3000])
 
     # clear: the caches empty, the labels go
     run_task(backend, r, SampleTask("sj-3", SampleTaskKind.CLEAR))
@@ -221,7 +221,7 @@ def test_a_sampleset_lives_syncs_warms_clears_and_is_deleted(
         "labels removed",
         lambda: not any(label in n["metadata"].get("labels", {}) for n in kube.list("nodes")),
     )
-    assert [n.cached_bytes for n in sets.status(r).nodes] == [0, 0]
+    wait_for("caches empty", lambda: [n.cached_bytes for n in sets.status(r).nodes] == [0, 0])
 
     # rmr: one Job on the path; the summary after it counts
     run_task(backend, r, SampleTask("sj-4", SampleTaskKind.RMR, "train/old dir"))

@@ -37,6 +37,7 @@ from paddlecloud.backends.kubernetes import crd, objects
 from paddlecloud.backends.kubernetes import sampleset_crd as ss
 from paddlecloud.backends.kubernetes.edl import EdlController
 from paddlecloud.backends.kubernetes.kube import Kube, api_message, api_status, connect
+from paddlecloud.backends.kubernetes.requeue import Requeue
 from paddlecloud.backends.kubernetes.sampleset_operator import SampleSetOperator
 from paddlecloud.backends.kubernetes.status import rfc3339
 
@@ -70,10 +71,12 @@ class Operator:
     kube: Kube
     clock: Callable[[], float] = time.time
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
-    _timers: dict[tuple[str, str], threading.Timer] = field(default_factory=dict)
     #: per job: the last error reported, and how many reconciles failed in a row
     _failed: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._requeue = Requeue(self.handle)
 
     def reconcile(self, ns: str, name: str) -> objects.Plan | None:
         """Observe, decide, apply; again on a 409 (bounded). The Plan applied, or None when the
@@ -123,10 +126,7 @@ class Operator:
             self.handle(str(meta.get("namespace")), str(meta.get("name")))
 
     def close(self) -> None:
-        with self._guard:
-            for t in self._timers.values():
-                t.cancel()
-            self._timers.clear()
+        self._requeue.close()
 
     # -- one round --------------------------------------------------------------------------------
 
@@ -171,7 +171,7 @@ class Operator:
         for d in plan.delete:
             self._delete(ns, d)
         for pod in plan.stop:
-            self._quietly(self.kube.core.patch_namespaced_pod, pod, ns, objects.STOP_PATCH)
+            self.kube.quietly(self.kube.core.patch_namespaced_pod, pod, ns, objects.STOP_PATCH)
         if plan.status != (job.get("status") or {}):
             job = self._status(job, plan.status)
         for ev in plan.events:
@@ -179,7 +179,7 @@ class Operator:
         if plan.finalizer == "remove":
             self._finalizers(job, [f for f in meta.get("finalizers") or [] if f != crd.FINALIZER])
         if plan.delete_job:
-            self._quietly(self.kube.custom.delete_namespaced_custom_object, crd.GROUP, crd.VERSION, ns,
+            self.kube.quietly(self.kube.custom.delete_namespaced_custom_object, crd.GROUP, crd.VERSION, ns,
                           crd.PLURAL, name, propagation_policy="Background")  # fmt: skip
         if plan.requeue_after is not None:
             self._requeue(ns, name, plan.requeue_after)
@@ -224,41 +224,18 @@ class Operator:
     def _delete(self, ns: str, d: objects.Delete) -> None:
         if d.kind == "Pod":
             grace = {} if d.grace_seconds is None else {"grace_period_seconds": d.grace_seconds}
-            self._quietly(self.kube.core.delete_namespaced_pod, d.name, ns, **grace)
+            self.kube.quietly(self.kube.core.delete_namespaced_pod, d.name, ns, **grace)
         elif d.kind == "Service":
-            self._quietly(self.kube.core.delete_namespaced_service, d.name, ns)
+            self.kube.quietly(self.kube.core.delete_namespaced_service, d.name, ns)
         elif d.kind == "PodGroup":
-            self._quietly(
+            self.kube.quietly(
                 self.kube.custom.delete_namespaced_custom_object, *_VOLCANO[:2], ns, _VOLCANO[2], d.name
             )
-
-    def _quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """A write whose object may be gone already (404 is fine)."""
-        try:
-            self.kube.call(fn, *args, **kwargs)
-        except client.ApiException as exc:
-            if api_status(exc) != 404:
-                raise
 
     def _event(self, job: Obj, ev: objects.Event) -> None:
         self.kube.post_event(
             job, ev.type, ev.reason, ev.message, rfc3339(self.clock()), "paddlecloud-operator"
         )
-
-    def _requeue(self, ns: str, name: str, delay: float) -> None:
-        def fire() -> None:
-            with self._guard:
-                self._timers.pop((ns, name), None)
-            self.handle(ns, name)
-
-        timer = threading.Timer(max(delay, 0.05), fire)
-        timer.daemon = True
-        with self._guard:
-            old = self._timers.pop((ns, name), None)
-            if old is not None:
-                old.cancel()
-            self._timers[(ns, name)] = timer
-        timer.start()
 
 
 def _connection(kube: Kube) -> kopf.ConnectionInfo:

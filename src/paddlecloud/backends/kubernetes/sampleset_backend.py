@@ -54,22 +54,34 @@ class KubeSampleSets:
     def _where(self, ref: SampleSetRef) -> tuple[str, str]:
         return user_namespace(self.settings, ref.owner), sampleset_name(self.settings, ref.owner, ref.name)
 
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Obj:
-        """One API call; the CRD missing is ``SampleSetsUnavailable``, no answer ``BackendUnavailable``."""
+    def _request(self, what: str, fn: Callable[..., Any], *args: Any, ok: tuple[int, ...] = ()) -> Obj | None:
+        """One API call; None when it answered a status in ``ok``. The CRDs missing or another refusal
+        is ``SampleSetsUnavailable`` (with what the API server said), no answer or a 5xx / 429
+        ``BackendUnavailable`` (tried again next cycle)."""
         try:
             return self.kube.call(fn, *args)
         except client.ApiException as exc:
-            body = exc.body or ""
-            if api_status(exc) == 404 and "could not find the requested resource" in body:
+            status = api_status(exc)
+            if status in ok:
+                return None
+            if status == 404 and "could not find the requested resource" in (exc.body or ""):
                 raise SampleSetsUnavailable(
                     "the SampleSet and SampleJob CRDs are not installed in the cluster: "
                     "kubectl apply -f deploy/kubernetes/base/sampleset-crd.yaml"
                 ) from None
-            if api_status(exc) is None or (api_status(exc) or 0) >= 500:
+            if status is None or status in (408, 429) or status >= 500:
                 raise BackendUnavailable(f"{what}: {api_message(exc)}") from None
-            raise
+            raise SampleSetsUnavailable(f"{what}: {api_message(exc)}") from None
         except (HTTPError, OSError) as exc:
             raise BackendUnavailable(f"{what}: {api_message(exc)}") from None
+
+    def _custom(self, verb: str, ns: str, plural: str, *args: Any, ok: tuple[int, ...] = ()) -> Obj | None:
+        """``<verb>_namespaced_custom_object`` on ``plural`` (the first of ``args`` names the object)."""
+        fn = getattr(self.kube.custom, f"{verb}_namespaced_custom_object")
+        kind = ss.SET_KIND if plural == ss.SET_PLURAL else ss.JOB_KIND
+        name = args[0]["metadata"]["name"] if verb == "create" else args[0]
+        what = f"{verb} {kind} {ns}/{name}"
+        return self._request(what, fn, crd.GROUP, crd.VERSION, ns, plural, *args, ok=ok)
 
     def _spec(self, ref: SampleSetRef) -> Obj:
         s = self.settings
@@ -98,113 +110,39 @@ class KubeSampleSets:
     def ensure(self, ref: SampleSetRef) -> None:
         ns, name = self._where(ref)
         spec = self._spec(ref)
-        k, g, v = self.kube, crd.GROUP, crd.VERSION
         if self.settings.namespace is None:
-            try:
-                k.call(k.core.create_namespace, namespace_object(ns))
-            except client.ApiException as exc:
-                if api_status(exc) != 409:
-                    raise BackendUnavailable(f"creating namespace {ns}: {api_message(exc)}") from None
-        body = {
-            "apiVersion": crd.API_VERSION,
-            "kind": ss.SET_KIND,
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "labels": {crd.LABEL_MANAGED_BY: crd.MANAGED_BY, crd.LABEL_USER: ref.owner},
-                "annotations": {f"{crd.GROUP}/key": ref.key, f"{crd.GROUP}/uid": ref.uid},
-            },
-            "spec": spec,
-        }
-        try:
-            self._call(
-                f"creating SampleSet {ns}/{name}",
-                k.custom.create_namespaced_custom_object,
-                g,
-                v,
-                ns,
-                ss.SET_PLURAL,
-                body,
+            self._request(
+                f"creating namespace {ns}", self.kube.core.create_namespace, namespace_object(ns), ok=(409,)
             )
-        except client.ApiException as exc:
-            if api_status(exc) != 409:
-                raise SampleSetsUnavailable(f"creating SampleSet {ns}/{name}: {api_message(exc)}") from None
-            self._call(
-                f"updating SampleSet {ns}/{name}",
-                k.custom.patch_namespaced_custom_object,
-                g,
-                v,
-                ns,
-                ss.SET_PLURAL,
-                name,
-                {"spec": spec},
-            )
+        labels = {crd.LABEL_MANAGED_BY: crd.MANAGED_BY, crd.LABEL_USER: ref.owner}
+        notes = {f"{crd.GROUP}/key": ref.key, f"{crd.GROUP}/uid": ref.uid}
+        meta = {"name": name, "namespace": ns, "labels": labels, "annotations": notes}
+        body = {"apiVersion": crd.API_VERSION, "kind": ss.SET_KIND, "metadata": meta, "spec": spec}
+        if self._custom("create", ns, ss.SET_PLURAL, body, ok=(409,)) is None:  # there: the spec may change
+            self._custom("patch", ns, ss.SET_PLURAL, name, {"spec": spec})
 
     def start_task(self, ref: SampleSetRef, task: SampleTask) -> None:
         ns, name = self._where(ref)
-        k, g, v = self.kube, crd.GROUP, crd.VERSION
-        owner = self._call(
-            f"reading SampleSet {ns}/{name}",
-            k.custom.get_namespaced_custom_object,
-            g,
-            v,
-            ns,
-            ss.SET_PLURAL,
-            name,
-        )
-        body = {
+        owner = self._custom("get", ns, ss.SET_PLURAL, name) or {}
+        own = {
             "apiVersion": crd.API_VERSION,
-            "kind": ss.JOB_KIND,
-            "metadata": {
-                "name": f"{name}-{task.id}",
-                "namespace": ns,
-                "labels": {crd.LABEL_MANAGED_BY: crd.MANAGED_BY, ss.LABEL_SAMPLESET: name},
-                "ownerReferences": [
-                    {
-                        "apiVersion": crd.API_VERSION,
-                        "kind": ss.SET_KIND,
-                        "name": name,
-                        "uid": owner["metadata"]["uid"],
-                    }
-                ],
-            },
-            "spec": {"sampleSet": name, "kind": str(task.kind), "path": task.path},
+            "kind": ss.SET_KIND,
+            "name": name,
+            "uid": owner["metadata"]["uid"],
         }
-        try:
-            self._call(
-                f"creating SampleJob {ns}/{name}-{task.id}",
-                k.custom.create_namespaced_custom_object,
-                g,
-                v,
-                ns,
-                ss.JOB_PLURAL,
-                body,
-            )
-        except client.ApiException as exc:
-            if api_status(exc) != 409:  # started already: nothing changes
-                raise BackendUnavailable(
-                    f"creating SampleJob {ns}/{name}-{task.id}: {api_message(exc)}"
-                ) from None
+        labels = {crd.LABEL_MANAGED_BY: crd.MANAGED_BY, ss.LABEL_SAMPLESET: name}
+        meta = {"name": f"{name}-{task.id}", "namespace": ns, "labels": labels, "ownerReferences": [own]}
+        spec = {"sampleSet": name, "kind": str(task.kind), "path": task.path}
+        body = {"apiVersion": crd.API_VERSION, "kind": ss.JOB_KIND, "metadata": meta, "spec": spec}
+        self._custom("create", ns, ss.JOB_PLURAL, body, ok=(409,))  # started already: nothing changes
 
     def task_status(self, ref: SampleSetRef, task_id: str) -> SampleTaskStatus:
         ns, name = self._where(ref)
-        k = self.kube
-        try:
-            sj = self._call(
-                f"reading SampleJob {ns}/{name}-{task_id}",
-                k.custom.get_namespaced_custom_object,
-                crd.GROUP,
-                crd.VERSION,
-                ns,
-                ss.JOB_PLURAL,
-                f"{name}-{task_id}",
+        sj = self._custom("get", ns, ss.JOB_PLURAL, f"{name}-{task_id}", ok=(404,))
+        if sj is None:
+            return SampleTaskStatus(
+                SampleTaskState.FAILED, message=f"SampleJob {ns}/{name}-{task_id} is gone"
             )
-        except client.ApiException as exc:
-            if api_status(exc) == 404:
-                return SampleTaskStatus(
-                    SampleTaskState.FAILED, message=f"SampleJob {ns}/{name}-{task_id} is gone"
-                )
-            raise BackendUnavailable(f"reading SampleJob {ns}/{name}-{task_id}: {api_message(exc)}") from None
         st = sj.get("status") or {}
         return SampleTaskStatus(
             _STATES.get(str(st.get("phase")), SampleTaskState.RUNNING),
@@ -215,22 +153,7 @@ class KubeSampleSets:
 
     def status(self, ref: SampleSetRef) -> SampleSetStatus:
         ns, name = self._where(ref)
-        k = self.kube
-        try:
-            obj = self._call(
-                f"reading SampleSet {ns}/{name}",
-                k.custom.get_namespaced_custom_object,
-                crd.GROUP,
-                crd.VERSION,
-                ns,
-                ss.SET_PLURAL,
-                name,
-            )
-        except client.ApiException as exc:
-            if api_status(exc) == 404:
-                return SampleSetStatus()
-            raise BackendUnavailable(f"reading SampleSet {ns}/{name}: {api_message(exc)}") from None
-        st = obj.get("status") or {}
+        st = (self._custom("get", ns, ss.SET_PLURAL, name, ok=(404,)) or {}).get("status") or {}
         nodes = tuple(
             NodeCache(
                 str(n.get("node")),
@@ -244,17 +167,4 @@ class KubeSampleSets:
 
     def delete(self, ref: SampleSetRef) -> None:
         ns, name = self._where(ref)
-        k = self.kube
-        try:
-            self._call(
-                f"deleting SampleSet {ns}/{name}",
-                k.custom.delete_namespaced_custom_object,
-                crd.GROUP,
-                crd.VERSION,
-                ns,
-                ss.SET_PLURAL,
-                name,
-            )
-        except client.ApiException as exc:
-            if api_status(exc) != 404:
-                raise BackendUnavailable(f"deleting SampleSet {ns}/{name}: {api_message(exc)}") from None
+        self._custom("delete", ns, ss.SET_PLURAL, name, ok=(404,))

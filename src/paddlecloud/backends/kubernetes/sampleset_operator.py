@@ -26,6 +26,7 @@ from kubernetes import client
 from paddlecloud.backends.kubernetes import crd
 from paddlecloud.backends.kubernetes import sampleset_crd as ss
 from paddlecloud.backends.kubernetes.kube import Kube, api_status
+from paddlecloud.backends.kubernetes.requeue import Requeue
 from paddlecloud.backends.kubernetes.sampleset_objects import Observed, SetPlan, reconcile
 
 __all__ = ["SampleSetOperator"]
@@ -42,11 +43,11 @@ class SampleSetOperator:
     kube: Kube
     clock: Callable[[], float] = time.time
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
-    _timers: dict[tuple[str, str], threading.Timer] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.batch = client.BatchV1Api(self.kube.api)
+        self._requeue = Requeue(self.handle)
 
     def handle(self, ns: str, name: str) -> None:
         """Reconcile on an event; a failure is logged and tried again after a pause."""
@@ -77,10 +78,7 @@ class SampleSetOperator:
             self.handle(str(meta.get("namespace")), str(meta.get("name")))
 
     def close(self) -> None:
-        with self._guard:
-            for t in self._timers.values():
-                t.cancel()
-            self._timers.clear()
+        self._requeue.close()
 
     # -- one round --------------------------------------------------------------------------------
 
@@ -131,7 +129,7 @@ class SampleSetOperator:
             self._delete(ns, kind, what)
         for node, on in plan.labels.items():
             patch = {"metadata": {"labels": {ss.cache_label(ns, name): "true" if on else None}}}
-            self._quietly(k.core.patch_node, node, patch)
+            self.kube.quietly(k.core.patch_node, node, patch)
         by_name = {str(j["metadata"]["name"]): j for j in seen.samplejobs}
         for job_name, status in plan.job_status.items():
             old = by_name[job_name]
@@ -180,30 +178,8 @@ class SampleSetOperator:
     def _delete(self, ns: str, kind: str, name: str) -> None:
         k = self.kube
         if kind == "PersistentVolume":
-            self._quietly(k.core.delete_persistent_volume, name)
+            self.kube.quietly(k.core.delete_persistent_volume, name)
         elif kind == "PersistentVolumeClaim":
-            self._quietly(k.core.delete_namespaced_persistent_volume_claim, name, ns)
+            self.kube.quietly(k.core.delete_namespaced_persistent_volume_claim, name, ns)
         else:
-            self._quietly(self.batch.delete_namespaced_job, name, ns, propagation_policy="Background")
-
-    def _quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        try:
-            self.kube.call(fn, *args, **kwargs)
-        except client.ApiException as exc:
-            if api_status(exc) != 404:
-                raise
-
-    def _requeue(self, ns: str, name: str, delay: float) -> None:
-        def fire() -> None:
-            with self._guard:
-                self._timers.pop((ns, name), None)
-            self.handle(ns, name)
-
-        timer = threading.Timer(max(delay, 0.05), fire)
-        timer.daemon = True
-        with self._guard:
-            old = self._timers.pop((ns, name), None)
-            if old is not None:
-                old.cancel()
-            self._timers[(ns, name)] = timer
-        timer.start()
+            self.kube.quietly(self.batch.delete_namespaced_job, name, ns, propagation_policy="Background")
