@@ -118,7 +118,7 @@ def test_operator_rbac_is_per_verb(built: dict[str, list[dict[str, Any]]]) -> No
         "paddlecloud.org/samplejobs": {"get", "list", "watch"},
         "paddlecloud.org/samplejobs/status": {"patch"},
         "persistentvolumes": {"create", "delete", "get"},
-        "persistentvolumeclaims": {"create", "delete", "get"},
+        "persistentvolumeclaims": {"create", "delete", "get", "list", "watch"},
         "batch/jobs": {"create", "delete", "get", "list", "watch"},
         "pods": {"create", "delete", "get", "list", "watch", "patch"},
         "services": {"create", "delete", "get", "list", "watch"},

@@ -306,7 +306,7 @@ def registry(kube: Kube, config: OperatorConfig | None = None) -> kopf.OperatorR
 
 
 def _sampleset_handlers(reg: kopf.OperatorRegistry, sets: SampleSetOperator) -> None:
-    """SampleSets are reconciled on their own events, their SampleJobs' and their Jobs' and Pods'."""
+    """SampleSets are reconciled on their own events, their SampleJobs', Jobs' and claim's."""
     group, version = crd.GROUP, crd.VERSION
 
     @kopf.on.event(group, version, ss.SET_PLURAL, registry=reg)
@@ -322,6 +322,13 @@ def _sampleset_handlers(reg: kopf.OperatorRegistry, sets: SampleSetOperator) -> 
     @kopf.on.event("batch", "v1", "jobs", labels={ss.LABEL_SAMPLESET: kopf.PRESENT}, registry=reg)
     def job_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
         if namespace:
+            sets.handle(namespace, labels[ss.LABEL_SAMPLESET])
+
+    @kopf.on.event(
+        "", "v1", "persistentvolumeclaims", labels={ss.LABEL_SAMPLESET: kopf.PRESENT}, registry=reg
+    )
+    def claim_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+        if namespace:  # bound: the SampleSet is Ready
             sets.handle(namespace, labels[ss.LABEL_SAMPLESET])
 
 

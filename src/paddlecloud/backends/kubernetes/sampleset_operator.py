@@ -2,7 +2,7 @@
 
     kopf: SampleSet event ──────────────────┐
           SampleJob event (spec.sampleSet) ─┼─▶ SampleSetOperator.handle(ns, name)  (one set at a time)
-          Job / Pod event (label sampleset) ┘      GET SampleSet, LIST its SampleJobs, Jobs, Pods,
+          Job / PVC event (label sampleset) ┘      GET SampleSet, LIST its SampleJobs, Jobs, Pods,
                                                    GET its PV and PVC, LIST Nodes
                                                    sampleset_objects.reconcile ──▶ SetPlan
                                                    apply: finalizer, create, delete, node labels,
