@@ -340,3 +340,12 @@ def test_the_crds_refuse_bad_samplejobs(kube: FakeKube, api: client.ApiClient, s
         assert err.value.status == 422, bad
     made = custom.create_namespaced_custom_object(G, V, NS, ss.JOB_PLURAL, samplejob(kind="warmup"))
     assert made["spec"]["path"] == ""  # the default
+
+
+def test_the_resync_without_the_crds_does_nothing(kube: FakeKube, crd: dict[str, Any]) -> None:
+    from paddlecloud.backends.kubernetes.sampleset_operator import SampleSetOperator
+
+    op = SampleSetOperator(kube_client(kube))
+    op.resync()  # the CRDs are not installed: no error, nothing written
+    op.close()
+    assert not [e for e in kube.errors if e[0] != "GET"]

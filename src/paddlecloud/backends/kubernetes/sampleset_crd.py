@@ -24,6 +24,7 @@ from paddlecloud.backends.kubernetes import crd
 from paddlecloud.backends.kubernetes.crd import Schema, _int, _obj, _quantity, _str
 
 __all__ = [
+    "DEFAULT_IMAGE",
     "JOB_KIND",
     "JOB_KINDS",
     "JOB_PHASES",

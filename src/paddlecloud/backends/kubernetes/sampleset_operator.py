@@ -70,10 +70,11 @@ class SampleSetOperator:
         return None  # pragma: no cover
 
     def resync(self) -> None:
-        out = self.kube.call(
-            self.kube.custom.list_cluster_custom_object, crd.GROUP, crd.VERSION, ss.SET_PLURAL
-        )
-        for item in out.get("items") or []:
+        """Reconcile every SampleSet (what a missed watch event would have triggered); nothing
+        while the CRDs are not installed."""
+        k = self.kube
+        listed = self._get(k.custom.list_cluster_custom_object, crd.GROUP, crd.VERSION, ss.SET_PLURAL)
+        for item in (listed or {}).get("items") or []:
             meta = item.get("metadata") or {}
             self.handle(str(meta.get("namespace")), str(meta.get("name")))
 
