@@ -25,7 +25,7 @@ from kubernetes import client
 
 from paddlecloud.backends.kubernetes import crd
 from paddlecloud.backends.kubernetes import sampleset_crd as ss
-from paddlecloud.backends.kubernetes.kube import Kube, api_status
+from paddlecloud.backends.kubernetes.kube import Kube, api_status, retry_conflict
 from paddlecloud.backends.kubernetes.requeue import Requeue
 from paddlecloud.backends.kubernetes.sampleset_objects import Observed, SetPlan, reconcile
 
@@ -60,14 +60,8 @@ class SampleSetOperator:
     def reconcile(self, ns: str, name: str) -> SetPlan | None:
         with self._guard:
             lock = self._locks.setdefault((ns, name), threading.Lock())
-        with lock:
-            for attempt in range(CONFLICT_ROUNDS):
-                try:
-                    return self._round(ns, name)
-                except client.ApiException as exc:
-                    if api_status(exc) != 409 or attempt == CONFLICT_ROUNDS - 1:
-                        raise
-        return None  # pragma: no cover
+        with lock:  # a 409: the whole round again on a fresh read (bounded)
+            return retry_conflict(lambda: self._round(ns, name), CONFLICT_ROUNDS)
 
     def resync(self) -> None:
         """Reconcile every SampleSet (what a missed watch event would have triggered); nothing
