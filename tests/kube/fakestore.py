@@ -89,6 +89,8 @@ BUILTINS = (
     _core("secrets", "Secret", True),
     _core("serviceaccounts", "ServiceAccount", True, short=("sa",)),
     _core("persistentvolumeclaims", "PersistentVolumeClaim", True, "status", short=("pvc",)),
+    _core("persistentvolumes", "PersistentVolume", False, "status", short=("pv",)),
+    ResourceType("batch", "v1", "jobs", "Job", True, frozenset({"status"}), ()),
     ResourceType(
         "apiextensions.k8s.io",
         "v1",
@@ -314,7 +316,7 @@ class Store:
         if ctype == "application/json-patch+json":
             return dict(json_patch(old, body))
         if ctype == "application/strategic-merge-patch+json":
-            if rt.group and rt.group != "apiextensions.k8s.io":
+            if rt.group and rt.group not in ("apiextensions.k8s.io", "batch"):  # custom resources
                 raise ApiError(
                     415, "UnsupportedMediaType",
                     f"the body of the request was in an unknown format - accepted media types include: "

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kube_helpers import VARIANTS, Cluster, training_job
 
-from paddlecloud.backends.kubernetes import crd
+from paddlecloud.backends.kubernetes import crd, sampleset_crd
 from paddlecloud.backends.kubernetes.spec import problems, read_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +60,21 @@ def test_crd_yaml_is_up_to_date() -> None:
 @pytest.mark.parametrize("version", ["1.29", kubernetes_validate.latest_version()])
 def test_crd_validates_as_a_builtin_object(version: str) -> None:
     kubernetes_validate.validate(crd.manifest(), version, strict=True)
+
+
+def test_sampleset_crd_yaml_is_up_to_date() -> None:
+    path = ROOT / "deploy/kubernetes/base/sampleset-crd.yaml"
+    assert path.read_text() == sampleset_crd.render_yaml(), (
+        "run: python -m paddlecloud.backends.kubernetes.sampleset_crd"
+    )
+
+
+@pytest.mark.parametrize("version", ["1.29", kubernetes_validate.latest_version()])
+def test_sampleset_crds_validate_as_builtin_objects_and_are_structural(version: str) -> None:
+    for manifest in sampleset_crd.manifests():
+        kubernetes_validate.validate(manifest, version, strict=True)
+        schema = manifest["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        assert _structural_errors(schema, manifest["spec"]["names"]["kind"]) == []
 
 
 def _structural_errors(node: dict[str, Any], path: str) -> list[str]:

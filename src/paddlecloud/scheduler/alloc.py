@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import WorkerPlacement
-from paddlecloud.scheduler.pool import NodePool, how_many
+from paddlecloud.scheduler.pool import ALL, NodePool, cache_first, how_many
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
 __all__ = ["Allocation", "Spot", "tiresias_queue"]
@@ -170,6 +170,10 @@ class Allocation:
             return None
         if slot is not None:
             return pool.index[slot.node] if self._free(job, slot) else None
+        if job.cache_nodes:
+            cached = self._cache_spot(job, c, m, g)
+            if cached is not None:
+                return cached
         index, cpu, mem, gpu = pool.index, pool.cpu, pool.mem, pool.gpu
         for p in self.trainers.get(job.key, ()):
             i = index[p.node]
@@ -181,6 +185,23 @@ class Allocation:
         if node is None:
             self._full[c, m, g] = pool.roomier
         return node
+
+    def _cache_spot(self, job: JobRequest, c: int, m: int, g: int) -> int | None:
+        """The node holding ``job``'s SampleSet cache where one more trainer goes, in :meth:`spot`'s
+        order among them: beside its own trainers, else the newest hint, else the lowest number."""
+        pool = self.pool
+        room = [
+            i
+            for i in (pool.index.get(n) for n in job.cache_nodes)
+            if i is not None and pool.fits_at(i, c, m, g)
+        ]
+        if not room:
+            return None
+        for p in self.trainers.get(job.key, ()):
+            i = pool.index[p.node]
+            if i in room:
+                return i
+        return max(room, key=lambda i: (pool.stamp[i] if pool.stamp[i] >= pool.cut else -1, -i))
 
     def grow(self, job: JobRequest, n: int) -> bool:
         """Add ``n`` trainers, all or none; nodes the job already uses first, then the fullest fit."""
@@ -226,7 +247,11 @@ class Allocation:
         t = job.trainer
         c, m, g = t.cpu_m, t.memory, t.gpu
         order = self._own_nodes(held, c, m, g)  # nodes the job already uses first
-        order += self.pool.gang(c, m, g, n, skip={i for i, _ in order})  # the fullest fit first
+        if job.cache_nodes:  # every node with room, those holding the job's SampleSet cache first
+            order += self.pool.gang(c, m, g, ALL, skip={i for i, _ in order})
+            order = cache_first(order, self.pool.names, job.cache_nodes)
+        else:
+            order += self.pool.gang(c, m, g, n, skip={i for i, _ in order})  # the fullest fit first
         added: list[WorkerPlacement] = []
         for i, can in order:
             added += self._take(job, i, len(held) + len(added), min(can, n - len(added)))

@@ -46,7 +46,7 @@ from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
 from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held, started
 from paddlecloud.scheduler.goodfair import Claim, share
-from paddlecloud.scheduler.placement import NeverFits
+from paddlecloud.scheduler.placement import NeverFits, cache_note
 from paddlecloud.scheduler.quota import QuotaLedger
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
@@ -505,6 +505,8 @@ def emit(
             msg = f"admitted with {len(trainers)} trainers on {', '.join(nodes)}"
             batch = job.batch(len(trainers))
             msg += f", global batch {batch}" if batch else ""
+            if job.cache_nodes:
+                msg += f"; {cache_note(job.cache_nodes, trainers)}"
             plan.admit.append(Admit(job.key, (*admitted[job.key], *trainers), msg, batch))
     for job in snap.running:
         if job.key in preempted:
@@ -516,6 +518,8 @@ def emit(
             msg = f"{verb} from {job.running} to {n} trainers"
             batch = job.batch(n)
             msg += f", global batch {batch}" if batch else ""
+            if job.cache_nodes and n > job.running:  # where the new trainers went
+                msg += f"; {cache_note(job.cache_nodes, alloc.trainers[job.key][job.running :])}"
             plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
         elif rebatch_after is not None and _stale(job, n) and snap.now - job.resized_at >= rebatch_after:
             batch = job.batch(n)

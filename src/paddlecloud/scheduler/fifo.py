@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import Admit, Plan, Wait, WaitReason, WorkerPlacement
 from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, holdings, started
-from paddlecloud.scheduler.placement import NeverFits, place_job
+from paddlecloud.scheduler.placement import NeverFits, cache_note, place_job
 from paddlecloud.scheduler.pool import NodePool
 from paddlecloud.scheduler.quota import QuotaLedger
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
@@ -69,6 +69,8 @@ class FifoPolicy:
                 nodes = sorted({p.node for p in placement})
                 batch = job.batch(job.trainers)
                 msg = f"admitted on {', '.join(nodes)}" + (f", global batch {batch}" if batch else "")
+                if job.cache_nodes:
+                    msg += f"; {cache_note(job.cache_nodes, placement)}"
                 plan.admit.append(Admit(job.key, placement, msg, batch))
                 continue
             plan.wait.append(_short(job, pool, order.ahead(job)))

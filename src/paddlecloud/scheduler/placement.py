@@ -4,19 +4,24 @@ Trainers are packed on as few nodes as possible (largest free node first); GPUs 
 across nodes and specific GPU indices are assigned. :func:`never_placeable` asks whether a job could
 be placed at all, on the nodes as they are when idle (a fixed-capacity cluster refuses it at submit
 otherwise).
+
+Cache-aware placement: a job whose ``cache_nodes`` (the nodes holding its SampleSet cache) is not
+empty gets its trainers on those nodes first, among the nodes with room, in the order above;
+:func:`cache_note` says in the decision's message where they went and whether the cache nodes had
+room. A job without cache nodes is placed exactly as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.decisions import WorkerPlacement
-from paddlecloud.scheduler.pool import Key, NodePool
+from paddlecloud.scheduler.pool import ALL, Key, NodePool, cache_first
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState
 
-__all__ = ["NeverFits", "never_placeable", "place_job"]
+__all__ = ["NeverFits", "cache_note", "never_placeable", "place_job"]
 
 
 def _fifo_rank(key: Key, c: int, m: int, g: int, count: int) -> tuple[tuple[int, ...], int]:
@@ -29,11 +34,17 @@ def _fifo_rank(key: Key, c: int, m: int, g: int, count: int) -> tuple[tuple[int,
     return (on_gpu_node, -fits, -fc, -fm), fits
 
 
-def _place_role(pool: NodePool, role: str, count: int, need: Resources) -> list[WorkerPlacement] | None:
+def _place_role(
+    pool: NodePool, role: str, count: int, need: Resources, cache: frozenset[str] = frozenset()
+) -> list[WorkerPlacement] | None:
     if count == 0:
         return []
     c, m, g = need.cpu_m, need.memory, need.gpu
-    order = pool.gang(c, m, g, count, lambda key: _fifo_rank(key, c, m, g, count))
+    if cache:  # every node with room, the cache nodes first
+        order = pool.gang(c, m, g, ALL, lambda key: _fifo_rank(key, c, m, g, count))
+        order = cache_first(order, pool.names, cache, count)
+    else:
+        order = pool.gang(c, m, g, count, lambda key: _fifo_rank(key, c, m, g, count))
     if sum(k for _, k in order) < count:
         return None
     out: list[WorkerPlacement] = []
@@ -47,12 +58,34 @@ def place_job(pool: NodePool, job: JobRequest) -> tuple[WorkerPlacement, ...] | 
     """Place every worker of ``job`` on ``pool`` (changing it) or return ``None`` leaving it unchanged."""
     pool.begin()
     pservers = _place_role(pool, "pserver", job.pservers, job.pserver)
-    trainers = None if pservers is None else _place_role(pool, "trainer", job.trainers, job.trainer)
+    trainers = (
+        None if pservers is None else _place_role(pool, "trainer", job.trainers, job.trainer, job.cache_nodes)
+    )
     if pservers is None or trainers is None:
         pool.rollback()
         return None
     pool.commit()
     return (*pservers, *trainers)
+
+
+def cache_note(cache: frozenset[str], placement: Iterable[WorkerPlacement]) -> str:
+    """Where the workers of a job with a SampleSet cache went, for its decision's message ("" for
+    a job without cache nodes): ``placed on node-1 (holds the SampleSet cache)``, ``no node holding
+    the SampleSet cache had room: placed on node-2``. The trainers count (they read the data); a
+    job without trainers counts all its workers."""
+    if not cache:
+        return ""
+    workers = list(placement)
+    readers = [p for p in workers if p.role == "trainer"] or workers
+    nodes = sorted({p.node for p in readers})
+    held, other = [n for n in nodes if n in cache], [n for n in nodes if n not in cache]
+    if not held:
+        return f"no node holding the SampleSet cache had room: placed on {', '.join(other)}"
+    verb = "holds" if len(held) == 1 else "hold"
+    note = f"placed on {', '.join(held)} ({verb} the SampleSet cache)"
+    if other:
+        note += f" and, no other node holding it having room, on {', '.join(other)}"
+    return note
 
 
 class NeverFits:

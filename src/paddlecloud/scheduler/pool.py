@@ -24,7 +24,7 @@ from heapq import merge
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.snapshot import NodeState
 
-__all__ = ["NodePool", "how_many"]
+__all__ = ["ALL", "NodePool", "cache_first", "how_many"]
 
 #: a bucket: free cpu, free memory, free GPUs, whether any GPU index is left
 Key = tuple[int, int, int, bool]
@@ -34,6 +34,8 @@ _Saved = tuple[int, int, int, int, list[int], int]
 Rank = Callable[[Key], tuple[tuple[int, ...], int]]
 #: how many recent hints are checked one by one before asking the buckets
 _HINT_SCAN = 16
+#: a worker count no gang reaches: :meth:`NodePool.gang` lists every node with room
+ALL = 1 << 30
 
 
 def how_many(fc: int, fm: int, fg: int, c: int, m: int, g: int) -> int:
@@ -286,6 +288,22 @@ class NodePool:
         if stamp >= 0:
             insort(nb.stamps, stamp)
         self.keys[i] = key
+
+
+def cache_first(
+    order: list[tuple[int, int]], names: Sequence[str], cache: frozenset[str], n: int = ALL
+) -> list[tuple[int, int]]:
+    """``order`` (``(node, workers)``, best first) with the nodes named in ``cache`` moved to the front,
+    each part keeping its order, cut where ``n`` workers are placed (cache-aware placement: the
+    nodes holding a job's SampleSet cache come first among those with room)."""
+    ranked = [x for x in order if names[x[0]] in cache] + [x for x in order if names[x[0]] not in cache]
+    out: list[tuple[int, int]] = []
+    for i, k in ranked:
+        if n <= 0:
+            break
+        out.append((i, min(k, n)))
+        n -= k
+    return out
 
 
 def _fill(

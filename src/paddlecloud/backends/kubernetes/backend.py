@@ -13,7 +13,9 @@ restarts per policy, status. A job's earlier TrainingJob of the same name that i
 deleted (a preempted job started again) delays the creation to a later ``sync``. Capabilities:
 GPUs (requested as ``nvidia.com/gpu``; the device plugin assigns them), resize (the scale
 subresource), adopt (jobs live in the cluster) and log follow; not ``logs-previous``: a restarted
-worker's pod is re-created, so only the tail of its failed run is kept (``logs.py``).
+worker's pod is re-created, so only the tail of its failed run is kept (``logs.py``). SampleSets:
+``samplesets`` writes SampleSet / SampleJob custom resources (``sampleset_backend.py``), and a job
+with ``launch.sampleset`` names it in its TrainingJob (the operator mounts it in the pods).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -59,6 +62,7 @@ from paddlecloud.backends.kubernetes.logs import LogSource, read_logs
 from paddlecloud.backends.kubernetes.pods import namespace as job_namespace
 from paddlecloud.backends.kubernetes.quantities import node_info
 from paddlecloud.backends.kubernetes.report import Seen, report
+from paddlecloud.backends.kubernetes.sampleset_backend import KubeSampleSets
 from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.scheduler import WorkerPlacement
 
@@ -102,6 +106,7 @@ class KubernetesBackend:
             Capability.ADOPT,
             Capability.LOGS_FOLLOW,
             Capability.LOGS_PREVIOUS,
+            Capability.SAMPLESETS,
         }
     )
 
@@ -111,6 +116,7 @@ class KubernetesBackend:
         datacenter: str = "local",
         wake: Callable[[], None] = lambda: None,
         kube: Kube | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         self.settings = settings
         self.datacenter = datacenter
@@ -119,6 +125,8 @@ class KubernetesBackend:
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._nodes: tuple[float, tuple[NodeInfo, ...]] = (float("-inf"), ())
+        #: SampleSets as custom resources the operator reconciles (``sampleset_backend``)
+        self.samplesets = KubeSampleSets(self.kube, settings, data_dir)
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -399,4 +407,4 @@ class KubernetesBackend:
 def create(setup: BackendSetup) -> KubernetesBackend:
     """The registry's factory: a Kubernetes backend from :class:`KubeSettings` (``backends.registry``)."""
     settings: KubeSettings = setup.settings
-    return KubernetesBackend(settings, setup.datacenter, setup.wake)
+    return KubernetesBackend(settings, setup.datacenter, setup.wake, data_dir=setup.data_dir)

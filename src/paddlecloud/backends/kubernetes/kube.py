@@ -85,6 +85,14 @@ class Kube:
         out: Obj = json.loads(data) if data else {}
         return out
 
+    def quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """A write whose object may be gone already (404 is fine)."""
+        try:
+            self.call(fn, *args, **kwargs)
+        except client.ApiException as exc:
+            if api_status(exc) != 404:
+                raise
+
     def stream(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """The raw streaming response of ``fn`` (pods/log with follow): a connect timeout, and a
         long read timeout (a quiet worker is not an error)."""

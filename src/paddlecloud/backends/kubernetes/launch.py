@@ -17,7 +17,7 @@ from typing import Any
 from paddlecloud.backends.base import JobLaunch
 from paddlecloud.backends.errors import JobRejected
 from paddlecloud.backends.kubernetes import crd
-from paddlecloud.backends.kubernetes.settings import KubeSettings, user_namespace
+from paddlecloud.backends.kubernetes.settings import KubeSettings, sampleset_name, user_namespace
 from paddlecloud.core.quantity import format_cpu, format_memory
 from paddlecloud.core.resources import Resources
 
@@ -120,6 +120,8 @@ def _spec(launch: JobLaunch, settings: KubeSettings, name: str, datacenter: str)
             "max": b.adaptive.max,
             "lrRule": str(b.lr_rule),
         }
+    if launch.sampleset is not None:  # the operator mounts its claim read-only in every pod
+        spec["sampleset"] = {"name": sampleset_name(settings, launch.sampleset.owner, launch.sampleset.name)}
     if settings.storage_claim:
         spec["storage"] = {
             "claimName": settings.storage_claim,

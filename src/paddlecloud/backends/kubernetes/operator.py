@@ -34,8 +34,11 @@ import kopf
 from kubernetes import client
 
 from paddlecloud.backends.kubernetes import crd, objects
+from paddlecloud.backends.kubernetes import sampleset_crd as ss
 from paddlecloud.backends.kubernetes.edl import EdlController
 from paddlecloud.backends.kubernetes.kube import Kube, api_message, api_status, connect
+from paddlecloud.backends.kubernetes.requeue import Requeue
+from paddlecloud.backends.kubernetes.sampleset_operator import SampleSetOperator
 from paddlecloud.backends.kubernetes.status import rfc3339
 
 __all__ = ["Operator", "OperatorConfig", "main", "registry"]
@@ -57,6 +60,8 @@ class OperatorConfig:
     #: run the EDL controller every this many seconds (0: not at all)
     edl_interval_s: float = 0.0
     edl_policy: str = "elastic"
+    #: reconcile SampleSets and SampleJobs too (their CRDs: deploy/kubernetes/base/sampleset-crd.yaml)
+    samplesets: bool = True
 
 
 @dataclass
@@ -66,10 +71,12 @@ class Operator:
     kube: Kube
     clock: Callable[[], float] = time.time
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
-    _timers: dict[tuple[str, str], threading.Timer] = field(default_factory=dict)
     #: per job: the last error reported, and how many reconciles failed in a row
     _failed: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._requeue = Requeue(self.handle)
 
     def reconcile(self, ns: str, name: str) -> objects.Plan | None:
         """Observe, decide, apply; again on a 409 (bounded). The Plan applied, or None when the
@@ -119,10 +126,7 @@ class Operator:
             self.handle(str(meta.get("namespace")), str(meta.get("name")))
 
     def close(self) -> None:
-        with self._guard:
-            for t in self._timers.values():
-                t.cancel()
-            self._timers.clear()
+        self._requeue.close()
 
     # -- one round --------------------------------------------------------------------------------
 
@@ -167,7 +171,7 @@ class Operator:
         for d in plan.delete:
             self._delete(ns, d)
         for pod in plan.stop:
-            self._quietly(self.kube.core.patch_namespaced_pod, pod, ns, objects.STOP_PATCH)
+            self.kube.quietly(self.kube.core.patch_namespaced_pod, pod, ns, objects.STOP_PATCH)
         if plan.status != (job.get("status") or {}):
             job = self._status(job, plan.status)
         for ev in plan.events:
@@ -175,7 +179,7 @@ class Operator:
         if plan.finalizer == "remove":
             self._finalizers(job, [f for f in meta.get("finalizers") or [] if f != crd.FINALIZER])
         if plan.delete_job:
-            self._quietly(self.kube.custom.delete_namespaced_custom_object, crd.GROUP, crd.VERSION, ns,
+            self.kube.quietly(self.kube.custom.delete_namespaced_custom_object, crd.GROUP, crd.VERSION, ns,
                           crd.PLURAL, name, propagation_policy="Background")  # fmt: skip
         if plan.requeue_after is not None:
             self._requeue(ns, name, plan.requeue_after)
@@ -220,41 +224,18 @@ class Operator:
     def _delete(self, ns: str, d: objects.Delete) -> None:
         if d.kind == "Pod":
             grace = {} if d.grace_seconds is None else {"grace_period_seconds": d.grace_seconds}
-            self._quietly(self.kube.core.delete_namespaced_pod, d.name, ns, **grace)
+            self.kube.quietly(self.kube.core.delete_namespaced_pod, d.name, ns, **grace)
         elif d.kind == "Service":
-            self._quietly(self.kube.core.delete_namespaced_service, d.name, ns)
+            self.kube.quietly(self.kube.core.delete_namespaced_service, d.name, ns)
         elif d.kind == "PodGroup":
-            self._quietly(
+            self.kube.quietly(
                 self.kube.custom.delete_namespaced_custom_object, *_VOLCANO[:2], ns, _VOLCANO[2], d.name
             )
-
-    def _quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """A write whose object may be gone already (404 is fine)."""
-        try:
-            self.kube.call(fn, *args, **kwargs)
-        except client.ApiException as exc:
-            if api_status(exc) != 404:
-                raise
 
     def _event(self, job: Obj, ev: objects.Event) -> None:
         self.kube.post_event(
             job, ev.type, ev.reason, ev.message, rfc3339(self.clock()), "paddlecloud-operator"
         )
-
-    def _requeue(self, ns: str, name: str, delay: float) -> None:
-        def fire() -> None:
-            with self._guard:
-                self._timers.pop((ns, name), None)
-            self.handle(ns, name)
-
-        timer = threading.Timer(max(delay, 0.05), fire)
-        timer.daemon = True
-        with self._guard:
-            old = self._timers.pop((ns, name), None)
-            if old is not None:
-                old.cancel()
-            self._timers[(ns, name)] = timer
-        timer.start()
 
 
 def _connection(kube: Kube) -> kopf.ConnectionInfo:
@@ -279,6 +260,7 @@ def registry(kube: Kube, config: OperatorConfig | None = None) -> kopf.OperatorR
     config = config or OperatorConfig()
     reg = kopf.OperatorRegistry()
     op = Operator(kube)
+    sets = SampleSetOperator(kube)
     loops: list[threading.Event] = []
     group, version, plural = crd.GROUP, crd.VERSION, crd.PLURAL
 
@@ -294,6 +276,8 @@ def registry(kube: Kube, config: OperatorConfig | None = None) -> kopf.OperatorR
         settings.networking.request_timeout = 30
         if config.resync_s > 0:
             loops.append(_every(config.resync_s, "resync", op.resync))
+            if config.samplesets:
+                loops.append(_every(config.resync_s, "resync-samplesets", sets.resync))
         if config.edl_interval_s > 0:
             edl = EdlController(kube, policy_name=config.edl_policy)
             loops.append(_every(config.edl_interval_s, "edl", edl.step))
@@ -303,6 +287,7 @@ def registry(kube: Kube, config: OperatorConfig | None = None) -> kopf.OperatorR
         for stop in loops:
             stop.set()
         op.close()
+        sets.close()
 
     @kopf.on.event(group, version, plural, registry=reg)
     def job_changed(type: str, namespace: str | None, name: str, **_: Any) -> None:
@@ -315,7 +300,36 @@ def registry(kube: Kube, config: OperatorConfig | None = None) -> kopf.OperatorR
         if job and namespace:
             op.handle(namespace, job)
 
+    if config.samplesets:
+        _sampleset_handlers(reg, sets)
     return reg
+
+
+def _sampleset_handlers(reg: kopf.OperatorRegistry, sets: SampleSetOperator) -> None:
+    """SampleSets are reconciled on their own events, their SampleJobs', Jobs' and claim's."""
+    group, version = crd.GROUP, crd.VERSION
+
+    @kopf.on.event(group, version, ss.SET_PLURAL, registry=reg)
+    def sampleset_changed(type: str, namespace: str | None, name: str, **_: Any) -> None:
+        if type != "DELETED" and namespace:
+            sets.handle(namespace, name)
+
+    @kopf.on.event(group, version, ss.JOB_PLURAL, registry=reg)
+    def samplejob_changed(namespace: str | None, spec: Mapping[str, Any], **_: Any) -> None:
+        if namespace and spec.get("sampleSet"):
+            sets.handle(namespace, str(spec["sampleSet"]))
+
+    @kopf.on.event("batch", "v1", "jobs", labels={ss.LABEL_SAMPLESET: kopf.PRESENT}, registry=reg)
+    def job_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+        if namespace:
+            sets.handle(namespace, labels[ss.LABEL_SAMPLESET])
+
+    @kopf.on.event(
+        "", "v1", "persistentvolumeclaims", labels={ss.LABEL_SAMPLESET: kopf.PRESENT}, registry=reg
+    )
+    def claim_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+        if namespace:  # bound: the SampleSet is Ready
+            sets.handle(namespace, labels[ss.LABEL_SAMPLESET])
 
 
 def _every(interval_s: float, name: str, fn: Callable[[], object]) -> threading.Event:

@@ -15,7 +15,9 @@ from typing import Any
 from urllib.parse import quote
 
 from paddlecloud.backends.kubernetes import crd
+from paddlecloud.backends.kubernetes.sampleset_crd import MOUNT_PATH, cache_label, claim_name
 from paddlecloud.backends.kubernetes.spec import GPU, JobView, RoleSpec
+from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.core.envcontract import ApiAccess, JobFiles, Topology, WorkerContext, worker_env
 from paddlecloud.runtime import contract as c
 
@@ -206,6 +208,8 @@ def _worker_env(job: JobView, role: str, index: int, run: int) -> list[Obj]:
         return _home(job) + _env_list(job, env)
     env = worker_env(_context(job, role, index, run))
     env.pop("NVIDIA_VISIBLE_DEVICES", None)  # the device plugin sets it to the pod's GPUs
+    if job.sampleset:
+        env[SAMPLESET_DIR_ENV] = MOUNT_PATH
     env[_ENTRY_ENV] = job.entry
     return _home(job) + _env_list(job, env)
 
@@ -317,6 +321,26 @@ def _pfs_mounts(job: JobView) -> list[Obj]:
     return mounts
 
 
+def _sampleset_mounts(job: JobView, role: str) -> list[Obj]:
+    """A job's SampleSet, read-only at /mnt/sampleset in its workers (not the rendezvous)."""
+    if not job.sampleset or role == RENDEZVOUS:
+        return []
+    return [{"name": "sampleset", "mountPath": MOUNT_PATH, "readOnly": True}]
+
+
+def _sampleset(job: JobView, role: str, spec: Obj) -> None:
+    """The SampleSet's claim as a volume of a worker's pod, and for trainers a preference for the
+    nodes whose cache holds it (the label the operator puts there; a preference, never a must)."""
+    if not job.sampleset or role == RENDEZVOUS:
+        return
+    claim = {"claimName": claim_name(job.sampleset), "readOnly": True}
+    spec["volumes"].append({"name": "sampleset", "persistentVolumeClaim": claim})
+    if role == TRAINER:
+        cached = {"key": cache_label(job.namespace, job.sampleset), "operator": "Exists"}
+        prefer = [{"weight": 100, "preference": {"matchExpressions": [cached]}}]
+        spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": prefer}}
+
+
 def _probe(port: int) -> Obj:
     return {"tcpSocket": {"port": port}, "periodSeconds": 2, "timeoutSeconds": 1, "failureThreshold": 3}
 
@@ -331,7 +355,11 @@ def _worker_container(job: JobView, role: str, index: int, run: int) -> Obj:
         "env": _worker_env(job, role, index, run),
         "ports": _ports(job, role, index),
         "resources": _resources(spec),
-        "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}, *_pfs_mounts(job)],
+        "volumeMounts": [
+            {"name": "workspace", "mountPath": WORKSPACE},
+            *_pfs_mounts(job),
+            *_sampleset_mounts(job, role),
+        ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if role == PSERVER:
@@ -363,6 +391,7 @@ def _pod_spec(job: JobView, role: str, index: int, run: int) -> Obj:
         "containers": [worker],
         "volumes": volumes,
     }
+    _sampleset(job, role, spec)
     if role == TRAINER:
         spec["hostname"] = worker_name(TRAINER, index)
         spec["subdomain"] = trainers_service(job.name)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["KubeSettings", "user_namespace"]
+__all__ = ["KubeSettings", "sampleset_name", "user_namespace"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,12 @@ class KubeSettings:
     follow_wait_s: float = 600.0
     #: how long ``nodes()`` reuses the last node list
     nodes_ttl_s: float = 5.0
+    #: SampleSets: the JuiceFS CSI driver's Secret of the platform's JuiceFS file system (metaurl,
+    #: storage, bucket, ...), and its namespace (``docs/kubernetes.md``)
+    juicefs_secret: str = "paddlecloud-juicefs"
+    juicefs_secret_namespace: str = "paddlecloud"
+    #: the image of SampleJobs' Jobs (juicefs, sh, GNU find)
+    juicefs_image: str = "juicedata/mount:ce-v1.2.3"
 
     #: the ``up`` options these settings are made from (``backends.registry``)
     OPTIONS: ClassVar[tuple[str, ...]] = (
@@ -56,3 +62,9 @@ class KubeSettings:
 
 def user_namespace(settings: KubeSettings, user: str) -> str:
     return settings.namespace or f"paddlecloud-{user}"
+
+
+def sampleset_name(settings: KubeSettings, owner: str, name: str) -> str:
+    """A SampleSet's name in Kubernetes: its own in a per-user namespace, ``<owner>-<name>`` in a
+    shared one (as TrainingJobs)."""
+    return f"{owner}-{name}" if settings.namespace else name

@@ -102,6 +102,8 @@ class JobView:
     grace: int
     scheduling: Scheduling
     status: dict[str, Any]
+    #: the SampleSet whose claim the pods mount read-only ("": none)
+    sampleset: str = ""
 
     @property
     def trainers(self) -> int:
@@ -229,6 +231,7 @@ def read_job(obj: Mapping[str, Any]) -> JobView:
         grace=int(spec.get("terminationGracePeriodSeconds", 30)),
         scheduling=_scheduling(spec),
         status=_map(obj, "status"),
+        sampleset=str(_map(spec, "sampleset").get("name") or ""),
     )
 
 
