@@ -40,6 +40,7 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -417,6 +418,10 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
                       f"{vs_disk:.2f} x local disk (goal >= 0.8)")  # fmt: skip
 
 
+def _stop(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", nargs="+", choices=["small", "large"], default=["small", "large"])
@@ -449,6 +454,10 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the first epoch needs `echo 3 > /proc/sys/vm/drop_caches` (and FUSE)")
+    # SIGTERM / SIGINT (also when started in the background, where SIGINT is ignored) unwind through
+    # the finally blocks: every mount unmounted, the server stopped, the temp dir removed
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
     if args.tmp is not None:
         os.environ["TMPDIR"] = str(args.tmp)
     rows: list[Row] = []
