@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from memory_platform import MemoryWorld
 from sqlalchemy import select
+from task_helpers import hold_trainers
 
 from paddlecloud.api.adaptive import AdaptiveReport
 from paddlecloud.backends.base import NodeInfo
@@ -68,7 +69,8 @@ def worker(world: MemoryWorld, name: str) -> Client:
 
 
 def report_model(world: MemoryWorld, job: Client, name: str) -> None:
-    """Reports that follow ``MODEL``: one replica at two local batches, two replicas on one node."""
+    """Reports that follow ``MODEL``: one replica at two local batches, two replicas on one node
+    (each made while the job holds that many trainers)."""
     for replicas, local in ((1, 64.0), (1, 128.0), (2, 64.0), (1, 96.0)):
         nodes = 1
         step = MODEL.step_time(replicas, nodes, local)
@@ -76,8 +78,10 @@ def report_model(world: MemoryWorld, job: Client, name: str) -> None:
             "replicas": replicas, "local_bsz": local, "step_time_s": step, "grad_sqr": GRAD_SQR,
             "grad_var": GRAD_VAR, "lr_gain": 1.0, "batch_size": int(local * replicas),
         }  # fmt: skip
+        hold_trainers(world.platform, "alice", name, replicas)  # only reports at its trainers are fitted
         job.adaptive_report(name, AdaptiveReport.model_validate(body))
         world.clock.advance(REPORT_INTERVAL_S)
+    hold_trainers(world.platform, "alice", name, 0)  # queued, as it was
 
 
 def request_of(world: MemoryWorld, name: str) -> Any:
@@ -114,7 +118,7 @@ def test_reports_grow_the_batch_with_the_trainers_and_the_plan_assigns_it(
 ) -> None:
     alice = world.client("alice")
     submit(world, alice, "ada", package, batch=BATCH)
-    report_model(world, worker(world, "ada"), "ada")  # while queued: reports need no trainers
+    report_model(world, worker(world, "ada"), "ada")
     req = request_of(world, "ada")
     expected = goodput_table(MODEL, AdaptiveBatch(64, 32, 4096), 64 * GRAD_VAR / GRAD_SQR, [1, 1, 1, 1])
     assert req.batches == expected.batches
