@@ -18,10 +18,12 @@ from paddlecloud.api.adaptive import AdaptiveReport
 from paddlecloud.backends.base import NodeInfo
 from paddlecloud.client import Client
 from paddlecloud.controller.adaptive import REPORT_INTERVAL_S
+from paddlecloud.controller.effects import apply_plan
 from paddlecloud.controller.jobtokens import issue_job_token
 from paddlecloud.controller.records import job_request
 from paddlecloud.core.resources import Resources
 from paddlecloud.runtime import contract as c
+from paddlecloud.scheduler import Plan, Resize, WorkerPlacement
 from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.scheduler.goodput import AdaptiveBatch, FittedStepTime, goodput_table
 from paddlecloud.server import create_app
@@ -210,3 +212,38 @@ def test_the_console_job_page_shows_the_live_state(world: MemoryWorld, package: 
     )
     changed = page.get("/ui/jobs/ada/_live", params={"since": since}, headers=auth)
     assert changed.status_code == 200 and '<dd class="adaptive-gain">2</dd>' in changed.text
+
+
+def test_a_batch_only_resize_starts_nothing_and_counts_as_a_rebatch(
+    world: MemoryWorld, package: Path
+) -> None:
+    """A Resize to the trainers the job holds stores the new batch (the workers poll it and switch
+    without a restart): no backend call, a BatchSize event but no Resized one, a ``Rebatch`` decision."""
+    alice = world.client("alice")
+    submit(world, alice, "ada", package, batch=BATCH)
+    world.tick()
+    ctx = world.platform.ctx
+    calls: list[Any] = []
+    backend = ctx.backend
+    backend.add_trainer = lambda *a: calls.append(a)  # type: ignore[method-assign]
+    backend.remove_trainer = lambda *a: calls.append(a)  # type: ignore[method-assign]
+    with ctx.session() as s:
+        row = s.scalar(select(JobRow).where(JobRow.user == "alice", JobRow.name == "ada"))
+        assert row is not None and row.placement is not None
+        held = tuple(
+            WorkerPlacement(p["role"], p["index"], p["node"], tuple(p["gpus"]))
+            for p in row.placement
+            if p["role"] == "trainer"
+        )
+        plan = Plan(99, resize=[Resize("alice/ada", len(held), held, "new batch", 256)])
+        apply_plan(ctx, s, plan, {"alice/ada": row})
+    assert calls == []
+    assert alice.adaptive("ada").batch_size == 256
+    reasons = [e.reason for e in alice.job("ada").events]
+    assert "Resized" not in reasons and reasons.count("BatchSize") == 1
+    assert (
+        ctx.metrics.registry.get_sample_value(
+            "paddlecloud_scheduler_decisions_total", {"kind": "resize", "reason": "Rebatch"}
+        )
+        == 1
+    )
