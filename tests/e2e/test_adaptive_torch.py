@@ -123,10 +123,13 @@ def test_a_batch_only_resize_is_applied_during_the_training_without_a_restart(sm
     logs = small.data_dir / "cluster" / "jobs" / "default" / "live" / "logs"
     log = "".join(p.read_text() for p in sorted(logs.glob("trainer-0.*log")))  # rank 0's, every run
     assert log.count("rank 0/2 started") == 1, log[-3000:]
-    switched = re.findall(r"global batch (\d+) -> (\d+) after step (\d+), without a restart", log)
-    assert switched and (int(switched[0][0]), int(switched[0][1])) == (INIT, assigned), log[-3000:]
-    # the batch trained at after the switch is the assigned one, on both ranks (1 x assigned/2 each)
-    epochs = re.findall(r"progress [0-9.]+ global batch (\d+) .*on 2 replicas", log)
-    assert epochs and int(epochs[-1]) == job["adaptive"]["batch_size"], log[-3000:]
+    # the batch trained at is the assigned one split evenly over the 2 ranks (49: 2 x 24)
+    switched = re.findall(
+        r"global batch (\d+) -> (\d+) after step \d+, without a restart: .*\(assigned (\d+) from the api", log
+    )
+    assert switched and switched[0] == (str(INIT), str(2 * round(assigned / 2)), str(assigned)), log[-3000:]
+    epochs = re.findall(r"progress [0-9.]+ global batch (\d+) \(assigned (\d+) from the api.*on 2 rep", log)
+    last = job["adaptive"]["batch_size"]
+    assert epochs and epochs[-1] == (str(2 * round(last / 2)), str(last)), log[-3000:]
     acc = re.findall(r"final accuracy ([0-9.]+)$", log, re.M)
     assert acc and float(acc[-1]) >= 0.97, log[-3000:]
