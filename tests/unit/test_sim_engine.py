@@ -318,7 +318,7 @@ def test_a_batch_only_resize_pays_the_rebatch_cost_not_a_restart() -> None:
 
     two = tuple(WorkerPlacement("trainer", i, "n0") for i in range(2))
     jobs = {"a": scheduler_apply.JobState(), "b": scheduler_apply.JobState()}
-    queue, running = ["a", "b"], []
+    queue, running = ["a", "b"], list[str]()
     admit = Plan(0, admit=[Admit("a", two, "", 64), Admit("b", two[:1], "", 64)])
     scheduler_apply.apply_plan(admit, jobs, queue, running, 0.0, 30.0, 5.0)
     assert jobs["a"].paused_until == jobs["b"].paused_until == 30.0
