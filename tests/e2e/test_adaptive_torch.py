@@ -57,7 +57,7 @@ def test_the_adaptive_example_trains_at_the_batch_the_scheduler_grows(small: Ser
     _until("a report", lambda: _adaptive(small, "ada")["reports"] >= 1, timeout=120)
     one = _adaptive(small, "ada")
     # the scheduler may already have re-batched it on its one trainer (a batch-only resize, applied
-    # by the worker group at its next restart)
+    # by the workers at a step boundary, without a restart)
     assert one["batch_size"] >= INIT and one["noise_scale"] is not None and one["noise_scale"] > 0, one
     small.cli("kill", "hold3", "--grace", "1")
     _until("4 trainers", lambda: small.job("ada")["trainers"]["desired"] == 4, timeout=120)
