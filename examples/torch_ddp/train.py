@@ -25,9 +25,11 @@ broadcasts it, so every rank resumes from the same state.
 Adaptive mode (``--env ADAPTIVE=1``, for a job submitted with
 ``--batch-size N --adaptive-batch-size MIN:MAX``): the scheduler chooses the
 global batch; paddlecloud.runtime.adaptive.AdaptiveDDP reads it at every start
-(so at every membership change), splits it over the ranks (gradient
-accumulation above MAX_LOCAL_BATCH rows per rank), scales the learning rate by
-the AdaScale gain and reports the gradient noise scale it measures. The training
+(so at every membership change) and, when the scheduler changes only the batch,
+during the training (all ranks switch after the same step, no restart), splits
+it over the ranks (gradient accumulation above MAX_LOCAL_BATCH rows per rank),
+scales the learning rate by the AdaScale gain and reports the gradient noise
+scale it measures. The training
 length is EPOCHS epochs at the initial batch: it stops when the progress (the
 sum of the gains x the initial batch) reaches EPOCHS x TRAIN_ROWS, so a larger
 batch that is worth less than its size trains more epochs of data.
@@ -173,8 +175,10 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
     ada = adaptive_setup(model, optimizer, rank)
-    batch = ada.micro_batch if ada else max(GLOBAL_BATCH // world, 1)
-    loader = DataLoader(train_set, batch_size=batch, sampler=sampler)
+    if ada is not None:  # the micro-batch is read at every batch: a new one applies mid-epoch
+        loader = DataLoader(train_set, batch_sampler=ada.batch_sampler(sampler))
+    else:
+        loader = DataLoader(train_set, batch_size=max(GLOBAL_BATCH // world, 1), sampler=sampler)
     first = resume(model, optimizer, rank, ada)
 
     start = time.time()

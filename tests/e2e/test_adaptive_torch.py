@@ -30,6 +30,10 @@ def _adaptive(srv: Server, name: str) -> dict[str, Any]:
     return state
 
 
+def _batch_events(job: dict[str, Any]) -> list[str]:
+    return [e["message"] for e in job["events"] if e["reason"] == "BatchSize"]
+
+
 def _until(what: str, check: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -53,7 +57,7 @@ def test_the_adaptive_example_trains_at_the_batch_the_scheduler_grows(small: Ser
     _until("a report", lambda: _adaptive(small, "ada")["reports"] >= 1, timeout=120)
     one = _adaptive(small, "ada")
     # the scheduler may already have re-batched it on its one trainer (a batch-only resize, applied
-    # by the worker group at its next restart)
+    # by the workers at a step boundary, without a restart)
     assert one["batch_size"] >= INIT and one["noise_scale"] is not None and one["noise_scale"] > 0, one
     small.cli("kill", "hold3", "--grace", "1")
     _until("4 trainers", lambda: small.job("ada")["trainers"]["desired"] == 4, timeout=120)
@@ -84,3 +88,48 @@ def test_the_adaptive_example_trains_at_the_batch_the_scheduler_grows(small: Ser
     line = next(x for x in text.splitlines() if x.lstrip().startswith("Adaptive"))
     assert f"global batch {state['batch_size']} on 4 trainers" in line, text
     assert re.search(r"noise scale [0-9,]+, lr gain [0-9.]+", line), line
+
+
+def test_a_batch_only_resize_is_applied_during_the_training_without_a_restart(small: Server) -> None:
+    """Two fixed trainers (no torchrun, no membership change possible): once the job reports, the
+    scheduler re-batches it on its 2 trainers; the workers read the new batch, agree on it and train
+    at it from a step boundary on, with no new worker run (same processes, no restart)."""
+    small.cli(
+        "submit", str(ROOT / "examples" / "torch_ddp"), "--name", "live", "--framework", "torch",
+        "--entry", "python train.py", "--trainers", "2", "--cpu", "1", "--batch-size", str(INIT),
+        "--adaptive-batch-size", f"{INIT}:1024", "--env", "ADAPTIVE=1", "--env", f"EPOCHS={EPOCHS}",
+    )  # fmt: skip
+    small.wait_phase("live", {"Running"}, timeout=600)  # builds the torch environment first
+
+    def rebatched() -> bool:
+        job = small.job("live")
+        assert job["phase"] == "Running", job["message"]  # it must not end before the re-batch
+        return bool(_batch_events(job))
+
+    _until("a batch-only resize", rebatched, timeout=180)
+    running = {w["name"]: (w["pid"], w["started_at"]) for w in small.job("live")["workers"]}
+    job = small.wait_phase("live", {"Succeeded", "Failed"}, timeout=400)
+    assert job["phase"] == "Succeeded", job["message"]
+
+    batches = [re.match(r"global batch (\d+) -> (\d+) on 2 trainers", m) for m in _batch_events(job)]
+    assert batches and all(batches), _batch_events(job)
+    assigned = int(batches[0][2])  # type: ignore[index]
+    assert assigned != INIT
+    # no new worker run: the same two processes from start to end, never restarted
+    assert {w["name"]: (w["pid"], w["started_at"]) for w in job["workers"]} == running
+    assert all(w["restarts"] == 0 for w in job["workers"]), job["workers"]
+    assert [e["reason"] for e in job["events"]].count("Admitted") == 1
+
+    logs = small.data_dir / "cluster" / "jobs" / "default" / "live" / "logs"
+    log = "".join(p.read_text() for p in sorted(logs.glob("trainer-0.*log")))  # rank 0's, every run
+    assert log.count("rank 0/2 started") == 1, log[-3000:]
+    # the batch trained at is the assigned one split evenly over the 2 ranks (49: 2 x 24)
+    switched = re.findall(
+        r"global batch (\d+) -> (\d+) after step \d+, without a restart: .*\(assigned (\d+) from the api", log
+    )
+    assert switched and switched[0] == (str(INIT), str(2 * round(assigned / 2)), str(assigned)), log[-3000:]
+    epochs = re.findall(r"progress [0-9.]+ global batch (\d+) \(assigned (\d+) from the api.*on 2 rep", log)
+    last = job["adaptive"]["batch_size"]
+    assert epochs and epochs[-1] == (str(2 * round(last / 2)), str(last)), log[-3000:]
+    acc = re.findall(r"final accuracy ([0-9.]+)$", log, re.M)
+    assert acc and float(acc[-1]) >= 0.97, log[-3000:]

@@ -125,3 +125,13 @@ class HttpServer:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+
+
+def hold_trainers(platform: Platform, user: str, name: str, n: int) -> None:
+    """Give the job ``n`` trainer placements in the database, as if the scheduler had placed it there
+    (0: none): an adaptive job's step-time reports are fitted only at the trainers it holds."""
+    with platform.ctx.session() as s:
+        row = s.scalar(select(JobRow).where(JobRow.user == user, JobRow.name == name))
+        assert row is not None
+        row.placement = [{"role": "trainer", "index": i, "node": "n0", "gpus": []} for i in range(n)] or None
+        s.commit()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
-from task_helpers import Bench
+from task_helpers import Bench, hold_trainers
 
 from paddlecloud.api.adaptive import AdaptiveReport
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound, Unauthorized
@@ -39,7 +39,10 @@ def alice(bench: Bench) -> Client:
 
 
 def submit(bench: Bench, owner: Client, name: str, **spec: Any) -> None:
+    """Submit ``name``; an adaptive one is held on one trainer (its reports' ``replicas``)."""
     bench.submit(owner, name, {"items": ["a"]}, **spec)
+    if (spec.get("batch") or {}).get("adaptive"):
+        hold_trainers(bench.platform, owner.whoami().name, name, 1)
 
 
 def report(**over: Any) -> AdaptiveReport:
@@ -208,3 +211,26 @@ def _json(v: object) -> str:
         return "null"
     assert not (isinstance(v, float) and not math.isfinite(v))
     return str(v)
+
+
+def test_a_report_at_another_replica_count_than_the_trainers_is_not_fitted(
+    bench: Bench, alice: Client
+) -> None:
+    """Its step time is not stored (a worker group still at its old size, or a job claiming more
+    replicas than it runs: it would inflate its speed-up); its gradient statistics count."""
+    submit(bench, alice, "ada", batch=ADAPTIVE)  # held on 1 trainer
+    worker = bench.worker("alice", "ada")
+    inflated = worker.adaptive_report("ada", report(replicas=64, step_time_s=0.01, grad_var=80.0))
+    assert inflated.reports == 1 and inflated.step_time_s is None
+    assert inflated.noise_scale == pytest.approx(64 * 80.0 / 2.0)
+    hold_trainers(bench.platform, "alice", "ada", 0)  # queued again: nothing to fit against
+    bench.clock.advance(REPORT_INTERVAL_S)
+    assert worker.adaptive_report("ada", report()).step_time_s is None
+    with bench.platform.ctx.session() as s:
+        assert s.scalar(select(func.count()).select_from(AdaptiveReportRow)) == 0
+    hold_trainers(bench.platform, "alice", "ada", 1)
+    bench.clock.advance(REPORT_INTERVAL_S)
+    assert worker.adaptive_report("ada", report()).step_time_s == 0.5
+    with bench.platform.ctx.session() as s:
+        rows = s.scalars(select(AdaptiveReportRow)).all()
+        assert [(r.replicas, r.step_time_s) for r in rows] == [(1, 0.5)]

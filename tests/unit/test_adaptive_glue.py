@@ -12,15 +12,18 @@ import pytest
 from fastapi.testclient import TestClient
 from memory_platform import MemoryWorld
 from sqlalchemy import select
+from task_helpers import hold_trainers
 
 from paddlecloud.api.adaptive import AdaptiveReport
 from paddlecloud.backends.base import NodeInfo
 from paddlecloud.client import Client
 from paddlecloud.controller.adaptive import REPORT_INTERVAL_S
+from paddlecloud.controller.effects import apply_plan
 from paddlecloud.controller.jobtokens import issue_job_token
 from paddlecloud.controller.records import job_request
 from paddlecloud.core.resources import Resources
 from paddlecloud.runtime import contract as c
+from paddlecloud.scheduler import Plan, Resize, WorkerPlacement
 from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.scheduler.goodput import AdaptiveBatch, FittedStepTime, goodput_table
 from paddlecloud.server import create_app
@@ -68,7 +71,8 @@ def worker(world: MemoryWorld, name: str) -> Client:
 
 
 def report_model(world: MemoryWorld, job: Client, name: str) -> None:
-    """Reports that follow ``MODEL``: one replica at two local batches, two replicas on one node."""
+    """Reports that follow ``MODEL``: one replica at two local batches, two replicas on one node
+    (each made while the job holds that many trainers)."""
     for replicas, local in ((1, 64.0), (1, 128.0), (2, 64.0), (1, 96.0)):
         nodes = 1
         step = MODEL.step_time(replicas, nodes, local)
@@ -76,8 +80,10 @@ def report_model(world: MemoryWorld, job: Client, name: str) -> None:
             "replicas": replicas, "local_bsz": local, "step_time_s": step, "grad_sqr": GRAD_SQR,
             "grad_var": GRAD_VAR, "lr_gain": 1.0, "batch_size": int(local * replicas),
         }  # fmt: skip
+        hold_trainers(world.platform, "alice", name, replicas)  # only reports at its trainers are fitted
         job.adaptive_report(name, AdaptiveReport.model_validate(body))
         world.clock.advance(REPORT_INTERVAL_S)
+    hold_trainers(world.platform, "alice", name, 0)  # queued, as it was
 
 
 def request_of(world: MemoryWorld, name: str) -> Any:
@@ -114,7 +120,7 @@ def test_reports_grow_the_batch_with_the_trainers_and_the_plan_assigns_it(
 ) -> None:
     alice = world.client("alice")
     submit(world, alice, "ada", package, batch=BATCH)
-    report_model(world, worker(world, "ada"), "ada")  # while queued: reports need no trainers
+    report_model(world, worker(world, "ada"), "ada")
     req = request_of(world, "ada")
     expected = goodput_table(MODEL, AdaptiveBatch(64, 32, 4096), 64 * GRAD_VAR / GRAD_SQR, [1, 1, 1, 1])
     assert req.batches == expected.batches
@@ -206,3 +212,38 @@ def test_the_console_job_page_shows_the_live_state(world: MemoryWorld, package: 
     )
     changed = page.get("/ui/jobs/ada/_live", params={"since": since}, headers=auth)
     assert changed.status_code == 200 and '<dd class="adaptive-gain">2</dd>' in changed.text
+
+
+def test_a_batch_only_resize_starts_nothing_and_counts_as_a_rebatch(
+    world: MemoryWorld, package: Path
+) -> None:
+    """A Resize to the trainers the job holds stores the new batch (the workers poll it and switch
+    without a restart): no backend call, a BatchSize event but no Resized one, a ``Rebatch`` decision."""
+    alice = world.client("alice")
+    submit(world, alice, "ada", package, batch=BATCH)
+    world.tick()
+    ctx = world.platform.ctx
+    calls: list[Any] = []
+    backend = ctx.backend
+    backend.add_trainer = lambda *a: calls.append(a)  # type: ignore[method-assign]
+    backend.remove_trainer = lambda *a: calls.append(a)  # type: ignore[method-assign]
+    with ctx.session() as s:
+        row = s.scalar(select(JobRow).where(JobRow.user == "alice", JobRow.name == "ada"))
+        assert row is not None and row.placement is not None
+        held = tuple(
+            WorkerPlacement(p["role"], p["index"], p["node"], tuple(p["gpus"]))
+            for p in row.placement
+            if p["role"] == "trainer"
+        )
+        plan = Plan(99, resize=[Resize("alice/ada", len(held), held, "new batch", 256)])
+        apply_plan(ctx, s, plan, {"alice/ada": row})
+    assert calls == []
+    assert alice.adaptive("ada").batch_size == 256
+    reasons = [e.reason for e in alice.job("ada").events]
+    assert "Resized" not in reasons and reasons.count("BatchSize") == 1
+    assert (
+        ctx.metrics.registry.get_sample_value(
+            "paddlecloud_scheduler_decisions_total", {"kind": "resize", "reason": "Rebatch"}
+        )
+        == 1
+    )

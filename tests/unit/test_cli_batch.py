@@ -10,7 +10,7 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner
-from task_helpers import Bench
+from task_helpers import Bench, hold_trainers
 
 from paddlecloud.api.adaptive import AdaptiveReport
 from paddlecloud.cli import jobs as cli_jobs
@@ -96,6 +96,7 @@ def test_describe_shows_the_settings_and_the_live_state(
         "replicas": 2, "local_bsz": 32.0, "step_time_s": 0.25, "grad_sqr": 4.0, "grad_var": 80.0,
         "lr_gain": 1.5, "batch_size": 64,
     }  # fmt: skip
+    hold_trainers(bench.platform, "alice", "ada", 2)  # a report is fitted at the trainers the job holds
     bench.worker("alice", "ada").adaptive_report("ada", AdaptiveReport.model_validate(report))
     monkeypatch.setattr(cli_jobs, "Client", lambda: alice)
     r = CliRunner().invoke(cli, ["describe", "ada"], terminal_width=200)

@@ -1,6 +1,7 @@
 """``paddlecloud.runtime.adaptive``: the noise estimator on gradients of known noise, the batch split,
 the LR rules (and that AdaScale's gain is the scheduler's goodput model's), the assignment read from the
-API or the env, and the reporter's rate limit and its indifference to a dead or slow server.
+API or the env, and the reporter's rate limit and its indifference to a dead or slow server; a new
+batch during the training: the replicas' agreement (one summed vector) and the live batch sampler.
 
 Without torch: the estimator is fed squared norms of synthetic gradients (numpy); the DDP hook that
 measures them in a job runs in tests/e2e/test_adaptive_torch.py.
@@ -24,11 +25,16 @@ from paddlecloud.runtime.adaptive import (
     AdaptiveApiError,
     Assignment,
     JobApi,
+    LiveBatchSampler,
     NoiseEstimator,
     Reporter,
+    agreed,
     lr_gain,
     plan,
+    proposed_batch,
     read_assignment,
+    rebatch,
+    sync_vector,
     two_batch_estimate,
 )
 from paddlecloud.scheduler.goodput import efficiency
@@ -368,7 +374,7 @@ def test_a_dead_server_never_fails_or_holds_up_the_training(capsys: pytest.Captu
         assert reporter.flush(5)
     err = capsys.readouterr().err
     assert err.count("reporting to the server failed") == 1  # logged once, not per report
-    assert err.count("reports reach the server again") == 1
+    assert err.count("reporting to the server works again") == 1
     assert reporter.failed == 3 and reporter.sent == len(calls) - 3
 
 
@@ -381,6 +387,95 @@ def test_reports_to_a_refused_port_are_bounded(capsys: pytest.CaptureFixture[str
     reporter.close()
     assert time.monotonic() - started < 3
     assert reporter.failed == 1 and "unreachable" in capsys.readouterr().err
+
+
+# --- a new batch during the training ---------------------------------------------------------------
+
+ADAPTIVE = Assignment(32, 32, 32, 1024, adaptive=True, source="api")
+
+
+def _allreduce(vectors: list[list[float]]) -> list[float]:
+    """What ``all_reduce`` (sum) leaves on every replica."""
+    return [sum(col) for col in zip(*vectors, strict=True)]
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_every_replica_agrees_on_rank_0s_batch_and_the_mean_window(world: int) -> None:
+    # each replica measured its own window and may have read something else (a stale or a newer
+    # answer): only rank 0's read counts, and every replica decodes the same sum
+    windows = [(1.0 + r, 10.0 * r, 10.0) for r in range(world)]
+    reads = [160, 96, 0, 512][:world]
+    summed = _allreduce([sync_vector(windows[r], reads[r], r) for r in range(world)])
+    decoded = {agreed(summed, world) for _ in range(world)}
+    assert len(decoded) == 1
+    (sqr, var, steps), batch = decoded.pop()
+    assert batch == 160
+    assert (sqr, var, steps) == pytest.approx(
+        (sum(w[0] for w in windows) / world, sum(w[1] for w in windows) / world, 10.0)
+    )
+    none = _allreduce([sync_vector(windows[r], 0, r) for r in range(world)])
+    assert agreed(none, world)[1] == 0  # rank 0 read nothing yet: no change
+
+
+def test_an_agreed_batch_is_switched_to_within_the_jobs_bounds() -> None:
+    assert rebatch(ADAPTIVE, 160) == Assignment(160, 32, 32, 1024, adaptive=True, source="api")
+    big = Assignment(512, 32, 32, 1024, adaptive=True, source="env")
+    clamped = [rebatch(ADAPTIVE, 4096), rebatch(big, 8)]
+    assert [a.batch_size if a else None for a in clamped] == [1024, 32]
+    assert rebatch(ADAPTIVE, 32) is None  # the batch trained at now
+    assert rebatch(ADAPTIVE, 0) is None  # no proposal
+    assert rebatch(Assignment(32, 32, 32, 32), 160) is None  # a fixed-batch job never switches
+
+
+def test_a_batch_assigned_for_another_trainer_count_waits_for_the_restart() -> None:
+    assert proposed_batch({**STATE, "trainers": 4}, 4) == 512
+    assert proposed_batch({**STATE, "trainers": 4}, 1) == 0  # a grow is on its way: torchrun restarts
+    assert proposed_batch({**STATE, "trainers": 0}, 2) == 512  # not placed yet: take it
+    assert proposed_batch(None, 2) == proposed_batch({}, 2) == 0
+    assert proposed_batch({"batch_size": "many", "trainers": 1}, 1) == 0
+
+
+def test_the_live_batch_sampler_takes_a_new_size_from_the_next_batch() -> None:
+    size = [4]
+    batches = []
+    for batch in LiveBatchSampler(range(20), lambda: size[0]):
+        batches.append(batch)
+        if len(batches) == 2:
+            size[0] = 5
+    assert [len(b) for b in batches] == [4, 4, 5, 5, 2]
+    assert [i for b in batches for i in b] == list(range(20))  # nothing lost or repeated
+    assert len(LiveBatchSampler(range(20), lambda: 6)) == 4
+    assert len(LiveBatchSampler(range(20), lambda: 6, drop_last=True)) == 3
+    assert [len(b) for b in LiveBatchSampler(range(7), lambda: 3, drop_last=True)] == [3, 3]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_replicas_switch_together_after_the_same_step(world: int) -> None:
+    """The training loop's order on ``world`` replicas: a step per group of micro-batches, the
+    all-reduce every ``sync`` steps, then the switch. Rank 0's poller sees the new batch at step
+    13 (the others never read): every replica trains each step at the same local batch, and all
+    switch after step 20, the first agreement after the read."""
+    sync, rows = 10, 960
+    state = [ADAPTIVE] * world
+    seen: list[list[int]] = [[] for _ in range(world)]
+    shards = [LiveBatchSampler(range(r, rows, world), lambda r=r: plan(state[r].batch_size, world).micro)
+              for r in range(world)]  # fmt: skip
+    iters = [iter(s) for s in shards]
+    for step in range(1, 1000):
+        try:
+            for r in range(world):
+                seen[r].append(len(next(iters[r])))
+        except StopIteration:
+            break
+        read = 160 if step >= 13 else 32
+        if step % sync == 0:
+            summed = _allreduce([sync_vector((0.0, 0.0, 0.0), read, r) for r in range(world)])
+            for r in range(world):
+                new = rebatch(state[r], agreed(summed, world)[1])
+                state[r] = new or state[r]
+    assert all(s == seen[0] for s in seen)  # the same local batch at every step, everywhere
+    switch = seen[0].index(plan(160, world).micro)
+    assert switch == 20 and set(seen[0][:20]) == {plan(32, world).micro}
 
 
 def test_the_torch_side_is_imported_only_on_use() -> None:

@@ -308,3 +308,26 @@ def test_tiresias_workload_1_is_within_10_percent_of_the_paper() -> None:
     paper = load_result(POLLUX / "results-jobload", "tiresias", 1.0).avg_jct["workload-1"]
     assert paper == pytest.approx(2473.65, abs=0.01)
     assert abs(ours - paper) / paper <= 0.10, (ours, paper)
+
+
+def test_a_batch_only_resize_pays_the_rebatch_cost_not_a_restart() -> None:
+    """A Resize to the trainers a job holds (a new batch only: the live workers switch at a step
+    boundary) pauses it ``rebatch_s``; a Resize that moves trainers pays ``restart_s``; neither
+    shortens a pause still running (a start-up)."""
+    from paddlecloud.scheduler import Admit, Resize
+
+    two = tuple(WorkerPlacement("trainer", i, "n0") for i in range(2))
+    jobs = {"a": scheduler_apply.JobState(), "b": scheduler_apply.JobState()}
+    queue, running = ["a", "b"], list[str]()
+    admit = Plan(0, admit=[Admit("a", two, "", 64), Admit("b", two[:1], "", 64)])
+    scheduler_apply.apply_plan(admit, jobs, queue, running, 0.0, 30.0, 5.0)
+    assert jobs["a"].paused_until == jobs["b"].paused_until == 30.0
+    early = Plan(1, resize=[Resize("a", 2, two, "", 128)])
+    scheduler_apply.apply_plan(early, jobs, queue, running, 10.0, 30.0, 5.0)
+    assert jobs["a"].paused_until == 30.0 and jobs["a"].batch == 128  # still starting: no shorter
+    later = Plan(2, resize=[Resize("a", 2, two, "", 256), Resize("b", 2, two, "", 128)])
+    scheduler_apply.apply_plan(later, jobs, queue, running, 100.0, 30.0, 5.0)
+    assert (jobs["a"].paused_until, jobs["a"].batch) == (105.0, 256)  # batch only: 5 s
+    assert (jobs["b"].paused_until, jobs["b"].batch) == (130.0, 128)  # a grow: a restart
+    scheduler_apply.apply_plan(later, jobs, queue, running, 200.0, 30.0)  # no rebatch cost given
+    assert jobs["a"].paused_until == 230.0  # as any resize (the forecast's default)

@@ -4,8 +4,12 @@
         at most one report per job per REPORT_INTERVAL_S is stored (a guarded UPDATE claims the
         slot, so concurrent reports and server processes agree); gradient statistics smoothed
         (EMA, weight EMA_WEIGHT for the new one); the report's step time kept among the job's
-        last KEEP_REPORTS (the older ones deleted); ``adaptive_states.reports`` counted, which
-        makes the scheduler's cached goodput table (``controller.batches.BatchPlans``) stale
+        last KEEP_REPORTS (the older ones deleted) if its ``replicas`` are the trainers the job
+        holds now (else it is not fitted: a worker group still at its old size during a resize,
+        or a job claiming more replicas than it runs to inflate its speed-up; its gradient
+        statistics, measured at the initial batch, count all the same);
+        ``adaptive_states.reports`` counted, which makes the scheduler's cached goodput table
+        (``controller.batches.BatchPlans``) stale
         ──▶ AdaptiveState: the assignment now (stored or not), so a reporter learns of a change
     trainer, owner, admin (?user=) ── GET .../adaptive ──▶ AdaptiveService.state
 
@@ -17,6 +21,8 @@ owner may report too (the owner's code holds the job token anyway). A job submit
 """
 
 from __future__ import annotations
+
+import logging
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
@@ -32,6 +38,8 @@ from paddlecloud.store.tables import AdaptiveReportRow, AdaptiveRow, JobRow
 
 __all__ = ["EMA_WEIGHT", "KEEP_REPORTS", "REPORT_INTERVAL_S", "AdaptiveService"]
 
+log = logging.getLogger("paddlecloud.adaptive")
+
 #: at most one stored report per job in this many seconds (later ones are answered, not stored)
 REPORT_INTERVAL_S = 5.0
 #: step-time reports kept per job (the fit of its step time uses them)
@@ -42,6 +50,11 @@ EMA_WEIGHT = 0.2
 
 def _ema(old: float | None, new: float) -> float:
     return new if old is None else (1 - EMA_WEIGHT) * old + EMA_WEIGHT * new
+
+
+def _trainers(row: JobRow) -> int:
+    """The trainers the job runs with now (its placement; 0 while it holds none)."""
+    return sum(1 for p in row.placement or [] if p["role"] == "trainer")
 
 
 def _trainer_nodes(row: JobRow, replicas: int) -> int:
@@ -110,16 +123,22 @@ class AdaptiveService:
                 state.grad_sqr = _ema(state.grad_sqr, body.grad_sqr)
                 state.grad_var = _ema(state.grad_var, body.grad_var)
             state.lr_gain = body.lr_gain if body.lr_gain is not None else state.lr_gain
-            state.step_time_s = body.step_time_s
             state.reports += 1
-            s.add(
-                AdaptiveReportRow(
-                    job_id=row.id, time=now, replicas=body.replicas, nodes=_trainer_nodes(row, body.replicas),
-                    local_bsz=body.local_bsz, step_time_s=body.step_time_s,
-                )
-            )  # fmt: skip
-            s.flush()
-            self._prune(s, row.id)
+            trainers = _trainers(row)
+            if body.replicas == trainers:
+                state.step_time_s = body.step_time_s
+                s.add(
+                    AdaptiveReportRow(
+                        job_id=row.id, time=now, replicas=body.replicas,
+                        nodes=_trainer_nodes(row, body.replicas), local_bsz=body.local_bsz,
+                        step_time_s=body.step_time_s,
+                    )
+                )  # fmt: skip
+                s.flush()
+                self._prune(s, row.id)
+            else:
+                log.info("job %s/%s reports %d replicas on %d trainers: its step time is not fitted",
+                         row.user, row.name, body.replicas, trainers)  # fmt: skip
             s.commit()
             return self._view(spec, state)
 

@@ -16,7 +16,9 @@ Order within a cycle (the plan was computed assuming it):
 
 An ``Admit`` or ``Resize`` with ``batch_size > 0`` (an adaptive-batch job) also stores the global
 batch assigned for its trainer count (``adaptive_states``; ``GET .../adaptive`` answers it, workers
-started afterwards get it in ``PADDLECLOUD_BATCH_SIZE``), with an event when it changes. A grow that
+started afterwards get it in ``PADDLECLOUD_BATCH_SIZE``), with an event when it changes. A ``Resize``
+to the trainers the job has is a batch-only one (``Rebatch`` in the metrics, no ``Resized`` event):
+the workers poll the assignment and switch at a step boundary, nothing is restarted. A grow that
 gets only some of its trainers assigns the batch the job's goodput table gives the count it has.
 
 Every decision that changes a job is a job event, so ``describe`` shows the job's scheduling history,
@@ -205,8 +207,11 @@ def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int) -> None:
     pservers = [p for p in row.placement or [] if p["role"] != "trainer"]
     row.placement = pservers + [_as_json(p) for p in r.placement]
     row.resized_at = ctx.clock.now()
-    ctx.event(row, "Normal", "Resized", f"trainers {before} -> {r.trainers}: {r.message}")
-    ctx.metrics.decision("resize", "Grow" if r.trainers > before else "Shrink")
+    if r.trainers == before:  # a new batch on the same trainers: its BatchSize event says it
+        ctx.metrics.decision("resize", "Rebatch")
+    else:
+        ctx.event(row, "Normal", "Resized", f"trainers {before} -> {r.trainers}: {r.message}")
+        ctx.metrics.decision("resize", "Grow" if r.trainers > before else "Shrink")
     _assign_batch(ctx, row, r.batch_size, r.trainers)
 
 

@@ -230,7 +230,7 @@ class PlatformMetrics:
             self.decisions.labels(kind, "")
         for reason in WaitReason:
             self.decisions.labels("wait", str(reason))
-        for way in ("Grow", "Shrink"):
+        for way in ("Grow", "Shrink", "Rebatch"):
             self.decisions.labels("resize", way)
         for outcome in LEASE_OUTCOMES:
             self.task_leases.labels(outcome)

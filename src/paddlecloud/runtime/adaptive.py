@@ -10,6 +10,9 @@ first use) drives a PyTorch DDP training loop with it::
     |g|² at two batch sizes per step ──NoiseEstimator (window, then EMA)──▶ grad_sqr, grad_var
     grad_sqr, grad_var, batch / initial ──lr_gain()──▶ the learning-rate multiplier, progress
     rank 0 ──Reporter (rate-limited, background thread)──POST …/adaptive/report──▶ server
+    rank 0 ──Reporter as a poller (GET …/adaptive every few s)──▶ the batch assigned now (a proposal)
+    every replica's window + rank 0's proposal ──sync_vector, one all-reduce (sum)──agreed()──▶
+        the same (noise window, batch) on every replica at the same step ──rebatch()──▶ new Assignment
 
 The noise estimate is the two-batch-size estimator of McCandlish et al. (2018) used by AdaptDL: a
 gradient averaged over ``b`` samples has ``E|g_b|² = |G|² + tr(Σ)/b``, so squared norms measured at
@@ -21,6 +24,7 @@ slow or refusing is logged once and training goes on with what the worker was st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -31,7 +35,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,12 +51,17 @@ __all__ = [
     "AdaptiveDDP",
     "Assignment",
     "JobApi",
+    "LiveBatchSampler",
     "NoiseEstimator",
     "Plan",
     "Reporter",
+    "agreed",
     "lr_gain",
     "plan",
+    "proposed_batch",
     "read_assignment",
+    "rebatch",
+    "sync_vector",
     "two_batch_estimate",
 ]
 
@@ -270,6 +279,71 @@ def lr_gain(rule: str, scale: float, grad_sqr: float | None = None, grad_var: fl
     return (var + sqr) / (var / scale + sqr)
 
 
+# --- a new batch during the training: agreed by every replica, applied at a step boundary ----------
+
+
+def proposed_batch(state: Mapping[str, Any] | None, replicas: int) -> int:
+    """The global batch an AdaptiveState (``GET …/adaptive``) assigns to ``replicas`` trainers; 0:
+    none (no answer yet, one without a usable ``batch_size``, or a batch assigned for another trainer
+    count: a membership change is coming, and the worker group's restart reads it then)."""
+    try:
+        batch = int((state or {}).get("batch_size") or 0)
+        trainers = int((state or {}).get("trainers") or 0)
+    except (TypeError, ValueError):
+        return 0
+    return max(batch, 0) if trainers in (0, replicas) else 0
+
+
+def sync_vector(window: tuple[float, float, float], proposal: int, rank: int) -> list[float]:
+    """What one replica contributes to the every-``sync_every``-steps all-reduce (a sum): its noise
+    window (``NoiseEstimator.window``) and, from rank 0 only, the batch it read from the server
+    (every other rank sends 0, so the sum is rank 0's proposal on every replica)."""
+    return [*window, float(proposal) if rank == 0 else 0.0]
+
+
+def agreed(summed: Sequence[float], world: int) -> tuple[tuple[float, float, float], int]:
+    """From the all-reduced :func:`sync_vector`: the replicas' mean window and rank 0's proposal (the
+    same on every replica, since every replica holds the same sum)."""
+    sqr, var, steps, proposal = (float(v) for v in summed)
+    return (sqr / world, var / world, steps / world), max(round(proposal), 0)
+
+
+def rebatch(current: Assignment, proposal: int) -> Assignment | None:
+    """The assignment to switch to for an agreed ``proposal`` (None: nothing to change: a fixed batch,
+    no proposal, or the batch trained at now). A proposal outside the job's bounds is clamped."""
+    if not current.adaptive or proposal <= 0:
+        return None
+    batch = min(max(proposal, current.lo), current.hi)
+    if batch == current.batch_size:
+        return None
+    return dataclasses.replace(current, batch_size=batch, source="api")
+
+
+class LiveBatchSampler:
+    """A DataLoader ``batch_sampler`` whose batch size is read at every batch (``size()``), so a new
+    micro-batch applies from the next batch on, mid-epoch, without a new loader or a lost position.
+    Every replica reads the same size at the same step (:class:`AdaptiveDDP` switches them together),
+    and a ``DistributedSampler`` gives each the same number of indices, so their steps stay paired."""
+
+    def __init__(self, sampler: Iterable[int], size: Callable[[], int], drop_last: bool = False) -> None:
+        self.sampler, self.size, self.drop_last = sampler, size, drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch: list[int] = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) >= max(self.size(), 1):
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches in a pass at the size now (an estimate once the size changes during the pass)."""
+        rows, size = len(self.sampler) if isinstance(self.sampler, Sized) else 0, max(self.size(), 1)
+        return rows // size if self.drop_last else math.ceil(rows / size)
+
+
 # --- the gradient noise -------------------------------------------------------------------------
 
 
@@ -367,8 +441,9 @@ class Reporter:
         every: float = 10.0,
         first_after: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        what: str = "reporting to the server",
     ) -> None:
-        self._send, self.every, self._clock = send, every, clock
+        self._send, self.every, self._clock, self._what = send, every, clock, what
         self._next = clock() + first_after
         self._pending: dict[str, Any] | None = None
         self._cond = threading.Condition()
@@ -417,12 +492,12 @@ class Reporter:
         except Exception as exc:  # never let a report fail the training
             self.failed += 1
             if not self._failing:
-                _log(f"reporting to the server failed ({exc}); training goes on, reports are retried")
+                _log(f"{self._what} failed ({exc}); training goes on, it is retried")
             self._failing = True
             return
         self.sent += 1
         if self._failing:
-            _log("reports reach the server again")
+            _log(f"{self._what} works again")
         self._failing = False
 
     def flush(self, timeout: float = 5.0) -> bool:

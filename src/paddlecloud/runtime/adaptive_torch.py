@@ -7,10 +7,19 @@
         if ada.progress >= target: break            # progress: samples at the initial batch
 
 At start (every membership change restarts torchrun's workers, so at every change) rank 0 reads the
-assigned global batch and LR rule (``runtime.adaptive.read_assignment``) and broadcasts it: every
-rank trains at the same one. ``step`` runs the micro-batches (``no_sync`` but for the last), measures
-the gradient at two batch sizes, sets the LR to ``lr x gain`` for the optimizer step only (an LR
-scheduler keeps working on the base), and counts progress ``gain x initial batch`` per step.
+assigned global batch and LR rule (``runtime.adaptive.read_assignment``: the API, else the env) and
+broadcasts it: every rank trains at the same one. ``step`` runs the micro-batches (``no_sync`` but
+for the last), measures the gradient at two batch sizes, sets the LR to ``lr x gain`` for the
+optimizer step only (an LR scheduler keeps working on the base), and counts progress ``gain x
+initial batch`` per step.
+
+A new batch without a restart (the scheduler re-batches a job it keeps at its trainers): rank 0
+polls the assignment (``GET …/adaptive`` every ``Options.poll_every`` s, in the background: a slow
+or dead server never holds up a step) and puts the batch it last read into the every-``sync_every``
+steps all-reduce; every replica gets the same sum, so all switch after the same step: the plan
+(micro-batch, accumulation), the gain, the step-time window. Use ``batch_sampler(sampler)`` as the
+DataLoader's ``batch_sampler`` (it reads the micro-batch at every batch) and ``group(loader)`` for
+the accumulation: both follow the switch from the next step on, mid-epoch.
 
 Where the two batch sizes come from (no extra pass over the data, no extra collective per step):
 
@@ -37,12 +46,17 @@ from typing import Any
 from paddlecloud.runtime.adaptive import (
     Assignment,
     JobApi,
+    LiveBatchSampler,
     NoiseEstimator,
     Plan,
     Reporter,
+    agreed,
     lr_gain,
     plan,
+    proposed_batch,
     read_assignment,
+    rebatch,
+    sync_vector,
 )
 
 __all__ = ["AdaptiveDDP", "Options"]
@@ -57,8 +71,11 @@ class Options:
     #: seconds between reports (the server keeps one per 5 s at most), and before the first
     report_every: float = 10.0
     first_report_after: float = 2.0
-    #: steps between the replicas' averaging of their measurements (one all-reduce of 3 numbers)
+    #: steps between the replicas' averaging of their measurements and agreeing on the batch (one
+    #: all-reduce of 4 numbers): a new batch applies at most this many steps after rank 0 read it
     sync_every: int = 10
+    #: seconds between rank 0's reads of the assigned batch (``GET …/adaptive``, in the background)
+    poll_every: float = 5.0
     #: EMA factor per measured step (0.99: about the last 100 steps count)
     smoothing: float = 0.99
     #: one replica without accumulation: measure by splitting every n-th step in two (0: never)
@@ -147,6 +164,7 @@ class AdaptiveDDP:
         self.rank = dist.get_rank() if distributed else 0
         job_api = JobApi.from_env() if api == "env" else api if isinstance(api, JobApi) else None
         self.assignment = self._agree(read_assignment(job_api, None, batch, self.options.lr_rule))
+        self.max_local = max_local_batch
         self.plan: Plan = plan(self.assignment.batch_size, self.world, max_local_batch)
         self.estimator = NoiseEstimator(self.assignment.init, self.options.smoothing)
         self.gain = self._gain()
@@ -162,9 +180,14 @@ class AdaptiveDDP:
             _allreduce_measuring.__annotations__.update({"bucket": dist.GradBucket, "return": future})
             model.register_comm_hook(self._hook, _allreduce_measuring)
         self.reporter: Reporter | None = None
+        self.poller: Reporter | None = None
+        #: batch changes applied without a restart: (step, from, to)
+        self.switches: list[tuple[int, int, int]] = []
         if job_api is not None and self.rank == 0 and self.assignment.adaptive:
-            opts = self.options
+            opts, read = self.options, job_api.state
             self.reporter = Reporter(job_api.report, opts.report_every, opts.first_report_after)
+            self.poller = Reporter(lambda _: read(), opts.poll_every, opts.poll_every,
+                                   what="reading the assigned batch")  # fmt: skip
 
     def _agree(self, mine: Assignment) -> Assignment:
         """Rank 0's assignment, everywhere (two ranks reading the API could see two assignments)."""
@@ -207,8 +230,15 @@ class AdaptiveDDP:
             f"noise scale {'unknown' if noise is None else f'{noise:.0f}'}"
         )
 
+    def batch_sampler(self, sampler: Iterable[int], drop_last: bool = False) -> LiveBatchSampler:
+        """``DataLoader(data, batch_sampler=ada.batch_sampler(sampler))``: batches of the micro-batch
+        in force when each is drawn (a new batch applies mid-epoch; with loader worker processes,
+        from after the batches they have already prefetched)."""
+        return LiveBatchSampler(sampler, lambda: self.plan.micro, drop_last)
+
     def group(self, loader: Iterable[Any]) -> Iterator[list[Any]]:
-        """``loader``'s micro-batches in lists of ``accum_steps`` (the last list may be shorter)."""
+        """``loader``'s micro-batches in lists of ``accum_steps`` (the last list may be shorter); the
+        count in force when each list is filled."""
         chunk: list[Any] = []
         for micro in loader:
             chunk.append(micro)
@@ -246,14 +276,18 @@ class AdaptiveDDP:
             self._measure(first, rows[0], total)
         self.steps += 1
         self._run_steps += 1
-        if self.steps % self.options.sync_every == 0:
-            self._sync()
+        proposal = self._sync() if self.steps % self.options.sync_every == 0 else 0
         self._optimizer_step()
         self.progress += self.gain * self.assignment.init * total / self.plan.local
         if self._run_steps > self.options.warmup_steps:
             self._times.append(time.perf_counter() - started)
         if self.reporter is not None:
             self.reporter.offer(self._report)
+        if self.poller is not None:
+            self.poller.offer(dict)
+        new = rebatch(self.assignment, proposal)
+        if new is not None:  # after this step's update, on every replica alike
+            self._switch(new)
         return loss_sum / total
 
     def _split_due(self) -> bool:
@@ -275,15 +309,37 @@ class AdaptiveDDP:
         if 0 < small < big:
             self.estimator.measure(small_sqr, small, big_sqr, big)
 
-    def _sync(self) -> None:
-        """Average the replicas' windows (one all-reduce), fold them into the EMA, update the gain."""
-        sqr, var, steps = self.estimator.window()
+    def _sync(self) -> int:
+        """Average the replicas' windows and learn rank 0's batch proposal (one all-reduce), fold the
+        windows into the EMA, update the gain; returns the agreed proposal (0: none)."""
+        vector = sync_vector(self.estimator.window(), self._proposal(), self.rank)
         if self.world > 1 and self.assignment.adaptive:
-            t = self.torch.tensor([sqr, var, steps], dtype=self.torch.float64)
+            t = self.torch.tensor(vector, dtype=self.torch.float64)
             self.torch.distributed.all_reduce(t)
-            sqr, var, steps = (float(v) / self.world for v in t)
+            vector = [float(v) for v in t]
+        (sqr, var, steps), proposal = agreed(vector, self.world if self.assignment.adaptive else 1)
         self.estimator.update(sqr, var, steps)
         self.gain = self._gain()
+        return proposal
+
+    def _proposal(self) -> int:
+        """Rank 0: the batch the server assigned when last read (0: not read yet, or not rank 0)."""
+        return proposed_batch(self.poller.answer, self.world) if self.poller is not None else 0
+
+    def _switch(self, new: Assignment) -> None:
+        """Train at ``new`` from the next step on: its split, its gain; step times start afresh."""
+        before = self.plan.batch
+        self.assignment = new
+        self.plan = plan(new.batch_size, self.world, self.max_local)
+        self.gain = self._gain()
+        self._times = []
+        self.switches.append((self.steps, before, self.plan.batch))
+        if self.rank == 0:
+            print(
+                f"paddlecloud.runtime.adaptive: global batch {before} -> {self.plan.batch} after step "
+                f"{self.steps}, without a restart: {self.describe()}",
+                flush=True,
+            )
 
     def _gain(self) -> float:
         scale = self.plan.batch / self.assignment.init
@@ -333,3 +389,5 @@ class AdaptiveDDP:
         """Send the last report (bounded wait); the training goes on without it if the server is gone."""
         if self.reporter is not None:
             self.reporter.close()
+        if self.poller is not None:
+            self.poller.close(timeout=0.0)

@@ -10,7 +10,9 @@ simulator always has:
                 recorded; it makes no progress for ``restart_s`` (start-up); an adaptive-batch job
                 trains at the plan's ``batch_size`` from now
     Resize   -> the job holds the new trainer placement (pservers kept), at the plan's batch size
-                if it gives one; ``restart_s`` again
+                if it gives one; ``restart_s`` again. A resize to the trainers it holds (a new batch
+                only) pays ``rebatch_s`` instead: the workers apply it at a step boundary without a
+                restart (``runtime.adaptive_torch``)
     Preempt  -> the job holds nothing and goes to the back of the queue, keeping its progress
 
 The live server applies plans with real effects instead (``controller.effects``); this module is
@@ -46,10 +48,18 @@ class JobState:
 
 
 def apply_plan(
-    plan: Plan, jobs: Mapping[str, JobState], queue: list[str], running: list[str], t: float, restart_s: float
+    plan: Plan,
+    jobs: Mapping[str, JobState],
+    queue: list[str],
+    running: list[str],
+    t: float,
+    restart_s: float,
+    rebatch_s: float | None = None,
 ) -> None:
-    """Carry ``plan`` out at time ``t`` on ``jobs`` and the ``queue`` / ``running`` key lists."""
+    """Carry ``plan`` out at time ``t`` on ``jobs`` and the ``queue`` / ``running`` key lists
+    (``rebatch_s``: what a batch-only resize costs; None: ``restart_s``, as any resize)."""
     pause = t + restart_s
+    rebatch = pause if rebatch_s is None else t + rebatch_s
     for a in plan.admit:
         r = jobs[a.job]
         r.placement = tuple(p for p in a.placement if p.role == "trainer")
@@ -61,7 +71,9 @@ def apply_plan(
         running.append(a.job)
     for z in plan.resize:
         r = jobs[z.job]
-        r.placement, r.resized_at, r.paused_until = z.placement, t, pause
+        same = z.placement == r.placement
+        r.placement, r.resized_at = z.placement, t
+        r.paused_until = max(r.paused_until, rebatch) if same else pause
         r.resizes += 1
         r.batch = z.batch_size or r.batch
     for pre in plan.preempt:

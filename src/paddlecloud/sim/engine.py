@@ -8,7 +8,7 @@ Every ``round_s`` seconds of virtual time (60 s, as Pollux's simulator):
   3. the plan is applied: admitted jobs start (their pservers, if any, stay where they were placed
      until the job ends or is preempted), resized jobs change trainers, preempted jobs go back
      to the queue keeping their progress (they checkpoint); every start, resize or resume costs
-     ``restart_s`` seconds without progress;
+     ``restart_s`` seconds without progress, a batch-only resize ``rebatch_s`` (no restart);
   4. running jobs progress at their measured throughput for their trainer count and placement
      (``sim.profiles``); a job that finishes inside the round finishes at the exact moment;
   5. the round becomes one row of :class:`~paddlecloud.sim.series.Series`: units allocated, units
@@ -54,6 +54,10 @@ class SimConfig:
     cluster: ClusterSpec
     round_s: float = 60.0
     restart_s: float = 30.0
+    #: a batch-only resize (an adaptive job re-batched on the trainers it holds): the live workers
+    #: switch at a step boundary without a restart (poll <= 5 s + agreement <= 10 steps, training on
+    #: at the old batch meanwhile); charged as this many seconds without progress
+    rebatch_s: float = 5.0
     #: stop after this much virtual time even if jobs remain (they are reported unfinished)
     horizon_s: float = 30 * 86400.0
     #: record each job's start estimate at submit (``sim.estimates``); None: none (faster)
@@ -209,7 +213,7 @@ class _World:
     def apply(self, plan: Plan) -> None:
         """Admitted jobs start, resized ones change trainers (both pay ``restart_s``), preempted ones
         go back to the queue with their progress (``scheduler.apply_plan``, shared with forecasts)."""
-        apply_plan(plan, self.runs, self.queued, self.running, self.t, self.cfg.restart_s)
+        apply_plan(plan, self.runs, self.queued, self.running, self.t, self.cfg.restart_s, self.cfg.rebatch_s)
 
     def progress(self, result: SimResult) -> None:
         """One round of progress; finished jobs leave; the round's row goes into the series."""
