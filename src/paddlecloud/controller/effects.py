@@ -206,10 +206,11 @@ def _grow(ctx: Context, row: JobRow, r: Resize) -> None:
 def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int) -> None:
     pservers = [p for p in row.placement or [] if p["role"] != "trainer"]
     row.placement = pservers + [_as_json(p) for p in r.placement]
-    row.resized_at = ctx.clock.now()
     if r.trainers == before:  # a new batch on the same trainers: its BatchSize event says it
+        # applied live at a step boundary (no restart): it does not start the grow cooldown
         ctx.metrics.decision("resize", "Rebatch")
     else:
+        row.resized_at = ctx.clock.now()
         ctx.event(row, "Normal", "Resized", f"trainers {before} -> {r.trainers}: {r.message}")
         ctx.metrics.decision("resize", "Grow" if r.trainers > before else "Shrink")
     _assign_batch(ctx, row, r.batch_size, r.trainers)

@@ -72,7 +72,8 @@ def apply_plan(
     for z in plan.resize:
         r = jobs[z.job]
         same = z.placement == r.placement
-        r.placement, r.resized_at = z.placement, t
+        r.placement = z.placement
+        r.resized_at = r.resized_at if same else t  # a batch-only resize restarts nothing
         r.paused_until = max(r.paused_until, rebatch) if same else pause
         r.resizes += 1
         r.batch = z.batch_size or r.batch
