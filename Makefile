@@ -33,7 +33,7 @@ e2e: install
 
 test: lint              ## everything CI runs (installs PostgreSQL, bubblewrap, Chromium when root + apt-get)
 	bash scripts/ensure-system-packages.sh postgresql bubblewrap chromium
-	$(VENV)/bin/pytest tests -q -n 2 --dist loadgroup --durations=30
+	bash scripts/test.sh
 
 bench: install
 	$(PY) bench/submit_latency.py

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The suite as `make test` runs it: two lanes at once, each one pytest process, each serial inside.
+#
+#   lane "system": tests/e2e tests/kube      real servers, jobs, PostgreSQL, Chromium; timing-sensitive
+#   lane "rest":   tests/unit tests/fuzz     in-process tests, then
+#                  tests/conformance tests/slurm   the private Slurm cluster (one lane owns it)
+#
+# Most of the system lane waits on processes, so the other lane's CPU work fits beside it on two
+# cores. Each lane writes its own log (.test-logs/LANE.log, printed here when both are done) and its
+# own pytest temp dir. The exit status is non-zero when either lane failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTEST=${PYTEST:-.venv/bin/pytest}
+LOGS=.test-logs
+mkdir -p "$LOGS"
+base=$(mktemp -d -t pc-tests-XXXXXX)
+
+lane() {  # lane NAME PYTEST-ARGS...: run pytest, log to $LOGS/NAME.log, record the status
+    local name=$1
+    shift
+    "$PYTEST" -q --durations=15 --basetemp="$base/$name" "$@" >"$LOGS/$name.log" 2>&1
+    echo $? >"$LOGS/$name.rc"
+}
+
+started=$SECONDS
+echo "== tests in two lanes (logs in $LOGS/): system = e2e + kube; rest = unit + fuzz + conformance + slurm"
+lane system tests/e2e tests/kube &
+system=$!
+lane rest tests/unit tests/fuzz tests/conformance tests/slurm &
+rest=$!
+while kill -0 "$system" 2>/dev/null || kill -0 "$rest" 2>/dev/null; do  # a heartbeat for CI logs
+    sleep 60
+    echo "   ... $(( (SECONDS - started) / 60 )) min: system $(tail -c 300 "$LOGS/system.log" | tr -d '\n' | grep -o '\[ *[0-9]*%\]' | tail -1), rest $(tail -c 300 "$LOGS/rest.log" | tr -d '\n' | grep -o '\[ *[0-9]*%\]' | tail -1)"
+done
+wait "$system" "$rest"
+
+rc=0
+for name in system rest; do
+    echo
+    echo "==================== lane $name ===================="
+    cat "$LOGS/$name.log"
+    [ "$(cat "$LOGS/$name.rc")" = 0 ] || rc=1
+done
+echo
+echo "== lanes: system rc=$(cat "$LOGS/system.rc"), rest rc=$(cat "$LOGS/rest.rc"); $((SECONDS - started)) s"
+rm -rf "$base"
+exit $rc
