@@ -111,6 +111,21 @@ def test_sampleset_lifecycle_with_a_job_reading_it(two_nodes: Server, tmp_path: 
     for worker in ("trainer-0", "trainer-1"):
         assert json.loads((tmp_path / "got" / f"{worker}.json").read_text()) == want
 
+    # cache-aware placement: both nodes free, the cache only on node-1 (first fit would take node-0)
+    srv.cli("sampleset", "create", "near", "--source", "pfs:data", "--node", "node-1", "--wait",
+            "--timeout", "240")  # fmt: skip
+    near = srv.json("describe", "sampleset", "near")
+    cached = {n["node"]: n["cached_bytes"] for n in near["nodes"]}
+    assert cached.get("node-1", 0) >= 0.9 * total and cached.get("node-0", 0) == 0, near
+    srv.cli("submit", str(pkg), "--name", "near", "--entry", "python read.py", "--cpu", "1",
+            "--sampleset", "near")  # fmt: skip
+    job = srv.wait_phase("near", {"Succeeded", "Failed"}, timeout=240)
+    assert job["phase"] == "Succeeded", job["message"]
+    assert [w["node"] for w in job["workers"]] == ["node-1"]
+    admitted = [e["message"] for e in srv.job("near")["events"] if e["reason"] == "Admitted"]
+    assert admitted and "node-1 (holds the SampleSet cache)" in admitted[0], admitted
+    srv.cli("sampleset", "delete", "near")
+
     # clear empties every node's cache; the data stays
     srv.cli("sampleset", "clear", "mnist")
     view = wait_idle(srv, "mnist")

@@ -406,7 +406,8 @@ class Volume:
     def _usage(self, target: Path) -> tuple[int, int]:
         if target.is_file():
             return 1, target.stat().st_size
-        out = self._run(["info", "-r", str(target)])
+        # --strict: the recursive statistics alone were seen off by a whole file after a sync
+        out = self._run(["info", "-r", "--strict", str(target)])
         files = re.search(r"^\s*files: (\d+)", out, re.MULTILINE)
         # "length: 48.46 MiB (50819200 Bytes)", or below 1 KiB just "length: 2 Bytes"
         length = re.search(r"^\s*length: (?:.*?\((\d+) Bytes\)|(\d+) Bytes)$", out, re.MULTILINE)

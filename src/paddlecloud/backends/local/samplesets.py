@@ -94,6 +94,8 @@ class _Set:
     work: threading.Lock = field(default_factory=threading.Lock)
     mounting: threading.RLock = field(default_factory=threading.RLock)
     cancel: threading.Event = field(default_factory=threading.Event)
+    #: (files, bytes) as last counted; None: count again (a sync or rmr ran since)
+    usage: tuple[int, int] | None = None
 
 
 class LocalSampleSets:
@@ -157,12 +159,14 @@ class LocalSampleSets:
         """Raises ``BackendUnavailable`` while the volume exists but no mount of it answers (after
         a restart, before ``ensure``): the caller keeps what it knew rather than zeros."""
         s = self._set(ref)
-        usage: tuple[int, int] | None = None
+        usage = s.usage  # the volume changes only in a sync or rmr (which forget the count)
         nodes_up = sorted(self._mounted_nodes(ref.uid))
         for mp in [self.admin(ref.uid)] + [self.mountpoint(ref.uid, n) for n in nodes_up]:
             if usage is None and s.volume.is_mounted(mp):
                 with contextlib.suppress(JuiceFSError):
                     usage = s.volume.usage(mp)
+        if not s.work.locked():  # no task running: the count holds until the next one
+            s.usage = usage
         if usage is None and (self.folder(ref.uid) / "meta.db").exists():
             raise BackendUnavailable(f"SampleSet {ref.key} is not mounted here yet (ensure mounts it)")
         files, size = usage or (0, 0)
@@ -299,6 +303,7 @@ class LocalSampleSets:
             try:
                 if s.cancel.is_set():
                     raise _Cancelled
+                s.usage = None
                 self._do(s, t)
                 t.state = SampleTaskState.SUCCEEDED
             except _Cancelled:
@@ -308,6 +313,8 @@ class LocalSampleSets:
             except Exception as exc:  # never leave a task running forever: fail it with the cause
                 log.exception("SampleSet task %s of %s failed", t.task.id, s.ref.key)
                 t.state, t.message = SampleTaskState.FAILED, f"{type(exc).__name__}: {exc}"
+            finally:
+                s.usage = None  # what it changed is counted afresh
 
     @staticmethod
     def _progress(s: _Set, t: _Task, index: int = 0, count: int = 1) -> Callable[[int, int], None]:
