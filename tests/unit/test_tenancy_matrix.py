@@ -86,9 +86,10 @@ class Target:
     file: str
     dir: str
     upload: str
+    sampleset: str = ""
 
     def names(self) -> list[str]:
-        return [self.upload, self.file, self.dir, self.job, self.user]
+        return [self.upload, self.file, self.dir, self.job, self.user, self.sampleset]
 
 
 @dataclass
@@ -195,6 +196,26 @@ def submit_probes(w: World, t: Target) -> list[Request]:
     ]
 
 
+def sampleset_probes(method: str, suffix: str, body: dict[str, str] | None = None) -> Probe:
+    """SampleSet routes name no user: bob aiming at alice's SampleSet's name looks in his own."""
+
+    def probe(w: World, t: Target) -> list[Request]:
+        return [
+            Request(method, f"/samplesets/{t.sampleset}{suffix}", json=body),
+            Request(method, f"/samplesets/{t.sampleset}{suffix}", params={"user": t.user}, json=body),
+        ]
+
+    return probe
+
+
+def sampleset_create_probes(w: World, t: Target) -> list[Request]:
+    """Bob making a SampleSet of alice's files (her folder, her file)."""
+    return [
+        Request("POST", "/samplesets", json={"name": "stolen-set", "source": t.dir}),
+        Request("POST", "/samplesets", json={"name": "stolen-set", "source": t.file}),
+    ]
+
+
 def pfs_get(endpoint: str, key: str = "file", **extra: Any) -> Probe:
     def probe(w: World, t: Target) -> list[Request]:
         return [Request("GET", f"/pfs/{endpoint}", params={"path": getattr(t, key), **extra})]
@@ -245,6 +266,15 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
             Request("POST", f"/jobs/{t.job}/adaptive/report", json=REPORT),
             Request("POST", f"/jobs/{t.job}/adaptive/report", params={"user": t.user}, json=REPORT),
         ]
+    },
+    # SampleSets: the caller's own only (admins list everyone's: test_c_sampleset_listing_is_scoped)
+    ("GET", "/api/v1/samplesets"): {"self": True},
+    ("POST", "/api/v1/samplesets"): {"probe": sampleset_create_probes},
+    ("GET", "/api/v1/samplesets/{name}"): {"probe": sampleset_probes("GET", "")},
+    ("DELETE", "/api/v1/samplesets/{name}"): {"probe": sampleset_probes("DELETE", "")},
+    ("GET", "/api/v1/samplesets/{name}/jobs"): {"probe": sampleset_probes("GET", "/jobs")},
+    ("POST", "/api/v1/samplesets/{name}/jobs"): {
+        "probe": sampleset_probes("POST", "/jobs", {"kind": "clear", "path": ""})
     },
     # files
     ("GET", "/api/v1/pfs/stat"): {"probe": lambda w, t: pfs_get("stat")(w, t) + pfs_get("stat", "dir")(w, t)},
@@ -408,6 +438,7 @@ def build_world(platform: Platform, new_http: Callable[[], httpx.Client], tmp: P
     fs.mkdir("pfs:private/inner", parents=True)
     (tmp / "data.txt").write_bytes(b"alice's secret data")
     fs.upload_file(tmp / "data.txt", "pfs:private/data.txt")
+    alice.create_sampleset("secret-set", "pfs:private")  # no loop runs here: it stays Pending
     up = UploadView.model_validate_json(
         alice.request(
             "POST",
@@ -437,6 +468,7 @@ def build_world(platform: Platform, new_http: Callable[[], httpx.Client], tmp: P
             file=f"{ALICE}/private/data.txt",
             dir=f"{ALICE}/private",
             upload=up.id,
+            sampleset="secret-set",
         ),
         missing=Target(
             job="no-such-job",
@@ -444,6 +476,7 @@ def build_world(platform: Platform, new_http: Callable[[], httpx.Client], tmp: P
             file=f"{ALICE}/private/nope.txt",
             dir=f"{ALICE}/nodir",
             upload="0" * 32,
+            sampleset="no-such-set",
         ),
         bob_package=f"{BOB}/pkg.tar.gz",
         alice_upload=up,
@@ -503,6 +536,10 @@ def alice_state(w: World) -> dict[str, Any]:
         "users": sorted(u["name"] for u in w.call("root", Request("GET", "/users")).json()["items"]),
         "tasks": w.call("alice", Request("GET", "/jobs/secret-job/tasks")).json(),
         "adaptive": w.call("alice", Request("GET", "/jobs/secret-job/adaptive")).json(),
+        "samplesets": [
+            (v["name"], v["phase"], v["deleting"], [j["kind"] for j in v["jobs"]])
+            for v in w.call("alice", Request("GET", "/samplesets")).json()["items"]
+        ],
     }
 
 
@@ -548,7 +585,7 @@ def test_b_bob_gets_nothing_of_alices_and_learns_nothing(shared: World, route: t
         assert r_hit.status_code == r_miss.status_code, (hit, r_hit.text, r_miss.text)
         assert normalise(r_hit.text, world) == normalise(r_miss.text, world), (hit, miss)
         err = r_hit.json()["error"]
-        assert err["code"] in ("forbidden", "job_not_found", "upload_not_found"), err
+        assert err["code"] in ("forbidden", "job_not_found", "upload_not_found", "sampleset_not_found"), err
         # nothing of alice's leaks in the answer
         assert "secret data" not in r_hit.text and "private/data.txt" not in r_hit.text
     assert alice_state(world) == world.pristine
@@ -562,7 +599,9 @@ def test_b_admin_may_act_for_alice(world: World, route: tuple[str, str]) -> None
         r = world.call("root", req)
         assert r.status_code not in (401, 403), (req, r.status_code, r.text)
         if r.status_code == 404:  # job routes without ?user= look in the admin's own jobs
-            assert r.json()["error"]["code"] in ("job_not_found", "upload_not_found", "path_not_found")
+            assert r.json()["error"]["code"] in (
+                "job_not_found", "upload_not_found", "path_not_found", "sampleset_not_found"
+            )  # fmt: skip
 
 
 def test_c_job_listing_is_scoped(shared: World) -> None:
@@ -641,3 +680,14 @@ def test_upload_ids_are_per_user(world: World) -> None:
     assert r.status_code == 201, r.text
     assert r.json()["id"] != world.alice_upload.id
     assert r.json()["received"] == {}
+
+
+def test_c_sampleset_listing_is_scoped(shared: World) -> None:
+    world = shared
+    mine = world.call("alice", Request("GET", "/samplesets")).json()["items"]
+    assert [v["name"] for v in mine] == ["secret-set"]
+    assert world.call("bob", Request("GET", "/samplesets")).json()["items"] == []
+    r = world.call("bob", Request("GET", "/samplesets", params={"all": "true"}))
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", r.text
+    every = world.call("root", Request("GET", "/samplesets", params={"all": "true"})).json()["items"]
+    assert [(v["owner"], v["name"]) for v in every] == [("alice", "secret-set")]
