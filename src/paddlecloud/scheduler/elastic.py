@@ -69,7 +69,8 @@ TIRESIAS_THRESHOLDS = (3600.0, 36000.0)
 #: (mean avg JCT of the 8 Pollux workloads at load 1.0: 3,571 s, 3,846 s with Tiresias' thresholds)
 ELASTIC_THRESHOLDS = (10000.0, 30000.0, 90000.0)
 #: an adaptive job whose best global batch for its trainers is this factor above or below the one it
-#: runs at is given it (a resize: it costs a restart), at most once per ``resize_cooldown``
+#: runs at is given it (a batch-only resize), at most once per ``resize_cooldown`` since its last
+#: resize of any kind (``JobRequest.rebatched_at``)
 REBATCH_RATIO = 1.5
 
 
@@ -496,8 +497,9 @@ def emit(
     rebatch_after: float | None = None,
 ) -> None:
     """Admit / preempt / resize decisions from where the allocation ended up. With ``rebatch_after``
-    (seconds since its last resize), an adaptive job kept at its count whose best batch moved by
-    :data:`REBATCH_RATIO` or more from the one it runs at gets it: a Resize to the same trainers."""
+    (seconds since its last resize of any kind: ``rebatched_at``), an adaptive job kept at its count
+    whose best batch moved by :data:`REBATCH_RATIO` or more from the one it runs at gets it: a
+    Resize to the same trainers."""
     for job in snap.queue:
         if job.key in admitted:
             trainers = alloc.trainers[job.key]
@@ -521,7 +523,7 @@ def emit(
             if job.cache_nodes and n > job.running:  # where the new trainers went
                 msg += f"; {cache_note(job.cache_nodes, alloc.trainers[job.key][job.running :])}"
             plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
-        elif rebatch_after is not None and _stale(job, n) and snap.now - job.resized_at >= rebatch_after:
+        elif rebatch_after is not None and _stale(job, n) and snap.now - job.rebatched_at >= rebatch_after:
             batch = job.batch(n)
             msg = f"global batch {job.batch_size} -> {batch} on {n} trainers (its gradient noise scale moved)"
             plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
