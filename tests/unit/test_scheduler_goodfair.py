@@ -135,3 +135,64 @@ def test_elastic_shares_among_adaptive_jobs_not_by_las_alone() -> None:
 def test_elastic_keeps_the_las_top_up_unless_asked() -> None:
     # the share is opt-in (``fair_p``): the default ``elastic`` tops adaptive jobs up in LAS order
     assert policy("elastic").fair_p is None  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------- ``fair_group``: the adaptive jobs one claimant
+
+
+def on_four(*jobs: tuple[JobRequest, int]) -> Snapshot:
+    """One node of 4 GPUs held by ``jobs`` (each with that many trainers, lowest GPUs first)."""
+    running, gpu = [], 0
+    for job, n in jobs:
+        placement = tuple(WorkerPlacement("trainer", i, "n0", (gpu + i,)) for i in range(n))
+        running.append(dataclasses.replace(job, running=n, placement=placement))
+        gpu += n
+    node = NodeState("n0", Resources(64000, 256 * GI, 4), Resources(1000 * gpu, gpu * GI, gpu), ())
+    return Snapshot(cycle=1, now=1e6, nodes=(node,), queue=(), running=tuple(running))
+
+
+def fixed(key: str, at: float, attained: float, trainers: int) -> JobRequest:
+    job = dataclasses.replace(
+        adaptive(key, at, attained, (1.0, 1.9, 2.7, 3.4)), batches=(), trainers=trainers
+    )
+    return dataclasses.replace(job, speedup=(1.0, 1.9, 2.7, 3.4))
+
+
+def resizes(pol: ElasticPolicy, snap: Snapshot) -> dict[str, int]:
+    return {r.job: r.trainers for r in pol.schedule(snap).resize}
+
+
+GROUP = ElasticPolicy(fair_p=0.5, fair_group=True)
+
+
+def test_the_group_takes_its_reservation_from_fixed_jobs_later_in_the_order() -> None:
+    # A (adaptive, asked 2, least served) holds 1; F (fixed-batch, served far more) holds 3. As one
+    # claimant the group reserves A's 2 in the LAS order and takes it from F; without the group the
+    # adaptive jobs share only what they hold and what is free (nothing): A stays at 1
+    a = adaptive("A", 0, 0.0, (1.0, 1.9, 2.7, 3.4))
+    f = dataclasses.replace(fixed("F", 0, 1e6, 1), min_trainers=1)
+    snap = on_four((a, 1), (f, 3))
+    assert resizes(GROUP, snap) == {"A": 2, "F": 2}
+    assert resizes(ElasticPolicy(fair_p=0.5), snap) == {}
+
+
+def test_a_fixed_job_ahead_takes_what_the_group_holds_beyond_its_reservation() -> None:
+    # F (fixed-batch, asked 3, least served) holds 1; A (adaptive, asked 2, served more) holds 3:
+    # F is ahead and the group holds 3 against a reservation of 0 so far, so F is topped up to 3
+    # from it, A keeping its min; the share alone never lets an adaptive job give to a fixed one
+    f = fixed("F", 0, 0.0, 3)
+    a = adaptive("A", 0, 1e6, (1.0, 1.9, 2.7, 3.4))
+    snap = on_four((f, 1), (a, 3))
+    assert resizes(GROUP, snap) == {"F": 3, "A": 1}
+    assert resizes(ElasticPolicy(fair_p=0.5), snap) == {}
+
+
+def test_inside_the_group_the_share_decides_not_each_jobs_request() -> None:
+    # two adaptive jobs, each asked 2; B (scales linearly) holds 3, A (barely scales) holds 1: the
+    # group holds its reservation (4), so nobody is topped up to its own request and the share,
+    # which gives the trainers to the job that uses them, keeps the counts (LAS top-up: A -> 2)
+    a = dataclasses.replace(adaptive("A", 0, 0.0, (1.0, 1.05, 1.1, 1.12)), trainers=2)
+    b = adaptive("B", 1, 0.0, (1.0, 2.0, 3.0, 4.0))
+    snap = on_four((a, 1), (b, 3))
+    assert resizes(GROUP, snap) == {}
+    assert resizes(ElasticPolicy(), snap) == {"A": 2, "B": 2}

@@ -36,6 +36,7 @@ about what it changes; see bench/sched_scale.py.
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -120,6 +121,25 @@ class ElasticPolicy:
     fair_cooldown: float = 0.0
     #: an adaptive job's utility is weighted by this to the power of minus its LAS queue
     fair_weight: float = 2.0
+    #: ... but never less than this (a floor for the longest jobs, in the last queues)
+    fair_floor: float = 0.0
+    #: > 0: the weight is smooth in the service instead, ``(1 + service / fair_decay) ** -log2(fair_weight)``
+    fair_decay: float = 0.0
+    #: the adaptive jobs are one claimant in step 3: in the LAS order each running one adds its
+    #: requested count to the group's reservation, and the group (not the job) is topped up to it,
+    #: taking from later fixed-batch jobs; fixed-batch jobs ahead may take what the group holds
+    #: beyond the reservation of the adaptive jobs ahead of them. The share then works inside it
+    fair_group: bool = False
+    #: the share hands out what is free too (else only what the adaptive jobs hold above their min;
+    #: the free capacity then goes to step 4, every job alike)
+    fair_free: bool = True
+
+    def fair_weight_of(self, job: JobRequest) -> float:
+        """An adaptive job's weight in the share: ``fair_weight ** -queue`` (its LAS queue), or with
+        ``fair_decay`` a smooth fall with its service."""
+        if self.fair_decay > 0:
+            return float((1.0 + service(job) / self.fair_decay) ** -math.log2(self.fair_weight))
+        return float(self.fair_weight ** -tiresias_queue(service(job), self.thresholds))
 
     def lo(self, job: JobRequest) -> int:
         return job.lo if self.elastic else job.trainers
@@ -170,6 +190,35 @@ class _Shrinkable:
             if job is not None and len(trainers.get(key, ())) == n:  # above its min when pushed
                 return job
         return None
+
+
+@dataclass
+class _Group:
+    """The running adaptive-batch jobs as one claimant of the top-up (``ElasticPolicy.fair_group``):
+    the trainers they hold together, and the requested counts of those reached so far in the order.
+    ``held - reserved`` only goes down as the order is walked (the reservation grows, the group
+    grows only up to it), so a donor pointer moving one way stays right."""
+
+    #: whether the group is a claimant (off: nothing is counted, no adaptive job gives)
+    on: bool = False
+    held: int = 0
+    reserved: int = 0
+
+    @classmethod
+    def of(cls, cycle: _Cycle, on: bool) -> _Group:
+        if not on:
+            return cls()
+        count = cycle.alloc.count
+        return cls(True, sum(count(j.key) for j in cycle.jobs if j.batches and j.key not in cycle.preempted))
+
+    def add(self, job: JobRequest, k: int) -> None:
+        if self.on and job.batches:
+            self.held += k
+
+    def spare(self, taker: JobRequest) -> bool:
+        """Whether an adaptive job may give ``taker`` a trainer: the group holds more than its
+        reservation so far (fixed-batch takers only; an adaptive taker gains nothing for the group)."""
+        return self.on and not taker.batches and self.held > self.reserved
 
 
 class _Cycle:
@@ -340,28 +389,38 @@ class _Cycle:
     def top_up(self) -> None:
         """In priority / least-served order, bring every job up to the count its user asked for,
         taking trainers back from jobs later in that order (down to their min) when nothing is free."""
-        alloc, ledger, jobs, lo = self.alloc, self.ledger, self.jobs, self.policy.lo
+        alloc, ledger, jobs, lo, hi = self.alloc, self.ledger, self.jobs, self.policy.lo, self.policy.hi
         trainers, limited = alloc.trainers, bool(ledger.quotas)
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
         fair = self.policy.fair_p is not None  # adaptive jobs neither take nor give here: fair()
+        group = _Group.of(self, fair and self.policy.fair_group)
         for i, job in enumerate(jobs):
             n = len(trainers.get(job.key, ()))
-            if n == 0 or n >= job.trainers or job.key in self.preempted:  # the target is <= trainers
+            if n == 0 or job.key in self.preempted:
                 continue
             if fair and job.batches:
+                if not group.on:
+                    continue
+                group.reserved += min(job.trainers, hi(job))  # its claim, made for the group
+                target = min(hi(job), n + group.reserved - group.held)
+            elif n >= job.trainers:  # the target is <= trainers
                 continue
-            target = min(job.trainers, self.policy.hi(job))
+            else:
+                target = min(job.trainers, hi(job))
             if job.key in self.admitted:
-                n = self._place_whole(job, n, target)
+                n, had = self._place_whole(job, n, target), n
+                group.add(job, n - had)
             while n < target and not (limited and ledger.problem(job, 1)):
                 if alloc.grow(job, 1):
                     ledger.charge(job, 1)
                     n += 1
+                    group.add(job, 1)
                     continue
                 if alloc.blocked(job):  # its next trainer can only go back where it ran: taken
                     break
                 while last > i and (
-                    len(trainers.get(jobs[last].key, ())) <= lo(jobs[last]) or (fair and jobs[last].batches)
+                    len(trainers.get(jobs[last].key, ())) <= lo(jobs[last])
+                    or (fair and jobs[last].batches and not group.spare(job))
                 ):
                     last -= 1
                 if last <= i:
@@ -369,6 +428,7 @@ class _Cycle:
                 donor = jobs[last]
                 alloc.shrink(donor, len(trainers[donor.key]) - 1)
                 ledger.credit(donor, 1)
+                group.add(donor, -1)
 
     def _place_whole(self, job: JobRequest, n: int, target: int) -> int:
         """Place a job admitted this cycle (at ``n`` trainers) anew with as many trainers up to
@@ -402,7 +462,7 @@ class _Cycle:
         jobs = [j for j in self.jobs if j.batches and j.key not in self.preempted and alloc.count(j.key)]
         if not jobs:
             return
-        free = alloc.total
+        free = alloc.total if policy.fair_free else Resources()
         room = [free.cpu_m, free.memory, free.gpu]
         claims: list[Claim] = []
         for j in jobs:
@@ -416,7 +476,7 @@ class _Cycle:
                 room[2] + t.gpu * (n - lo),
             )
             hi = n if frozen else policy.hi(j)
-            w = policy.fair_weight ** -tiresias_queue(service(j), policy.thresholds)
+            w = max(policy.fair_weight_of(j), policy.fair_floor)
             need = (t.cpu_m, t.memory, t.gpu)
             claims.append(Claim(j.key, lo, hi, 0 if moved else n, need, j.speedup or (1.0,), w))
         counts, order = share(claims, (room[0], room[1], room[2]), policy.fair_p, policy.fair_restart)
