@@ -7,8 +7,8 @@ JCT, the mean, and the mean JCT per application: the variant table of bench/READ
 ("Goodput fairness among adaptive jobs").
 
     nice -n 10 .venv/bin/python bench/sim_fair_variants.py [--load 1.0] [--fraction 1] [--fair-p 0.5]
-        [--fair-weight 2] [--fair-restart 0.9] [--fair-cooldown 0] [--fair-floor 0] [--fair-group]
-        [--no-fair-free] [--workloads 1 2 ...]
+        [--fair-weight 2] [--fair-restart 0.9] [--fair-cooldown 0] [--fair-group]
+        [--no-fair-free] [--fair-exchange] [--workloads 1 2 ...]
 
 With a fraction below 1 it also prints the fixed-batch jobs' summed JCT against the same jobs under
 ``elastic`` with no job adaptive (per workload, and the mean of those ratios: ``sim_adaptive.py``'s).
@@ -39,10 +39,9 @@ def main() -> None:
     ap.add_argument("--fair-weight", type=float, default=2.0)
     ap.add_argument("--fair-restart", type=float, default=0.9)
     ap.add_argument("--fair-cooldown", type=float, default=0.0)
-    ap.add_argument("--fair-floor", type=float, default=0.0)
-    ap.add_argument("--fair-decay", type=float, default=0.0)
     ap.add_argument("--fair-group", action="store_true", help="the adaptive jobs one claimant of the top-up")
     ap.add_argument("--no-fair-free", action="store_true", help="the share hands out no free capacity")
+    ap.add_argument("--fair-exchange", action="store_true", help="an exchange search from the current counts")
     ap.add_argument("--service-scale", type=float, help="ADAPTIVE_SERVICE_SCALE")
     ap.add_argument("--service-exponent", type=float, help="SERVICE_EXPONENT")
     args = ap.parse_args()
@@ -52,8 +51,8 @@ def main() -> None:
         elastic_module.SERVICE_EXPONENT = args.service_exponent
     pol = ElasticPolicy(
         fair_p=None if args.fair_p == "none" else float(args.fair_p), fair_weight=args.fair_weight,
-        fair_restart=args.fair_restart, fair_cooldown=args.fair_cooldown, fair_floor=args.fair_floor,
-        fair_decay=args.fair_decay, fair_group=args.fair_group, fair_free=not args.no_fair_free,
+        fair_restart=args.fair_restart, fair_cooldown=args.fair_cooldown, fair_group=args.fair_group,
+        fair_free=not args.no_fair_free, fair_exchange=args.fair_exchange,
     )  # fmt: skip
     files = [str(DATA / FOLDERS[args.load] / f"workload-{k}.csv") for k in args.workloads]
     spec = RunSpec(files, ["elastic"], adaptive_fraction=args.fraction)

@@ -72,6 +72,43 @@ def test_greedy_matches_exhaustive_search_on_concave_tables(p: float, seed: int)
     assert total(claims, counts, p) == pytest.approx(best(claims, gpus, p))
 
 
+@pytest.mark.parametrize("p", [-1.0, 0.0, 0.5, 1.0])
+@pytest.mark.parametrize("seed", range(12))
+def test_the_exchange_search_from_any_counts_reaches_the_optimum_on_concave_tables(
+    p: float, seed: int
+) -> None:
+    # start from a random split of the trainers the claims hold (some free besides): moving one
+    # trainer at a time to the largest gain from the least loss ends where the greedy from the mins does
+    rng = random.Random(seed)
+    claims = []
+    for k in range(3):
+        rate, gain = [1.0], rng.uniform(0.3, 1.0)
+        for _ in range(rng.randint(1, 5)):
+            rate.append(rate[-1] + gain)
+            gain *= rng.uniform(0.3, 1.0)
+        claims.append(claim(f"j{k}", tuple(rate), weight=rng.choice([1.0, 0.5, 2.0])))
+    start = [rng.randint(c.lo, c.hi) for c in claims]
+    free = rng.randint(0, 3)
+    counts, order = share(claims, (1000 * free, GI * free, free), p, start=start)
+    gpus = sum(n - c.lo for n, c in zip(start, claims, strict=True)) + free
+    assert sum(counts[c.key] - c.lo for c in claims) <= gpus
+    assert all(c.lo <= counts[c.key] <= c.hi for c in claims)
+    assert total(claims, counts, p) == pytest.approx(best(claims, gpus, p))
+    assert len(order) >= sum(max(counts[c.key] - n, 0) for c, n in zip(claims, start, strict=True))
+
+
+def test_the_exchange_search_moves_nothing_that_does_not_pay_for_its_restarts() -> None:
+    # a and b run at 2 each, the same tables: moving one trainer from b to a costs both a restart
+    # (x0.9) for a gain of nothing, so nothing moves; without the discount the split is kept too
+    claims = [claim("a", (1, 2, 3, 4), held=2), claim("b", (1, 2, 3, 4), held=2)]
+    for restart in (0.9, 1.0):
+        assert share(claims, (0, 0, 0), 0.5, restart, start=[2, 2]) == ({"a": 2, "b": 2}, [])
+    # b barely scales: at restart 1.0 its second trainer goes to a; at x0.5 it is not worth the restarts
+    claims = [claim("a", (1, 2, 3, 4), held=2), claim("b", (1, 1.01, 1.02, 1.03), held=2)]
+    assert share(claims, (0, 0, 0), 0.5, 1.0, start=[2, 2]) == ({"a": 3, "b": 1}, ["a"])
+    assert share(claims, (0, 0, 0), 0.5, 0.5, start=[2, 2]) == ({"a": 2, "b": 2}, [])
+
+
 def test_the_restart_discount_keeps_a_running_job_at_its_count() -> None:
     # without it 2 extra trainers split (2, 2); a, running at 1, keeps 1 when a change costs x0.5
     claims = [claim("a", (1, 2, 3, 4), held=1), claim("b", (1, 2, 3, 4))]

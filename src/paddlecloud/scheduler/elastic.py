@@ -21,7 +21,11 @@
      by goodput fairness (goodfair.py): the power mean (``fair_p``, 0.5 best) of their speed-ups over one
      trainer, each weighted by ``fair_weight ** -queue`` (its LAS queue: the less served count more),
      a running job's speed-up at any count but its own discounted by ``fair_restart`` (a resize costs
-     a restart); the admission order of step 2 is still LAS. With no adaptive job nothing changes;
+     a restart); the admission order of step 2 is still LAS. With no adaptive job nothing changes.
+     With ``fair_group`` the adaptive jobs are one claimant in step 3 (:class:`_Group`: each adds
+     its requested count to the group's reservation in the order, the group is topped up to it,
+     fixed-batch jobs ahead take only what it holds beyond that) and the share works inside it;
+     with ``fair_exchange`` the share starts from the counts held and exchanges trainers;
   4. the capacity left is handed out one trainer at a time to the job with the largest marginal
      speedup (``rate(n + 1) - rate(n)``), up to each job's ``max``, beside its own trainers when
      possible; a running job is not grown again within ``resize_cooldown`` seconds of its last
@@ -36,7 +40,6 @@ about what it changes; see bench/sched_scale.py.
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,10 +124,6 @@ class ElasticPolicy:
     fair_cooldown: float = 0.0
     #: an adaptive job's utility is weighted by this to the power of minus its LAS queue
     fair_weight: float = 2.0
-    #: ... but never less than this (a floor for the longest jobs, in the last queues)
-    fair_floor: float = 0.0
-    #: > 0: the weight is smooth in the service instead, ``(1 + service / fair_decay) ** -log2(fair_weight)``
-    fair_decay: float = 0.0
     #: the adaptive jobs are one claimant in step 3: in the LAS order each running one adds its
     #: requested count to the group's reservation, and the group (not the job) is topped up to it,
     #: taking from later fixed-batch jobs; fixed-batch jobs ahead may take what the group holds
@@ -133,13 +132,9 @@ class ElasticPolicy:
     #: the share hands out what is free too (else only what the adaptive jobs hold above their min;
     #: the free capacity then goes to step 4, every job alike)
     fair_free: bool = True
-
-    def fair_weight_of(self, job: JobRequest) -> float:
-        """An adaptive job's weight in the share: ``fair_weight ** -queue`` (its LAS queue), or with
-        ``fair_decay`` a smooth fall with its service."""
-        if self.fair_decay > 0:
-            return float((1.0 + service(job) / self.fair_decay) ** -math.log2(self.fair_weight))
-        return float(self.fair_weight ** -tiresias_queue(service(job), self.thresholds))
+    #: the share starts from the counts the jobs hold and moves trainers between them while that
+    #: gains (an exchange search: fewer moves, a cheaper round), instead of from every job's min
+    fair_exchange: bool = False
 
     def lo(self, job: JobRequest) -> int:
         return job.lo if self.elastic else job.trainers
@@ -465,21 +460,23 @@ class _Cycle:
         free = alloc.total if policy.fair_free else Resources()
         room = [free.cpu_m, free.memory, free.gpu]
         claims: list[Claim] = []
+        start = [alloc.count(j.key) for j in jobs] if policy.fair_exchange else None
         for j in jobs:
             n, t = alloc.count(j.key), j.trainer
             moved = j.key in self.admitted or n != j.running
             frozen = not moved and now - j.resized_at < policy.fair_cooldown
             lo = n if frozen else min(policy.lo(j), n)
-            room[0], room[1], room[2] = (
-                room[0] + t.cpu_m * (n - lo),
-                room[1] + t.memory * (n - lo),
-                room[2] + t.gpu * (n - lo),
-            )
+            if start is None:  # what it holds above its min is shared out again
+                room[0], room[1], room[2] = (
+                    room[0] + t.cpu_m * (n - lo),
+                    room[1] + t.memory * (n - lo),
+                    room[2] + t.gpu * (n - lo),
+                )
             hi = n if frozen else policy.hi(j)
-            w = max(policy.fair_weight_of(j), policy.fair_floor)
+            w = policy.fair_weight ** -tiresias_queue(service(j), policy.thresholds)
             need = (t.cpu_m, t.memory, t.gpu)
             claims.append(Claim(j.key, lo, hi, 0 if moved else n, need, j.speedup or (1.0,), w))
-        counts, order = share(claims, (room[0], room[1], room[2]), policy.fair_p, policy.fair_restart)
+        counts, order = share(claims, (room[0], room[1], room[2]), policy.fair_p, policy.fair_restart, start)
         by_key = {j.key: j for j in jobs}
         for j in jobs:
             n = alloc.count(j.key)
