@@ -148,15 +148,22 @@ def test_reports_grow_the_batch_with_the_trainers_and_the_plan_assigns_it(
     assert alice.job("ada").adaptive == state  # describe carries the same
 
 
-def test_a_grow_assigns_the_batch_of_the_trainers_it_got(world: MemoryWorld, package: Path) -> None:
-    """A grow that adds only some trainers assigns the batch for the count it has, not 0 (the
-    fixed-batch value) and not the one planned for the full count."""
+def on_one_trainer(world: MemoryWorld, package: Path) -> Client:
+    """alice's adaptive job ``ada`` (1..4 trainers) running on the one CPU that her 3-trainer
+    ``blocker`` leaves free, after reports that follow ``MODEL``; alice's client."""
     alice = world.client("alice")
     world.submit(alice, "blocker", package, trainers={"count": 3, "cpu": "1", "memory": "1Gi"})
     world.tick()
     submit(world, alice, "ada", package, batch=BATCH)
     report_model(world, worker(world, "ada"), "ada")
     world.tick()
+    return alice
+
+
+def test_a_grow_assigns_the_batch_of_the_trainers_it_got(world: MemoryWorld, package: Path) -> None:
+    """A grow that adds only some trainers assigns the batch for the count it has, not 0 (the
+    fixed-batch value) and not the one planned for the full count."""
+    alice = on_one_trainer(world, package)
     assert alice.adaptive("ada").trainers == 1
     one = alice.adaptive("ada").batch_size
     backend = world.platform.ctx.backend
@@ -271,12 +278,7 @@ def test_a_rebatch_waits_for_the_rebatch_cooldown_and_a_grow_does_not(
     """A batch-only resize starts the re-batch cooldown (``adaptive_states.rebatched_at``): a second
     one within ``resize_cooldown`` is refused, one after it is made; it does not start the grow
     cooldown: the job grows at once when trainers free up."""
-    alice = world.client("alice")
-    world.submit(alice, "blocker", package, trainers={"count": 3, "cpu": "1", "memory": "1Gi"})
-    world.tick()
-    submit(world, alice, "ada", package, batch=BATCH)
-    report_model(world, worker(world, "ada"), "ada")
-    world.tick()
+    alice = on_one_trainer(world, package)
     best = request_of(world, "ada").batch(1)
     assert (alice.adaptive("ada").trainers, alice.adaptive("ada").batch_size) == (1, best)
     cooldown = world.platform.reconciler.policy.resize_cooldown  # type: ignore[attr-defined]

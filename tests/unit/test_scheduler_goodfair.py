@@ -55,10 +55,8 @@ def test_a_job_that_stops_scaling_gets_no_more() -> None:
     assert counts == {"a": 5, "b": 2}
 
 
-@pytest.mark.parametrize("p", [-2.0, -1.0, 0.0, 0.5, 1.0])
-@pytest.mark.parametrize("seed", range(12))
-def test_greedy_matches_exhaustive_search_on_concave_tables(p: float, seed: int) -> None:
-    rng = random.Random(seed)
+def concave_claims(rng: random.Random) -> list[Claim]:
+    """Three claims with random concave speed-up tables (1 to 6 counts) and weights."""
     claims = []
     for k in range(3):
         rate, gain = [1.0], rng.uniform(0.3, 1.0)
@@ -66,6 +64,14 @@ def test_greedy_matches_exhaustive_search_on_concave_tables(p: float, seed: int)
             rate.append(rate[-1] + gain)
             gain *= rng.uniform(0.3, 1.0)  # falling gains: concave
         claims.append(claim(f"j{k}", tuple(rate), weight=rng.choice([1.0, 0.5, 2.0])))
+    return claims
+
+
+@pytest.mark.parametrize("p", [-2.0, -1.0, 0.0, 0.5, 1.0])
+@pytest.mark.parametrize("seed", range(12))
+def test_greedy_matches_exhaustive_search_on_concave_tables(p: float, seed: int) -> None:
+    rng = random.Random(seed)
+    claims = concave_claims(rng)
     gpus = rng.randint(0, 8)
     counts, order = share(claims, (1000 * gpus, GI * gpus, gpus), p)
     assert sum(counts[c.key] - c.lo for c in claims) == len(order) <= gpus
@@ -80,13 +86,7 @@ def test_the_exchange_search_from_any_counts_reaches_the_optimum_on_concave_tabl
     # start from a random split of the trainers the claims hold (some free besides): moving one
     # trainer at a time to the largest gain from the least loss ends where the greedy from the mins does
     rng = random.Random(seed)
-    claims = []
-    for k in range(3):
-        rate, gain = [1.0], rng.uniform(0.3, 1.0)
-        for _ in range(rng.randint(1, 5)):
-            rate.append(rate[-1] + gain)
-            gain *= rng.uniform(0.3, 1.0)
-        claims.append(claim(f"j{k}", tuple(rate), weight=rng.choice([1.0, 0.5, 2.0])))
+    claims = concave_claims(rng)
     start = [rng.randint(c.lo, c.hi) for c in claims]
     free = rng.randint(0, 3)
     counts, order = share(claims, (1000 * free, GI * free, free), p, start=start)
