@@ -5,7 +5,9 @@ waiting, then times ``policy.schedule`` (median of several rounds) for each poli
 time grows with nodes and jobs. The last column is ``elastic`` on the same snapshot with half the
 jobs (every other one) adaptive-batch: each carries a goodput table (``scheduler.goodput``, one of 8
 noise scales, a fitted step-time model) and runs at a batch that is not its table's best, so the
-round also considers every running one for a batch-only resize.
+round also considers every running one for a batch-only resize. The column after it is the same
+with the opt-in goodput share, the adaptive jobs one claimant of the top-up
+(``ElasticPolicy(fair_p=0.5, fair_group=True)``).
 
     .venv/bin/python bench/sched_scale.py [--runs 5] [--sweep]
 """
@@ -19,7 +21,15 @@ import statistics
 import time
 
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import JobRequest, NodeState, Policy, Snapshot, WorkerPlacement, policy
+from paddlecloud.scheduler import (
+    ElasticPolicy,
+    JobRequest,
+    NodeState,
+    Policy,
+    Snapshot,
+    WorkerPlacement,
+    policy,
+)
 from paddlecloud.scheduler.goodput import AdaptiveBatch, FittedStepTime, GoodputModel
 
 _STEP = FittedStepTime(base=0.05, per_sample=0.002, sync_local=0.03, sync_net=0.1)
@@ -79,8 +89,8 @@ def build(nodes: int, jobs: int, seed: int = 1) -> Snapshot:
     return Snapshot(1, 1e6, node_states, tuple(queue), tuple(running))
 
 
-def timed(name: str, snap: Snapshot, runs: int) -> float:
-    pol = policy(name)
+def timed(name: str | Policy, snap: Snapshot, runs: int) -> float:
+    pol = policy(name) if isinstance(name, str) else name
     ts = []
     for _ in range(runs):
         t = time.perf_counter()
@@ -92,6 +102,8 @@ def timed(name: str, snap: Snapshot, runs: int) -> float:
 POLICIES = ("fifo", "fifo-backfill", "tiresias", "edl", "elastic")
 #: nodes and jobs grow together (the goal is the last row)
 TOGETHER = ((125, 500), (625, 2500), (1250, 5000))
+#: the last column: ``elastic`` with the opt-in goodput share, the adaptive jobs one claimant
+GROUP_SHARE = ElasticPolicy(fair_p=0.5, fair_group=True)
 #: --sweep: one grows while the other stays
 SWEEP = ((1250, 500), (1250, 2500), (125, 5000), (625, 5000))
 
@@ -105,15 +117,17 @@ def main() -> None:
     args = ap.parse_args()
     print(f"one scheduling round, ms (median of {args.runs}; goal: 1,250 x 8 GPUs, 5,000 jobs <= 100 ms)")
     head = "".join(f"{name:>15}" for name in POLICIES)
-    print(f"  {'nodes':>5} {'jobs':>5} {'running':>7}{head}{'elastic, half adaptive':>24}")
+    print(f"  {'nodes':>5} {'jobs':>5} {'running':>7}{head}{'elastic, half adaptive':>24}{'group share':>13}")
     for nodes, jobs in TOGETHER + (SWEEP if args.sweep else ()):
         snap = build(nodes, jobs)
         cells = "".join(f"{timed(name, snap, args.runs) * 1000:15.1f}" for name in POLICIES)
         half = timed("elastic", adaptive_half(snap), args.runs) * 1000
-        print(f"  {nodes:5d} {jobs:5d} {len(snap.running):7d}{cells}{half:24.1f}")
+        group = timed(GROUP_SHARE, adaptive_half(snap), args.runs) * 1000
+        print(f"  {nodes:5d} {jobs:5d} {len(snap.running):7d}{cells}{half:24.1f}{group:13.1f}")
     snap = build(*TOGETHER[-1])
     cpu = {name: cpu_ms(policy(name), snap, args.runs) for name in POLICIES}
     cpu["elastic, half adaptive"] = cpu_ms(policy("elastic"), adaptive_half(snap), args.runs)
+    cpu["group share, half adaptive"] = cpu_ms(GROUP_SHARE, adaptive_half(snap), args.runs)
     print(
         f"  cpu ms at {TOGETHER[-1][0]} x 8 / {TOGETHER[-1][1]} jobs (min of {args.runs}): "
         + ", ".join(f"{k} {v:.0f}" for k, v in cpu.items())

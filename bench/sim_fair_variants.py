@@ -7,7 +7,11 @@ JCT, the mean, and the mean JCT per application: the variant table of bench/READ
 ("Goodput fairness among adaptive jobs").
 
     nice -n 10 .venv/bin/python bench/sim_fair_variants.py [--load 1.0] [--fraction 1] [--fair-p 0.5]
-        [--fair-weight 2] [--fair-restart 0.9] [--fair-cooldown 0] [--workloads 1 2 ...]
+        [--fair-weight 2] [--fair-restart 0.9] [--fair-cooldown 0] [--fair-group]
+        [--no-fair-free] [--fair-exchange] [--workloads 1 2 ...]
+
+With a fraction below 1 it also prints the fixed-batch jobs' summed JCT against the same jobs under
+``elastic`` with no job adaptive (per workload, and the mean of those ratios: ``sim_adaptive.py``'s).
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ def main() -> None:
     ap.add_argument("--fair-weight", type=float, default=2.0)
     ap.add_argument("--fair-restart", type=float, default=0.9)
     ap.add_argument("--fair-cooldown", type=float, default=0.0)
+    ap.add_argument("--fair-group", action="store_true", help="the adaptive jobs one claimant of the top-up")
+    ap.add_argument("--no-fair-free", action="store_true", help="the share hands out no free capacity")
+    ap.add_argument("--fair-exchange", action="store_true", help="an exchange search from the current counts")
     ap.add_argument("--service-scale", type=float, help="ADAPTIVE_SERVICE_SCALE")
     ap.add_argument("--service-exponent", type=float, help="SERVICE_EXPONENT")
     args = ap.parse_args()
@@ -44,13 +51,15 @@ def main() -> None:
         elastic_module.SERVICE_EXPONENT = args.service_exponent
     pol = ElasticPolicy(
         fair_p=None if args.fair_p == "none" else float(args.fair_p), fair_weight=args.fair_weight,
-        fair_restart=args.fair_restart, fair_cooldown=args.fair_cooldown,
+        fair_restart=args.fair_restart, fair_cooldown=args.fair_cooldown, fair_group=args.fair_group,
+        fair_free=not args.no_fair_free, fair_exchange=args.fair_exchange,
     )  # fmt: skip
     files = [str(DATA / FOLDERS[args.load] / f"workload-{k}.csv") for k in args.workloads]
     spec = RunSpec(files, ["elastic"], adaptive_fraction=args.fraction)
     loads, models, cluster = _inputs(spec)
     capacity = cluster.nodes * cluster.node.gpu
     avgs: list[float] = []
+    ratios: list[float] = []
     apps: dict[str, list[float]] = defaultdict(list)
     start = time.time()
     for wl, jobs in loads.items():
@@ -63,10 +72,18 @@ def main() -> None:
         for j in jobs:
             if j.name in res.jct:
                 apps[j.app].append(res.jct[j.name])
-        print(
-            f"{wl}: avg JCT {s['avg_jct_s']:.0f} s, resizes {s['resizes']:.0f}, GPU util {s['gpu_util']:.2f}"
-        )
+        line = f"{wl}: avg JCT {s['avg_jct_s']:.0f} s, resizes {s['resizes']:.0f}"
+        line += f", GPU util {s['gpu_util']:.2f}"
+        fixed = [j.name for j in jobs if j.name not in chosen]
+        if fixed and chosen:  # the fixed-batch jobs against the same jobs under elastic, none adaptive
+            none = _jobs_for("elastic", spec, jobs, models, cluster, set())
+            base = simulate(none, models, ElasticPolicy(), SimConfig(cluster)).jct
+            ratios.append(sum(res.jct[n] for n in fixed) / sum(base[n] for n in fixed))
+            line += f", fixed-batch jobs x{ratios[-1]:.3f}"
+        print(line)
     print(f"mean avg JCT {sum(avgs) / len(avgs):.0f} s ({time.time() - start:.0f} s wall)")
+    if ratios:
+        print(f"fixed-batch jobs vs elastic with none adaptive: x{sum(ratios) / len(ratios):.3f}")
     print("  ".join(f"{a} {sum(v) / len(v):.0f}" for a, v in sorted(apps.items())))
 
 

@@ -148,15 +148,22 @@ def test_reports_grow_the_batch_with_the_trainers_and_the_plan_assigns_it(
     assert alice.job("ada").adaptive == state  # describe carries the same
 
 
-def test_a_grow_assigns_the_batch_of_the_trainers_it_got(world: MemoryWorld, package: Path) -> None:
-    """A grow that adds only some trainers assigns the batch for the count it has, not 0 (the
-    fixed-batch value) and not the one planned for the full count."""
+def on_one_trainer(world: MemoryWorld, package: Path) -> Client:
+    """alice's adaptive job ``ada`` (1..4 trainers) running on the one CPU that her 3-trainer
+    ``blocker`` leaves free, after reports that follow ``MODEL``; alice's client."""
     alice = world.client("alice")
     world.submit(alice, "blocker", package, trainers={"count": 3, "cpu": "1", "memory": "1Gi"})
     world.tick()
     submit(world, alice, "ada", package, batch=BATCH)
     report_model(world, worker(world, "ada"), "ada")
     world.tick()
+    return alice
+
+
+def test_a_grow_assigns_the_batch_of_the_trainers_it_got(world: MemoryWorld, package: Path) -> None:
+    """A grow that adds only some trainers assigns the batch for the count it has, not 0 (the
+    fixed-batch value) and not the one planned for the full count."""
+    alice = on_one_trainer(world, package)
     assert alice.adaptive("ada").trainers == 1
     one = alice.adaptive("ada").batch_size
     backend = world.platform.ctx.backend
@@ -247,3 +254,48 @@ def test_a_batch_only_resize_starts_nothing_and_counts_as_a_rebatch(
         )
         == 1
     )
+
+
+def _run_at(world: MemoryWorld, name: str, batch: int) -> None:
+    """Set the batch alice's job ``name`` runs at, as if its noise scale had moved since it was
+    assigned (the goodput table's best batch is then x1.5 or more away from it: stale)."""
+    with world.platform.ctx.session() as s:
+        row = s.scalar(select(JobRow).where(JobRow.user == "alice", JobRow.name == name))
+        assert row is not None and row.adaptive is not None
+        row.adaptive.batch_size = batch
+        s.commit()
+
+
+def _rebatches(world: MemoryWorld) -> float:
+    registry = world.platform.ctx.metrics.registry
+    labels = {"kind": "resize", "reason": "Rebatch"}
+    return registry.get_sample_value("paddlecloud_scheduler_decisions_total", labels) or 0.0
+
+
+def test_a_rebatch_waits_for_the_rebatch_cooldown_and_a_grow_does_not(
+    world: MemoryWorld, package: Path
+) -> None:
+    """A batch-only resize starts the re-batch cooldown (``adaptive_states.rebatched_at``): a second
+    one within ``resize_cooldown`` is refused, one after it is made; it does not start the grow
+    cooldown: the job grows at once when trainers free up."""
+    alice = on_one_trainer(world, package)
+    best = request_of(world, "ada").batch(1)
+    assert (alice.adaptive("ada").trainers, alice.adaptive("ada").batch_size) == (1, best)
+    cooldown = world.platform.reconciler.policy.resize_cooldown  # type: ignore[attr-defined]
+    _run_at(world, "ada", 4 * best)
+    world.tick()  # never re-batched: at once
+    assert (alice.adaptive("ada").batch_size, _rebatches(world)) == (best, 1)
+    world.clock.advance(cooldown - 1)
+    _run_at(world, "ada", 4 * best)
+    world.tick()  # re-batched cooldown - 1 s ago: not yet
+    assert (alice.adaptive("ada").batch_size, _rebatches(world)) == (4 * best, 1)
+    world.clock.advance(1)
+    world.tick()
+    assert (alice.adaptive("ada").batch_size, _rebatches(world)) == (best, 2)
+    assert alice.job("ada").adaptive == alice.adaptive("ada")
+
+    alice.kill("blocker")  # right after the re-batch (the clock does not move): the job grows
+    world.tick(3)
+    state = alice.adaptive("ada")
+    assert state.trainers == 4 and state.batch_size == request_of(world, "ada").batch(4), state
+    assert any(e.reason == "Resized" and "trainers 1 -> 4" in e.message for e in alice.job("ada").events)

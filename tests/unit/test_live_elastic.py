@@ -335,7 +335,7 @@ def test_live_snapshot_with_adaptive_jobs_gives_the_same_plan_to_the_simulator_p
     _until(platform, alice, "a", lambda j: j.phase == "Running")
     snap, _ = platform.reconciler.last
     running = next(j for j in snap.running if j.key == "alice/a")
-    stale = dataclasses.replace(running, resized_at=snap.now - 3600)
+    stale = dataclasses.replace(running, resized_at=snap.now - 3600, rebatched_at=snap.now - 3600)
     moved = dataclasses.replace(
         snap, running=tuple(adaptive(stale if j.key == "alice/a" else j, 16) for j in snap.running)
     )

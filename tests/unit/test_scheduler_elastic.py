@@ -150,7 +150,9 @@ def check(name: str, s: Snapshot, plan: Plan) -> None:
             final[j.key] = (j, j.placement)
     for r in plan.resize:
         old = running[r.job]
-        assert r.trainers == len(r.placement) != old.running
+        assert r.trainers == len(r.placement)
+        if r.trainers == old.running:  # a batch-only resize: same trainers, a new batch
+            assert r.placement == old.placement and 0 < r.batch_size != old.batch_size, r
         keep = min(old.running, r.trainers)
         assert r.placement[:keep] == old.placement[:keep], "a resize must keep the lowest trainers in place"
         final[r.job] = (old, r.placement)
@@ -523,6 +525,42 @@ def test_an_adaptive_job_climbs_the_las_ladder_slower_than_a_fixed_batch_job() -
         adaptive = dataclasses.replace(job("A", 4, attained=served, at=2), batches=(32,) * 4)
         s = snap(N1, [fixed, adaptive])
         assert outcome(s, decide("elastic", s))["admit"] == {first: 4}
+
+
+#: an adaptive job's goodput table: best global batch and goodput speed-up on 1..4 trainers
+TABLE = {"batches": (64, 128, 256, 512), "speedup": (1.0, 1.9, 2.7, 3.4)}
+
+
+def adaptive_running(batch_size: int, rebatched_at: float, resized_at: float = -INF) -> JobRequest:
+    """An adaptive job (1..4 trainers) that runs at ``batch_size``, last re-batched at ``rebatched_at``."""
+    a = elastic("A", 1, 1, 4, resized_at=resized_at)
+    return dataclasses.replace(a, **TABLE, batch_size=batch_size, rebatched_at=rebatched_at)
+
+
+@pytest.mark.parametrize(("since", "rebatched"), [(100.0, False), (299.0, False), (300.0, True)])
+def test_a_rebatch_right_after_a_rebatch_waits_for_the_cooldown(since: float, rebatched: bool) -> None:
+    # on its one GPU at batch 256 where its table's best on one trainer is 64 (x4: stale); its
+    # trainers have never moved (resized_at -inf): only the re-batch ``since`` s ago holds it back
+    s = snap([gnode("n0", 1)], running=[(adaptive_running(256, NOW - since), ["n0"])])
+    plan = decide("elastic", s)
+    if not rebatched:
+        assert plan.resize == []
+        return
+    (r,) = plan.resize
+    assert (r.job, r.trainers, r.batch_size) == ("A", 1, 64)
+    assert "global batch 256 -> 64 on 1 trainers" in r.message
+
+
+def test_a_grow_right_after_a_rebatch_is_allowed() -> None:
+    # re-batched this instant on its one trainer (its batch is the table's), three GPUs free: the grow
+    # cooldown reads resized_at (its trainers last moved long ago), so it grows to 4 at 4's batch
+    s = snap(N1, running=[(adaptive_running(64, NOW, resized_at=NOW - 1000), ["n0"])])
+    plan = decide("elastic", s)
+    (r,) = plan.resize
+    assert (r.job, r.trainers, r.batch_size) == ("A", 4, 512)
+    # ... while a job whose trainers moved within the cooldown is not grown
+    s = snap(N1, running=[(adaptive_running(64, NOW, resized_at=NOW - 100), ["n0"])])
+    assert decide("elastic", s).resize == []
 
 
 # ---------------------------------------------------------------------------------- known bugs

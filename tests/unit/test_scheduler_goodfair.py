@@ -55,10 +55,8 @@ def test_a_job_that_stops_scaling_gets_no_more() -> None:
     assert counts == {"a": 5, "b": 2}
 
 
-@pytest.mark.parametrize("p", [-2.0, -1.0, 0.0, 0.5, 1.0])
-@pytest.mark.parametrize("seed", range(12))
-def test_greedy_matches_exhaustive_search_on_concave_tables(p: float, seed: int) -> None:
-    rng = random.Random(seed)
+def concave_claims(rng: random.Random) -> list[Claim]:
+    """Three claims with random concave speed-up tables (1 to 6 counts) and weights."""
     claims = []
     for k in range(3):
         rate, gain = [1.0], rng.uniform(0.3, 1.0)
@@ -66,10 +64,49 @@ def test_greedy_matches_exhaustive_search_on_concave_tables(p: float, seed: int)
             rate.append(rate[-1] + gain)
             gain *= rng.uniform(0.3, 1.0)  # falling gains: concave
         claims.append(claim(f"j{k}", tuple(rate), weight=rng.choice([1.0, 0.5, 2.0])))
+    return claims
+
+
+@pytest.mark.parametrize("p", [-2.0, -1.0, 0.0, 0.5, 1.0])
+@pytest.mark.parametrize("seed", range(12))
+def test_greedy_matches_exhaustive_search_on_concave_tables(p: float, seed: int) -> None:
+    rng = random.Random(seed)
+    claims = concave_claims(rng)
     gpus = rng.randint(0, 8)
     counts, order = share(claims, (1000 * gpus, GI * gpus, gpus), p)
     assert sum(counts[c.key] - c.lo for c in claims) == len(order) <= gpus
     assert total(claims, counts, p) == pytest.approx(best(claims, gpus, p))
+
+
+@pytest.mark.parametrize("p", [-1.0, 0.0, 0.5, 1.0])
+@pytest.mark.parametrize("seed", range(12))
+def test_the_exchange_search_from_any_counts_reaches_the_optimum_on_concave_tables(
+    p: float, seed: int
+) -> None:
+    # start from a random split of the trainers the claims hold (some free besides): moving one
+    # trainer at a time to the largest gain from the least loss ends where the greedy from the mins does
+    rng = random.Random(seed)
+    claims = concave_claims(rng)
+    start = [rng.randint(c.lo, c.hi) for c in claims]
+    free = rng.randint(0, 3)
+    counts, order = share(claims, (1000 * free, GI * free, free), p, start=start)
+    gpus = sum(n - c.lo for n, c in zip(start, claims, strict=True)) + free
+    assert sum(counts[c.key] - c.lo for c in claims) <= gpus
+    assert all(c.lo <= counts[c.key] <= c.hi for c in claims)
+    assert total(claims, counts, p) == pytest.approx(best(claims, gpus, p))
+    assert len(order) >= sum(max(counts[c.key] - n, 0) for c, n in zip(claims, start, strict=True))
+
+
+def test_the_exchange_search_moves_nothing_that_does_not_pay_for_its_restarts() -> None:
+    # a and b run at 2 each, the same tables: moving one trainer from b to a costs both a restart
+    # (x0.9) for a gain of nothing, so nothing moves; without the discount the split is kept too
+    claims = [claim("a", (1, 2, 3, 4), held=2), claim("b", (1, 2, 3, 4), held=2)]
+    for restart in (0.9, 1.0):
+        assert share(claims, (0, 0, 0), 0.5, restart, start=[2, 2]) == ({"a": 2, "b": 2}, [])
+    # b barely scales: at restart 1.0 its second trainer goes to a; at x0.5 it is not worth the restarts
+    claims = [claim("a", (1, 2, 3, 4), held=2), claim("b", (1, 1.01, 1.02, 1.03), held=2)]
+    assert share(claims, (0, 0, 0), 0.5, 1.0, start=[2, 2]) == ({"a": 3, "b": 1}, ["a"])
+    assert share(claims, (0, 0, 0), 0.5, 0.5, start=[2, 2]) == ({"a": 2, "b": 2}, [])
 
 
 def test_the_restart_discount_keeps_a_running_job_at_its_count() -> None:
@@ -135,3 +172,64 @@ def test_elastic_shares_among_adaptive_jobs_not_by_las_alone() -> None:
 def test_elastic_keeps_the_las_top_up_unless_asked() -> None:
     # the share is opt-in (``fair_p``): the default ``elastic`` tops adaptive jobs up in LAS order
     assert policy("elastic").fair_p is None  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------- ``fair_group``: the adaptive jobs one claimant
+
+
+def on_four(*jobs: tuple[JobRequest, int]) -> Snapshot:
+    """One node of 4 GPUs held by ``jobs`` (each with that many trainers, lowest GPUs first)."""
+    running, gpu = [], 0
+    for job, n in jobs:
+        placement = tuple(WorkerPlacement("trainer", i, "n0", (gpu + i,)) for i in range(n))
+        running.append(dataclasses.replace(job, running=n, placement=placement))
+        gpu += n
+    node = NodeState("n0", Resources(64000, 256 * GI, 4), Resources(1000 * gpu, gpu * GI, gpu), ())
+    return Snapshot(cycle=1, now=1e6, nodes=(node,), queue=(), running=tuple(running))
+
+
+def fixed(key: str, at: float, attained: float, trainers: int) -> JobRequest:
+    job = dataclasses.replace(
+        adaptive(key, at, attained, (1.0, 1.9, 2.7, 3.4)), batches=(), trainers=trainers
+    )
+    return dataclasses.replace(job, speedup=(1.0, 1.9, 2.7, 3.4))
+
+
+def resizes(pol: ElasticPolicy, snap: Snapshot) -> dict[str, int]:
+    return {r.job: r.trainers for r in pol.schedule(snap).resize}
+
+
+GROUP = ElasticPolicy(fair_p=0.5, fair_group=True)
+
+
+def test_the_group_takes_its_reservation_from_fixed_jobs_later_in_the_order() -> None:
+    # A (adaptive, asked 2, least served) holds 1; F (fixed-batch, served far more) holds 3. As one
+    # claimant the group reserves A's 2 in the LAS order and takes it from F; without the group the
+    # adaptive jobs share only what they hold and what is free (nothing): A stays at 1
+    a = adaptive("A", 0, 0.0, (1.0, 1.9, 2.7, 3.4))
+    f = dataclasses.replace(fixed("F", 0, 1e6, 1), min_trainers=1)
+    snap = on_four((a, 1), (f, 3))
+    assert resizes(GROUP, snap) == {"A": 2, "F": 2}
+    assert resizes(ElasticPolicy(fair_p=0.5), snap) == {}
+
+
+def test_a_fixed_job_ahead_takes_what_the_group_holds_beyond_its_reservation() -> None:
+    # F (fixed-batch, asked 3, least served) holds 1; A (adaptive, asked 2, served more) holds 3:
+    # F is ahead and the group holds 3 against a reservation of 0 so far, so F is topped up to 3
+    # from it, A keeping its min; the share alone never lets an adaptive job give to a fixed one
+    f = fixed("F", 0, 0.0, 3)
+    a = adaptive("A", 0, 1e6, (1.0, 1.9, 2.7, 3.4))
+    snap = on_four((f, 1), (a, 3))
+    assert resizes(GROUP, snap) == {"F": 3, "A": 1}
+    assert resizes(ElasticPolicy(fair_p=0.5), snap) == {}
+
+
+def test_inside_the_group_the_share_decides_not_each_jobs_request() -> None:
+    # two adaptive jobs, each asked 2; B (scales linearly) holds 3, A (barely scales) holds 1: the
+    # group holds its reservation (4), so nobody is topped up to its own request and the share,
+    # which gives the trainers to the job that uses them, keeps the counts (LAS top-up: A -> 2)
+    a = dataclasses.replace(adaptive("A", 0, 0.0, (1.0, 1.05, 1.1, 1.12)), trainers=2)
+    b = adaptive("B", 1, 0.0, (1.0, 2.0, 3.0, 4.0))
+    snap = on_four((a, 1), (b, 3))
+    assert resizes(GROUP, snap) == {}
+    assert resizes(ElasticPolicy(), snap) == {"A": 2, "B": 2}

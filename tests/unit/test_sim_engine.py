@@ -331,3 +331,24 @@ def test_a_batch_only_resize_pays_the_rebatch_cost_not_a_restart() -> None:
     assert (jobs["b"].paused_until, jobs["b"].batch) == (130.0, 128)  # a grow: a restart
     scheduler_apply.apply_plan(later, jobs, queue, running, 200.0, 30.0)  # no rebatch cost given
     assert jobs["a"].paused_until == 230.0  # as any resize (the forecast's default)
+
+
+def test_a_resize_of_any_kind_sets_rebatched_at_and_only_a_move_resized_at() -> None:
+    """The re-batch cooldown (``rebatched_at``) starts at every Resize (a restart re-batches too);
+    the grow cooldown (``resized_at``) only at one that moves trainers; an admission sets only
+    ``resized_at`` (its batch was chosen with what the scheduler knew then)."""
+    from paddlecloud.scheduler import Admit, Resize
+
+    two = tuple(WorkerPlacement("trainer", i, "n0") for i in range(2))
+    jobs = {"a": scheduler_apply.JobState()}
+    queue, running = ["a"], list[str]()
+    scheduler_apply.apply_plan(
+        Plan(0, admit=[Admit("a", two[:1], "", 64)]), jobs, queue, running, 0.0, 30.0, 5.0
+    )
+    assert (jobs["a"].resized_at, jobs["a"].rebatched_at) == (0.0, float("-inf"))
+    rebatch = Plan(1, resize=[Resize("a", 1, two[:1], "", 128)])
+    scheduler_apply.apply_plan(rebatch, jobs, queue, running, 400.0, 30.0, 5.0)
+    assert (jobs["a"].resized_at, jobs["a"].rebatched_at) == (0.0, 400.0)
+    grow = Plan(2, resize=[Resize("a", 2, two, "", 256)])
+    scheduler_apply.apply_plan(grow, jobs, queue, running, 500.0, 30.0, 5.0)
+    assert (jobs["a"].resized_at, jobs["a"].rebatched_at) == (500.0, 500.0)

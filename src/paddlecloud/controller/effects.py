@@ -18,7 +18,9 @@ An ``Admit`` or ``Resize`` with ``batch_size > 0`` (an adaptive-batch job) also 
 batch assigned for its trainer count (``adaptive_states``; ``GET .../adaptive`` answers it, workers
 started afterwards get it in ``PADDLECLOUD_BATCH_SIZE``), with an event when it changes. A ``Resize``
 to the trainers the job has is a batch-only one (``Rebatch`` in the metrics, no ``Resized`` event):
-the workers poll the assignment and switch at a step boundary, nothing is restarted. A grow that
+the workers poll the assignment and switch at a step boundary, nothing is restarted; it does not
+set the job's ``resized_at`` (the grow cooldown), but like any resize of an adaptive job it sets
+``adaptive_states.rebatched_at`` (the re-batch cooldown). A grow that
 gets only some of its trainers assigns the batch the job's goodput table gives the count it has.
 
 Every decision that changes a job is a job event, so ``describe`` shows the job's scheduling history,
@@ -206,13 +208,16 @@ def _grow(ctx: Context, row: JobRow, r: Resize) -> None:
 def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int) -> None:
     pservers = [p for p in row.placement or [] if p["role"] != "trainer"]
     row.placement = pservers + [_as_json(p) for p in r.placement]
+    now = ctx.clock.now()
     if r.trainers == before:  # a new batch on the same trainers: its BatchSize event says it
         # applied live at a step boundary (no restart): it does not start the grow cooldown
         ctx.metrics.decision("resize", "Rebatch")
     else:
-        row.resized_at = ctx.clock.now()
+        row.resized_at = now
         ctx.event(row, "Normal", "Resized", f"trainers {before} -> {r.trainers}: {r.message}")
         ctx.metrics.decision("resize", "Grow" if r.trainers > before else "Shrink")
+    if row.adaptive is not None and r.batch_size > 0:  # the re-batch cooldown: any resize sets a batch
+        row.adaptive.rebatched_at = now
     _assign_batch(ctx, row, r.batch_size, r.trainers)
 
 

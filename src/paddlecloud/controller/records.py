@@ -73,12 +73,19 @@ def job_request(
         running=running,
         placement=placement,
         resized_at=row.resized_at if row.resized_at is not None else float("-inf"),
+        rebatched_at=_rebatched_at(row),
         batches=plan.batches if plan is not None else (),
         speedup=plan.speedup if plan is not None else (),
         # the batch it runs at: elastic's batch-only resize compares it with the table's
         batch_size=row.adaptive.batch_size if adaptive and row.adaptive is not None else 0,
         cache_nodes=cache_nodes,
     )
+
+
+def _rebatched_at(row: JobRow) -> float:
+    """When a resize last set an adaptive job's batch (-inf: never, or a fixed-batch job)."""
+    at = row.adaptive.rebatched_at if row.adaptive is not None else None
+    return at if at is not None else float("-inf")
 
 
 def account(row: JobRow, now: float, specs: SpecCache) -> None:

@@ -12,7 +12,8 @@ simulator always has:
     Resize   -> the job holds the new trainer placement (pservers kept), at the plan's batch size
                 if it gives one; ``restart_s`` again. A resize to the trainers it holds (a new batch
                 only) pays ``rebatch_s`` instead: the workers apply it at a step boundary without a
-                restart (``runtime.adaptive_torch``)
+                restart (``runtime.adaptive_torch``). Any resize sets ``rebatched_at`` (the re-batch
+                cooldown; a restart re-batches too), only one that moves trainers ``resized_at``
     Preempt  -> the job holds nothing and goes to the back of the queue, keeping its progress
 
 The live server applies plans with real effects instead (``controller.effects``); this module is
@@ -41,6 +42,8 @@ class JobState:
     #: it makes no progress before this time (start-up or resize)
     paused_until: float = 0.0
     resized_at: float = float("-inf")
+    #: its last Resize, batch-only or not (the re-batch cooldown: ``JobRequest.rebatched_at``)
+    rebatched_at: float = float("-inf")
     resizes: int = 0
     preemptions: int = 0
     #: adaptive-batch jobs: the global batch of its last Admit / Resize that set one (0: none yet)
@@ -74,6 +77,7 @@ def apply_plan(
         same = z.placement == r.placement
         r.placement = z.placement
         r.resized_at = r.resized_at if same else t  # a batch-only resize restarts nothing
+        r.rebatched_at = t
         r.paused_until = max(r.paused_until, rebatch) if same else pause
         r.resizes += 1
         r.batch = z.batch_size or r.batch

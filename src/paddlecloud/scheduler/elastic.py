@@ -21,7 +21,11 @@
      by goodput fairness (goodfair.py): the power mean (``fair_p``, 0.5 best) of their speed-ups over one
      trainer, each weighted by ``fair_weight ** -queue`` (its LAS queue: the less served count more),
      a running job's speed-up at any count but its own discounted by ``fair_restart`` (a resize costs
-     a restart); the admission order of step 2 is still LAS. With no adaptive job nothing changes;
+     a restart); the admission order of step 2 is still LAS. With no adaptive job nothing changes.
+     With ``fair_group`` the adaptive jobs are one claimant in step 3 (:class:`_Group`: each adds
+     its requested count to the group's reservation in the order, the group is topped up to it,
+     fixed-batch jobs ahead take only what it holds beyond that) and the share works inside it;
+     with ``fair_exchange`` the share starts from the counts held and exchanges trainers;
   4. the capacity left is handed out one trainer at a time to the job with the largest marginal
      speedup (``rate(n + 1) - rate(n)``), up to each job's ``max``, beside its own trainers when
      possible; a running job is not grown again within ``resize_cooldown`` seconds of its last
@@ -69,7 +73,8 @@ TIRESIAS_THRESHOLDS = (3600.0, 36000.0)
 #: (mean avg JCT of the 8 Pollux workloads at load 1.0: 3,571 s, 3,846 s with Tiresias' thresholds)
 ELASTIC_THRESHOLDS = (10000.0, 30000.0, 90000.0)
 #: an adaptive job whose best global batch for its trainers is this factor above or below the one it
-#: runs at is given it (a resize: it costs a restart), at most once per ``resize_cooldown``
+#: runs at is given it (a batch-only resize), at most once per ``resize_cooldown`` since its last
+#: resize of any kind (``JobRequest.rebatched_at``)
 REBATCH_RATIO = 1.5
 
 
@@ -119,6 +124,17 @@ class ElasticPolicy:
     fair_cooldown: float = 0.0
     #: an adaptive job's utility is weighted by this to the power of minus its LAS queue
     fair_weight: float = 2.0
+    #: the adaptive jobs are one claimant in step 3: in the LAS order each running one adds its
+    #: requested count to the group's reservation, and the group (not the job) is topped up to it,
+    #: taking from later fixed-batch jobs; fixed-batch jobs ahead may take what the group holds
+    #: beyond the reservation of the adaptive jobs ahead of them. The share then works inside it
+    fair_group: bool = False
+    #: the share hands out what is free too (else only what the adaptive jobs hold above their min;
+    #: the free capacity then goes to step 4, every job alike)
+    fair_free: bool = True
+    #: the share starts from the counts the jobs hold and moves trainers between them while that
+    #: gains (an exchange search: fewer moves, a cheaper round), instead of from every job's min
+    fair_exchange: bool = False
 
     def lo(self, job: JobRequest) -> int:
         return job.lo if self.elastic else job.trainers
@@ -169,6 +185,35 @@ class _Shrinkable:
             if job is not None and len(trainers.get(key, ())) == n:  # above its min when pushed
                 return job
         return None
+
+
+@dataclass
+class _Group:
+    """The running adaptive-batch jobs as one claimant of the top-up (``ElasticPolicy.fair_group``):
+    the trainers they hold together, and the requested counts of those reached so far in the order.
+    ``held - reserved`` only goes down as the order is walked (the reservation grows, the group
+    grows only up to it), so a donor pointer moving one way stays right."""
+
+    #: whether the group is a claimant (off: nothing is counted, no adaptive job gives)
+    on: bool = False
+    held: int = 0
+    reserved: int = 0
+
+    @classmethod
+    def of(cls, cycle: _Cycle, on: bool) -> _Group:
+        if not on:
+            return cls()
+        count = cycle.alloc.count
+        return cls(True, sum(count(j.key) for j in cycle.jobs if j.batches and j.key not in cycle.preempted))
+
+    def add(self, job: JobRequest, k: int) -> None:
+        if self.on and job.batches:
+            self.held += k
+
+    def spare(self, taker: JobRequest) -> bool:
+        """Whether an adaptive job may give ``taker`` a trainer: the group holds more than its
+        reservation so far (fixed-batch takers only; an adaptive taker gains nothing for the group)."""
+        return self.on and not taker.batches and self.held > self.reserved
 
 
 class _Cycle:
@@ -339,28 +384,38 @@ class _Cycle:
     def top_up(self) -> None:
         """In priority / least-served order, bring every job up to the count its user asked for,
         taking trainers back from jobs later in that order (down to their min) when nothing is free."""
-        alloc, ledger, jobs, lo = self.alloc, self.ledger, self.jobs, self.policy.lo
+        alloc, ledger, jobs, lo, hi = self.alloc, self.ledger, self.jobs, self.policy.lo, self.policy.hi
         trainers, limited = alloc.trainers, bool(ledger.quotas)
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
         fair = self.policy.fair_p is not None  # adaptive jobs neither take nor give here: fair()
+        group = _Group.of(self, fair and self.policy.fair_group)
         for i, job in enumerate(jobs):
             n = len(trainers.get(job.key, ()))
-            if n == 0 or n >= job.trainers or job.key in self.preempted:  # the target is <= trainers
+            if n == 0 or job.key in self.preempted:
                 continue
             if fair and job.batches:
+                if not group.on:
+                    continue
+                group.reserved += min(job.trainers, hi(job))  # its claim, made for the group
+                target = min(hi(job), n + group.reserved - group.held)
+            elif n >= job.trainers:  # the target is <= trainers
                 continue
-            target = min(job.trainers, self.policy.hi(job))
+            else:
+                target = min(job.trainers, hi(job))
             if job.key in self.admitted:
-                n = self._place_whole(job, n, target)
+                n, had = self._place_whole(job, n, target), n
+                group.add(job, n - had)
             while n < target and not (limited and ledger.problem(job, 1)):
                 if alloc.grow(job, 1):
                     ledger.charge(job, 1)
                     n += 1
+                    group.add(job, 1)
                     continue
                 if alloc.blocked(job):  # its next trainer can only go back where it ran: taken
                     break
                 while last > i and (
-                    len(trainers.get(jobs[last].key, ())) <= lo(jobs[last]) or (fair and jobs[last].batches)
+                    len(trainers.get(jobs[last].key, ())) <= lo(jobs[last])
+                    or (fair and jobs[last].batches and not group.spare(job))
                 ):
                     last -= 1
                 if last <= i:
@@ -368,6 +423,7 @@ class _Cycle:
                 donor = jobs[last]
                 alloc.shrink(donor, len(trainers[donor.key]) - 1)
                 ledger.credit(donor, 1)
+                group.add(donor, -1)
 
     def _place_whole(self, job: JobRequest, n: int, target: int) -> int:
         """Place a job admitted this cycle (at ``n`` trainers) anew with as many trainers up to
@@ -401,24 +457,26 @@ class _Cycle:
         jobs = [j for j in self.jobs if j.batches and j.key not in self.preempted and alloc.count(j.key)]
         if not jobs:
             return
-        free = alloc.total
+        free = alloc.total if policy.fair_free else Resources()
         room = [free.cpu_m, free.memory, free.gpu]
         claims: list[Claim] = []
+        start = [alloc.count(j.key) for j in jobs] if policy.fair_exchange else None
         for j in jobs:
             n, t = alloc.count(j.key), j.trainer
             moved = j.key in self.admitted or n != j.running
             frozen = not moved and now - j.resized_at < policy.fair_cooldown
             lo = n if frozen else min(policy.lo(j), n)
-            room[0], room[1], room[2] = (
-                room[0] + t.cpu_m * (n - lo),
-                room[1] + t.memory * (n - lo),
-                room[2] + t.gpu * (n - lo),
-            )
+            if start is None:  # what it holds above its min is shared out again
+                room[0], room[1], room[2] = (
+                    room[0] + t.cpu_m * (n - lo),
+                    room[1] + t.memory * (n - lo),
+                    room[2] + t.gpu * (n - lo),
+                )
             hi = n if frozen else policy.hi(j)
             w = policy.fair_weight ** -tiresias_queue(service(j), policy.thresholds)
             need = (t.cpu_m, t.memory, t.gpu)
             claims.append(Claim(j.key, lo, hi, 0 if moved else n, need, j.speedup or (1.0,), w))
-        counts, order = share(claims, (room[0], room[1], room[2]), policy.fair_p, policy.fair_restart)
+        counts, order = share(claims, (room[0], room[1], room[2]), policy.fair_p, policy.fair_restart, start)
         by_key = {j.key: j for j in jobs}
         for j in jobs:
             n = alloc.count(j.key)
@@ -496,8 +554,9 @@ def emit(
     rebatch_after: float | None = None,
 ) -> None:
     """Admit / preempt / resize decisions from where the allocation ended up. With ``rebatch_after``
-    (seconds since its last resize), an adaptive job kept at its count whose best batch moved by
-    :data:`REBATCH_RATIO` or more from the one it runs at gets it: a Resize to the same trainers."""
+    (seconds since its last resize of any kind: ``rebatched_at``), an adaptive job kept at its count
+    whose best batch moved by :data:`REBATCH_RATIO` or more from the one it runs at gets it: a
+    Resize to the same trainers."""
     for job in snap.queue:
         if job.key in admitted:
             trainers = alloc.trainers[job.key]
@@ -521,7 +580,7 @@ def emit(
             if job.cache_nodes and n > job.running:  # where the new trainers went
                 msg += f"; {cache_note(job.cache_nodes, alloc.trainers[job.key][job.running :])}"
             plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
-        elif rebatch_after is not None and _stale(job, n) and snap.now - job.resized_at >= rebatch_after:
+        elif rebatch_after is not None and _stale(job, n) and snap.now - job.rebatched_at >= rebatch_after:
             batch = job.batch(n)
             msg = f"global batch {job.batch_size} -> {batch} on {n} trainers (its gradient noise scale moved)"
             plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))

@@ -194,7 +194,7 @@ class _Run:
                 pservers=tuple(p for p in req.placement if p.role != "trainer"),
                 batch=req.batch_size,
                 first_start=snap.now if req.key in running else None, paused_until=w.paused_until,
-                resized_at=req.resized_at,
+                resized_at=req.resized_at, rebatched_at=req.rebatched_at,
             )  # fmt: skip
             job.sync()
         self.queue = [j.key for j in snap.queue]
@@ -244,11 +244,11 @@ class _Run:
         req = job.req
         batch = job.batch if req.batches and job.n else 0  # the batch it trains at (as the simulator's)
         same = req.placement is job.held and req.resized_at == job.resized_at and req.batch_size == batch
-        if same and req.attained == job.attained:
+        if same and req.attained == job.attained and req.rebatched_at == job.rebatched_at:
             return req
         job.req = _with(
             req, attained=job.attained, placement=job.held, running=job.n, resized_at=job.resized_at,
-            batch_size=batch,
+            rebatched_at=job.rebatched_at, batch_size=batch,
         )  # fmt: skip
         return job.req
 

@@ -18,7 +18,11 @@ Data flow: :class:`Claim` per job (its counts, bounds, per-trainer resources, sp
 the capacity to share -> :func:`share` -> each job's target count and the order the trainers were
 handed out (the caller replays it with real placement). Greedy, one increment at a time, each the
 largest utility gain per trainer over the next few counts (so a discount at counts near the one the
-job holds does not stop it short); for a concave ``U o s`` and one resource it is optimal.
+job holds does not stop it short); for a concave ``U o s`` and one resource it is optimal. With
+``start`` (``ElasticPolicy.fair_exchange``) it starts from the counts the jobs hold, hands out only
+what is free, then exchanges: the best step up of one job against the cheapest step down of another
+(several trainers at once, so a donor pays its restart discount once), while the gain exceeds the
+loss; from any start it reaches the same optimum on concave tables (unit tests).
 """
 
 from __future__ import annotations
@@ -94,18 +98,27 @@ def _best_step(values: list[float], n: int, hi: int) -> tuple[float, int]:
 
 
 def share(
-    claims: Sequence[Claim], room: tuple[int, int, int], p: float = -1.0, restart: float = 1.0
+    claims: Sequence[Claim],
+    room: tuple[int, int, int],
+    p: float = -1.0,
+    restart: float = 1.0,
+    start: Sequence[int] | None = None,
 ) -> tuple[dict[str, int], list[str]]:
     """Hand ``room`` (cpu_m, memory, gpu, beyond every claim's ``lo``) out to ``claims``: each one's
-    count, and the keys in the order their trainers were given (one entry per trainer)."""
-    counts = [c.lo for c in claims]
+    count, and the keys in the order their trainers were given (one entry per trainer).
+
+    ``start`` (an exchange search): each claim starts at that count (within ``lo .. hi``) instead of
+    ``lo`` and ``room`` is what is free beyond them; after handing it out, trainers move one at a
+    time from the claims that lose least by giving one (never below ``lo``) to the one that gains
+    most, while the gain is larger than the losses (between claims of the same per-trainer need)."""
+    counts = [c.lo for c in claims] if start is None else list(start)
     values = [_values(c, p, restart) if c.hi > c.lo else [] for c in claims]
     left = list(room)
     order: list[str] = []
     heap: list[tuple[float, int, int]] = []
     for i, c in enumerate(claims):
-        if c.hi > c.lo:
-            gain, k = _best_step(values[i], c.lo, c.hi)
+        if c.hi > counts[i]:
+            gain, k = _best_step(values[i], counts[i], c.hi)
             if k:
                 heap.append((-gain, i, k))
     heapq.heapify(heap)
@@ -128,4 +141,75 @@ def share(
         gain, k = _best_step(values[i], n, c.hi)
         if k:
             heapq.heappush(heap, (-gain, i, k))
+    if start is not None:
+        _exchange(claims, values, counts, order)
     return {c.key: n for c, n in zip(claims, counts, strict=True)}, order
+
+
+def _best_give(values: list[float], n: int, lo: int) -> tuple[float, int]:
+    """The smallest utility loss per trainer from ``n`` down to ``n - k`` (``k <= LOOKAHEAD``,
+    ``n - k >= lo``), and ``k`` (0: it can give none)."""
+    best, steps = math.inf, 0
+    for k in range(1, min(LOOKAHEAD, n - lo) + 1):
+        loss = (values[n] - values[n - k]) / k
+        if loss < best:
+            best, steps = loss, k
+    return best, steps
+
+
+def _exchange(
+    claims: Sequence[Claim], values: list[list[float]], counts: list[int], order: list[str]
+) -> None:
+    """Move trainers between claims of one per-trainer need: the one that gains most per trainer
+    (its best step up, ``_best_step``) from the one that loses least per trainer (its best step
+    down: giving several trainers pays its restart once), ``min`` of the two steps at a time, while
+    the gain is larger than the loss; a taker whose move is not worth it is dropped."""
+    by_need: dict[tuple[int, int, int], list[int]] = {}
+    for i, c in enumerate(claims):
+        if c.hi > c.lo:
+            by_need.setdefault(c.need, []).append(i)
+    for members in by_need.values():
+        takers: list[tuple[float, int]] = []
+        givers: list[tuple[float, int, int]] = []
+        for i in members:
+            gain, k = _best_step(values[i], counts[i], claims[i].hi)
+            if k:
+                takers.append((-gain, i))
+            loss, k = _best_give(values[i], counts[i], claims[i].lo)
+            if k:
+                givers.append((loss, i, counts[i]))
+        heapq.heapify(takers)
+        heapq.heapify(givers)
+        while takers and givers:
+            _, i = heapq.heappop(takers)
+            _, up = _best_step(values[i], counts[i], claims[i].hi)
+            if not up:
+                continue
+            j, own = -1, None
+            while givers and j < 0:
+                entry = heapq.heappop(givers)
+                if entry[2] != counts[entry[1]]:  # stale: it gave or took since
+                    continue
+                if entry[1] == i:  # the taker's own entry: put back afterwards
+                    own = entry
+                    continue
+                j = entry[1]
+            if own is not None:
+                heapq.heappush(givers, own)
+            if j < 0:
+                continue
+            _, down = _best_give(values[j], counts[j], claims[j].lo)
+            m = min(up, down)
+            gain = values[i][counts[i] + m] - values[i][counts[i]]
+            loss = values[j][counts[j]] - values[j][counts[j] - m]
+            if gain > loss:
+                counts[i] += m
+                counts[j] -= m
+                order += [claims[i].key] * m
+                gain, k = _best_step(values[i], counts[i], claims[i].hi)
+                if k:
+                    heapq.heappush(takers, (-gain, i))
+            for x in (i, j):
+                loss, k = _best_give(values[x], counts[x], claims[x].lo)
+                if k:
+                    heapq.heappush(givers, (loss, x, counts[x]))

@@ -53,7 +53,11 @@ class JobRequest:
     speedup: tuple[float, ...] = ()
     running: int = 0
     placement: tuple[WorkerPlacement, ...] = ()
+    #: when its trainer count last changed (the grow cooldown)
     resized_at: float = float("-inf")
+    #: adaptive-batch jobs: when its global batch was last set by a resize, batch-only or not (the
+    #: re-batch cooldown; a batch-only resize leaves ``resized_at`` as it was)
+    rebatched_at: float = float("-inf")
     #: adaptive-batch jobs (``scheduler.goodput``): the best global batch per trainer count
     #: (``batches[n - 1]``), and ``speedup`` is then goodput, not throughput; empty: a fixed batch
     batches: tuple[int, ...] = ()

@@ -371,7 +371,7 @@ def _snapshot(
             pservers=j.pservers, pserver=j.pserver, trainers=j.num_replicas, trainer=j.replica,
             min_trainers=j.lo, max_trainers=j.hi, attained=r.attained, speedup=speedup,
             running=r.n, placement=(*r.pservers, *r.placement), resized_at=r.resized_at,
-            batches=batches, batch_size=r.batch if batches and r.n else 0,
+            rebatched_at=r.rebatched_at, batches=batches, batch_size=r.batch if batches and r.n else 0,
         )  # fmt: skip
 
     return Snapshot(

@@ -205,6 +205,8 @@ class AdaptiveRow(Base):
     grad_var: Mapped[float | None] = mapped_column(Float, nullable=True)
     lr_gain: Mapped[float | None] = mapped_column(Float, nullable=True)
     step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: when a resize last set its batch, batch-only or not (the re-batch cooldown; None: never)
+    rebatched_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class AdaptiveReportRow(Base):
