@@ -1,0 +1,164 @@
+"""SampleSets on the Slurm backend against the real private cluster and real JuiceFS mounts: the
+whole lifecycle in one test (the Slurm suite is slow already). The server formats the volume and
+syncs through its admin mount; warmup and clear run as Slurm jobs on the nodes and fill / empty
+each node's node-local cache; a 2-worker job on n1 and n2 mounts the SampleSet per run on its node
+and reads every file at PADDLECLOUD_SAMPLESET_DIR, read-only; rmr removes a path; delete leaves no
+mount and no file, on the server's side or the nodes'. The command building and the node side
+without Slurm: tests/unit/test_slurm_samplesets.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from paddlecloud.backends.base import Capability, JobLaunch
+from paddlecloud.backends.samplesets import (
+    SampleSetRef,
+    SampleTask,
+    SampleTaskKind,
+    SampleTaskState,
+    SampleTaskStatus,
+)
+from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
+from paddlecloud.backends.slurm.commands import queue
+from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
+from paddlecloud.core.envcontract import ApiAccess
+from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.resources import Resources
+from paddlecloud.scheduler import WorkerPlacement
+from paddlecloud.storage.juicefs import cached_bytes, mounts_under
+from tests.e2e.juicefs_fixtures import digests, make_tree, unmounted_after
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+
+MiB = 1 << 20
+NODES = ("n1", "n2")
+
+#: reads every file of its SampleSet, tries to write there, says where it ran
+READER = """\
+import errno, hashlib, json, os, pathlib
+root = pathlib.Path(os.environ["PADDLECLOUD_SAMPLESET_DIR"])
+seen = {}
+for dirpath, _, files in os.walk(root):
+    for f in files:
+        p = pathlib.Path(dirpath) / f
+        seen[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+try:
+    (root / "mine").write_text("x")
+    write = "written"
+except OSError as exc:
+    write = errno.errorcode[exc.errno]
+out = pathlib.Path(os.environ["PADDLECLOUD_OUTPUT_DIR"]) / (os.environ["PADDLECLOUD_WORKER"] + ".json")
+out.write_text(json.dumps({"root": str(root), "files": seen, "write": write,
+                           "node": os.environ.get("SLURMD_NODENAME")}))
+"""
+
+
+def _run(sets: SlurmSampleSets, ref: SampleSetRef, task: SampleTask, timeout: float = 180) -> SampleTaskStatus:
+    sets.start_task(ref, task)
+    deadline = time.monotonic() + timeout
+    while (st := sets.task_status(ref, task.id)).state == SampleTaskState.RUNNING:
+        assert time.monotonic() < deadline, f"{task} still running: {st}"
+        time.sleep(0.3)
+    assert st.state == SampleTaskState.SUCCEEDED, st.message
+    return st
+
+
+def _package(path: Path) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        data = READER.encode()
+        info = tarfile.TarInfo("read.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_sampleset_lifecycle_on_slurm_nodes(slurm: dict[str, str], tmp_path: Path) -> None:
+    local = tmp_path / "node-local"  # each emulated node's disk: <local>/nodes/<node>/ below it
+    backend = SlurmBackend(
+        SlurmSettings(root=tmp_path / "slurm", node_cache=local, cleanup_grace=1), time.time, lambda: None
+    )
+    sets = backend.samplesets
+    assert Capability.SAMPLESETS in backend.capabilities
+    want = make_tree(tmp_path / "src", small=12, big=MiB)
+    total = sum((tmp_path / "src" / p).stat().st_size for p in want)
+    ref = SampleSetRef(key="alice/ss-1", owner="alice", name="imgs", uid="ss-1", source=tmp_path / "src",
+                       cache_size=64 * MiB, nodes=NODES)  # fmt: skip
+    with unmounted_after(tmp_path):
+        try:
+            sets.ensure(ref)
+            st = _run(sets, ref, SampleTask("sj-1", SampleTaskKind.SYNC))
+            assert (st.done, st.total) == (total, total)
+            assert (sets.status(ref).files, sets.status(ref).bytes) == (len(want), total)
+            assert mounts_under(local) == []  # nothing on the nodes yet: the server syncs
+
+            # warmup: a Slurm job per node fills that node's node-local cache
+            st = _run(sets, ref, SampleTask("sj-2", SampleTaskKind.WARMUP))
+            assert (st.done, st.total) == (2 * total, 2 * total)
+            caches = {n.node: n for n in sets.status(ref).nodes}
+            assert set(caches) == set(NODES)
+            for node in NODES:
+                on_disk = cached_bytes(sets.paths.cache(node, ref.uid))
+                assert total <= caches[node].cached_bytes == on_disk <= total * 1.1, caches[node]
+                assert caches[node].mounted
+            assert mounts_under(local) == []  # the warmup jobs unmounted when they ended
+
+            # a job of 2 workers on n1 and n2 reads every file, read-only, on the planned nodes
+            out = tmp_path / "out"
+            launch = JobLaunch(
+                key="alice/reader", user="alice", name="reader", framework="none", entry="python read.py",
+                package=_package(tmp_path / "reader.tar.gz"), output_dir=out,
+                placement=(WorkerPlacement("trainer", 0, "n1"), WorkerPlacement("trainer", 1, "n2")),
+                api=ApiAccess("http://127.0.0.1:9", "pcj_test"), resources={"trainer": Resources(1000, 2**28)},
+                package_path="/pfs/local/home/alice/jobs/reader/package.tar.gz", sampleset=ref,
+            )  # fmt: skip
+            backend.start(launch)
+            deadline = time.monotonic() + 180
+            while not (status := backend.sync(launch.key)).finished:
+                assert time.monotonic() < deadline, status
+                time.sleep(0.3)
+            logs = {w.name: Path(w.log_path).read_text() for w in status.workers}
+            assert status.failure is None, (status.failure, logs)
+            assert all(w.state == WorkerState.SUCCEEDED for w in status.workers), logs
+            for i, node in enumerate(NODES):
+                got = json.loads((out / f"trainer-{i}.json").read_text())
+                run = sets.run_name("alice", "reader", f"trainer-{i}", 0)
+                assert (got["node"], got["root"]) == (node, str(sets.paths.mountpoint(run)))
+                assert got["files"] == want
+                assert got["write"] == "EROFS"
+            # the launcher's exit ends the worker; its batch job then keeps the blocks and unmounts
+            ids = [w.slurm_id for w in backend._jobs[launch.key].workers.values() if w.slurm_id]
+            deadline = time.monotonic() + 60
+            while not all(j.ended for j in queue(ids, 30).values()):
+                assert time.monotonic() < deadline, "the workers' Slurm jobs did not end"
+                time.sleep(0.3)
+            assert mounts_under(local) == [] and list((local / "runs").glob("*.owner")) == []
+            for node in NODES:  # the runs read from the warm cache, which they kept
+                assert cached_bytes(sets.paths.cache(node, ref.uid)) == caches[node].cached_bytes
+            backend.forget(launch.key)
+
+            # clear: every node's cache emptied, on the node
+            _run(sets, ref, SampleTask("sj-3", SampleTaskKind.CLEAR))
+            assert [(n.node, n.cached_bytes) for n in sets.status(ref).nodes] == [("n1", 0), ("n2", 0)]
+            assert all(cached_bytes(sets.paths.cache(node, ref.uid)) == 0 for node in NODES)
+
+            # rmr: a path gone from the volume
+            _run(sets, ref, SampleTask("sj-4", SampleTaskKind.RMR, "part-1"))
+            left = {p: d for p, d in want.items() if not p.startswith("part-1/")}
+            assert sets.status(ref).files == len(left)
+            assert digests(sets.admin(ref.uid)) == left
+
+            # delete: no mount and no file left, here or on the nodes
+            sets.delete(ref)  # (other sessions' mounts elsewhere on the machine are not counted)
+            assert mounts_under(tmp_path) == []
+            assert not sets.folder(ref.uid).exists()
+            assert not any((local / "nodes" / node / ref.uid).exists() for node in NODES)
+            assert [p.name for p in (local / "runs").iterdir()] == [".sweep"]
+        finally:
+            backend.close()
+    assert mounts_under(tmp_path) == []
