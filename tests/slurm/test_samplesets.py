@@ -59,7 +59,9 @@ out.write_text(json.dumps({"root": str(root), "files": seen, "write": write,
 """
 
 
-def _run(sets: SlurmSampleSets, ref: SampleSetRef, task: SampleTask, timeout: float = 180) -> SampleTaskStatus:
+def _run(
+    sets: SlurmSampleSets, ref: SampleSetRef, task: SampleTask, timeout: float = 180
+) -> SampleTaskStatus:
     sets.start_task(ref, task)
     deadline = time.monotonic() + timeout
     while (st := sets.task_status(ref, task.id)).state == SampleTaskState.RUNNING:
@@ -114,8 +116,9 @@ def test_sampleset_lifecycle_on_slurm_nodes(slurm: dict[str, str], tmp_path: Pat
                 key="alice/reader", user="alice", name="reader", framework="none", entry="python read.py",
                 package=_package(tmp_path / "reader.tar.gz"), output_dir=out,
                 placement=(WorkerPlacement("trainer", 0, "n1"), WorkerPlacement("trainer", 1, "n2")),
-                api=ApiAccess("http://127.0.0.1:9", "pcj_test"), resources={"trainer": Resources(1000, 2**28)},
-                package_path="/pfs/local/home/alice/jobs/reader/package.tar.gz", sampleset=ref,
+                api=ApiAccess("http://127.0.0.1:9", "pcj_test"), sampleset=ref,
+                resources={"trainer": Resources(1000, 256 * MiB)},
+                package_path="/pfs/local/home/alice/jobs/reader/package.tar.gz",
             )  # fmt: skip
             backend.start(launch)
             deadline = time.monotonic() + 180
