@@ -8,9 +8,7 @@ without Slurm: tests/unit/test_slurm_samplesets.py."""
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 import time
 from pathlib import Path
 
@@ -28,35 +26,15 @@ from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
 from paddlecloud.backends.slurm.commands import queue
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.core.envcontract import ApiAccess
-from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
 from paddlecloud.storage.juicefs import cached_bytes, mounts_under
-from tests.e2e.juicefs_fixtures import digests, make_tree, unmounted_after
+from tests.e2e.juicefs_fixtures import digests, make_tree, reader_package, run_to_success, unmounted_after
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
 MiB = 1 << 20
 NODES = ("n1", "n2")
-
-#: reads every file of its SampleSet, tries to write there, says where it ran
-READER = """\
-import errno, hashlib, json, os, pathlib
-root = pathlib.Path(os.environ["PADDLECLOUD_SAMPLESET_DIR"])
-seen = {}
-for dirpath, _, files in os.walk(root):
-    for f in files:
-        p = pathlib.Path(dirpath) / f
-        seen[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-try:
-    (root / "mine").write_text("x")
-    write = "written"
-except OSError as exc:
-    write = errno.errorcode[exc.errno]
-out = pathlib.Path(os.environ["PADDLECLOUD_OUTPUT_DIR"]) / (os.environ["PADDLECLOUD_WORKER"] + ".json")
-out.write_text(json.dumps({"root": str(root), "files": seen, "write": write,
-                           "node": os.environ.get("SLURMD_NODENAME")}))
-"""
 
 
 def _run(
@@ -69,15 +47,6 @@ def _run(
         time.sleep(0.3)
     assert st.state == SampleTaskState.SUCCEEDED, st.message
     return st
-
-
-def _package(path: Path) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        data = READER.encode()
-        info = tarfile.TarInfo("read.py")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return path
 
 
 def test_sampleset_lifecycle_on_slurm_nodes(slurm: dict[str, str], tmp_path: Path) -> None:
@@ -114,20 +83,13 @@ def test_sampleset_lifecycle_on_slurm_nodes(slurm: dict[str, str], tmp_path: Pat
             out = tmp_path / "out"
             launch = JobLaunch(
                 key="alice/reader", user="alice", name="reader", framework="none", entry="python read.py",
-                package=_package(tmp_path / "reader.tar.gz"), output_dir=out,
+                package=reader_package(tmp_path / "reader.tar.gz"), output_dir=out,
                 placement=(WorkerPlacement("trainer", 0, "n1"), WorkerPlacement("trainer", 1, "n2")),
                 api=ApiAccess("http://127.0.0.1:9", "pcj_test"), sampleset=ref,
                 resources={"trainer": Resources(1000, 256 * MiB)},
                 package_path="/pfs/local/home/alice/jobs/reader/package.tar.gz",
             )  # fmt: skip
-            backend.start(launch)
-            deadline = time.monotonic() + 180
-            while not (status := backend.sync(launch.key)).finished:
-                assert time.monotonic() < deadline, status
-                time.sleep(0.3)
-            logs = {w.name: Path(w.log_path).read_text() for w in status.workers}
-            assert status.failure is None, (status.failure, logs)
-            assert all(w.state == WorkerState.SUCCEEDED for w in status.workers), logs
+            run_to_success(backend, launch)
             for i, node in enumerate(NODES):
                 got = json.loads((out / f"trainer-{i}.json").read_text())
                 run = sets.run_name("alice", "reader", f"trainer-{i}", 0)

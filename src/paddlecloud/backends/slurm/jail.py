@@ -50,7 +50,7 @@ from paddlecloud.backends.local.sandbox import (
 )
 from paddlecloud.runtime.launcher import write_json_atomic
 
-__all__ = ["CANNOT_CONFINE", "JailSpec", "SpecError", "exec_confined", "main"]
+__all__ = ["CANNOT_CONFINE", "JailSpec", "SpecError", "exec_confined", "fail_run", "main"]
 
 #: the exit status of a worker whose sandbox could not be made on its node
 CANNOT_CONFINE = 126
@@ -189,18 +189,24 @@ def exec_confined(spec: JailSpec) -> None:
         os.execv(cmd.argv[0], cmd.argv)
 
 
-def _fail(status: str, message: str) -> int:
-    print(f"paddlecloud: the worker's sandbox cannot be made here: {message}", file=sys.stderr, flush=True)
+def fail_run(status: str, code: int, message: str) -> int:
+    """A worker run that ends before its launcher starts: ``message`` to its log (stderr) and
+    ``code`` to its launcher's status folder ``status`` ("" : none), as the launcher would write it."""
+    print(f"paddlecloud: {message}", file=sys.stderr, flush=True)
     if status:
         try:
             os.makedirs(status, exist_ok=True)
             write_json_atomic(
                 os.path.join(status, "exit.json"),
-                {"exit_code": CANNOT_CONFINE, "signal": None, "finished_at": time.time()},
+                {"exit_code": code, "signal": None, "finished_at": time.time()},
             )
         except OSError as exc:
             print(f"paddlecloud: writing the exit status failed: {exc}", file=sys.stderr, flush=True)
-    return CANNOT_CONFINE
+    return code
+
+
+def _fail(status: str, message: str) -> int:
+    return fail_run(status, CANNOT_CONFINE, f"the worker's sandbox cannot be made here: {message}")
 
 
 def main(argv: list[str] | None = None) -> int:

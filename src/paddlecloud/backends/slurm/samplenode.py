@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from paddlecloud.backends.slurm.jail import fail_run
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.storage.juicefs import (
     FuseUnavailable,
@@ -253,14 +254,11 @@ def _node_job(a: _Args, work: Callable[[_Args], None], *, report: bool = True) -
 
 
 def _cannot_mount(status: str, message: str) -> int:
-    print(f"paddlecloud: the SampleSet cannot be mounted here: {message}", file=sys.stderr, flush=True)
-    if status:
-        try:
-            os.makedirs(os.path.dirname(status), exist_ok=True)
-            write_json_atomic(status, {"exit_code": CANNOT_MOUNT, "signal": None, "finished_at": time.time()})
-        except OSError as exc:
-            print(f"paddlecloud: writing the exit status failed: {exc}", file=sys.stderr, flush=True)
-    return CANNOT_MOUNT
+    return fail_run(
+        os.path.dirname(status) if status else "",
+        CANNOT_MOUNT,
+        f"the SampleSet cannot be mounted here: {message}",
+    )
 
 
 def _run(a: _Args, run: str, status: str, argv: list[str]) -> int:
