@@ -142,10 +142,11 @@ def find_juicefs() -> str:
 
 
 def cached_bytes(cache_dir: Path) -> int:
-    """Bytes of the cached blocks under a node's cache dir (0 when it does not exist)."""
+    """Bytes of the cached blocks under a node's cache dir (0 when it does not exist); blocks being
+    written (``*.tmp``, renamed when whole) are not cached yet."""
     total = 0
     for path in _files(cache_dir):
-        if path.name != ".lock":
+        if path.name != ".lock" and not path.name.endswith(".tmp"):
             with contextlib.suppress(OSError):
                 total += path.stat(follow_symlinks=False).st_size
     return total

@@ -15,6 +15,7 @@ Node-local layout (``SlurmSettings.node_cache``, ``--slurm-node-cache``)::
 
     <node_cache>/nodes/<node>/<uid>/cache     the node's block cache of one SampleSet (kept
                                               between jobs: what warmup fills and clear empties)
+    <node_cache>/nodes/<node>/<uid>/task.lock flock: one warmup / clear at a time there
     <node_cache>/runs/<run>/mnt               one mount per worker run or node job, read-only
     <node_cache>/runs/<run>/cache             that mount's own cache dir: hard links to the node's
                                               cached blocks (made at start; new blocks are linked
@@ -74,6 +75,9 @@ __all__ = ["CANNOT_MOUNT", "NodePaths", "main", "node_name", "task_report"]
 
 #: the exit status of a worker run or node job whose SampleSet could not be mounted on its node
 CANNOT_MOUNT = 125
+#: after a warmup, how long to wait for the client to write what it fetched (seconds): at most, and
+#: without growth (a cache cap smaller than the data), polled this often
+_SETTLE_MAX, _SETTLE_QUIET, _SETTLE_POLL = 120.0, 3.0, 0.2
 
 
 def task_report(reports: Path, task: str, node: str) -> Path:
@@ -205,23 +209,51 @@ def _mounted(a: _Args, folder: Path, cache: Path) -> Iterator[Path]:
 
 
 def _warmup(a: _Args) -> None:
+    wanted = [0]
+
     def progress(done: int, total: int) -> None:
+        wanted[0] = total
         _task_report(a, done=done, total=total, finished=False)
 
-    # the node's own cache dir: this job is the one client that writes it directly
+    # the node's own cache dir: this job is the one client that writes it directly (one node job
+    # at a time per SampleSet and node: a server restarted mid-task submits it again)
+    cache = a.paths.cache(a.node, a.volume.name)
     with (
+        _flock(cache.parent / "task.lock"),
         _own_run(a.paths, a.volume, f"{a.volume.name}.{a.task}.{a.node}") as folder,
-        _mounted(a, folder, a.paths.cache(a.node, a.volume.name)) as mnt,
+        _mounted(a, folder, cache) as mnt,
     ):
         a.volume.warmup(mnt, a.path, progress)
+        _written(cache, wanted[0])
+
+
+def _written(cache: Path, total: int) -> None:
+    """Wait (bounded) until the client has written what it fetched into ``cache``: ``juicefs
+    warmup`` returns once the blocks are fetched, and the client writes them to disk behind it;
+    unmounted before that, they would be lost. Done when the cache holds ``total`` bytes, or has
+    not grown for a while (a cap smaller than the data)."""
+    deadline, last, still = time.monotonic() + _SETTLE_MAX, -1, 0.0
+    while time.monotonic() < deadline:
+        held = cached_bytes(cache)
+        if held >= total:
+            return
+        if held == last:
+            still += _SETTLE_POLL
+            if still >= _SETTLE_QUIET:
+                return
+        else:
+            last, still = held, 0.0
+        time.sleep(_SETTLE_POLL)
 
 
 def _clear(a: _Args) -> None:
     cache = a.paths.cache(a.node, a.volume.name)
     if not a.path.strip("/"):  # everything: the runs keep their own links until they end
-        shutil.rmtree(cache, ignore_errors=True)
+        with _flock(cache.parent / "task.lock"):
+            shutil.rmtree(cache, ignore_errors=True)
         return
     with (
+        _flock(cache.parent / "task.lock"),
         _own_run(a.paths, a.volume, f"{a.volume.name}.{a.task}.{a.node}") as folder,
         _mounted(a, folder, cache) as mnt,
     ):
