@@ -8,6 +8,7 @@ without Slurm: tests/unit/test_slurm_samplesets.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -117,6 +118,15 @@ def test_sampleset_lifecycle_on_slurm_nodes(slurm: dict[str, str], tmp_path: Pat
             left = {p: d for p, d in want.items() if not p.startswith("part-1/")}
             assert sets.status(ref).files == len(left)
             assert digests(sets.admin(ref.uid)) == left
+
+            # a node Slurm does not know: the task fails with Slurm's words, the other node's job stopped
+            bad = dataclasses.replace(ref, nodes=("n1", "n9"))
+            sets.start_task(bad, SampleTask("sj-5", SampleTaskKind.WARMUP))
+            deadline = time.monotonic() + 60
+            while (st := sets.task_status(bad, "sj-5")).state == SampleTaskState.RUNNING:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert st.state == SampleTaskState.FAILED and "invalid node name" in st.message.lower(), st.message
 
             # delete: no mount and no file left, here or on the nodes
             sets.delete(ref)  # (other sessions' mounts elsewhere on the machine are not counted)

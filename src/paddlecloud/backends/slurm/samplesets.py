@@ -135,9 +135,11 @@ class SlurmSampleSets(LocalSampleSets):
             self._format(s)
             self._mount_admin(s)
         files, size = s.volume.usage(self.admin(ref.uid))
-        jobs = {node: self._submit(ref, kind, node, t.task.path, t.task.id) for node in ref.nodes}
+        jobs: dict[str, int] = {}
         deadline = time.monotonic() + _QUEUE_WAIT + budget(files, size)
         try:
+            for node in ref.nodes:  # a refusal (an unknown node, ...) fails the task: stop the others
+                jobs[node] = self._submit(ref, kind, node, t.task.path, t.task.id)
             ended = self._follow(s, t, jobs, deadline)
         except BaseException:  # cancelled (delete, close), out of time, Slurm trouble: stop them
             with contextlib.suppress(sc.SlurmCommandError):
@@ -162,7 +164,12 @@ class SlurmSampleSets(LocalSampleSets):
             if time.monotonic() > deadline:
                 waiting = ", ".join(n for n in jobs if n not in ended)
                 raise JuiceFSError(f"{t.task.kind.value} did not end in time on {waiting}")
-            queued = sc.queue(jobs.values(), self.settings.command_timeout)
+            try:
+                queued = sc.queue(jobs.values(), self.settings.command_timeout)
+            except sc.SlurmCommandError as exc:  # Slurm busy for now: ask again, within the deadline
+                log.warning("SampleSet %s: squeue failed, asking again: %s", s.ref.key, exc)
+                time.sleep(_POLL)
+                continue
             for node, jid in jobs.items():
                 j = queued.get(jid)
                 if node not in ended and (j is None or j.ended):
