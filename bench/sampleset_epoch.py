@@ -18,6 +18,9 @@ workers: the shuffled list dealt round-robin), through:
 * ``sampleset``: a JuiceFS volume (SQLite metadata, objects in a local ``file`` bucket) filled from
   the set through a writable mount, then mounted read-only with a cache dir, ``juicefs warmup``-ed,
   then read. Mount options: ``--jfs-variant`` (every variant is reported with its figure; see VARIANTS).
+* ``sampleset-copy``: the short-circuit path a job gets where the node's cache holds the whole set
+  (the local backend's default since 2026-11-26): the volume copied onto the node's disk at warmup
+  with the backend's own ``storage.nodecopy.copy_tree``, then read as plain files.
 
 Before every first epoch the page cache (and dentries, inodes) is dropped (``sync; echo 3 >
 /proc/sys/vm/drop_caches``, root; refused otherwise) so the first epoch reads from disk; the second
@@ -58,6 +61,7 @@ from _server import platform, token  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
 
 from paddlecloud.client import Client  # noqa: E402
+from paddlecloud.storage.nodecopy import copy_tree  # noqa: E402
 
 MiB = 1 << 20
 #: mount options tried for the read-only SampleSet mount (besides ``--read-only --cache-dir CACHE
@@ -73,6 +77,7 @@ VARIANTS: dict[str, list[str]] = {
     "engine+negative": [*ENGINE, "--negative-entry-cache", "3600"],
     "engine+nocheck": [*ENGINE, "--verify-cache-checksum", "none"],
     "engine+memory": [*ENGINE, "--cache-dir", "memory"],
+    "engine+open0": [*ENGINE, "--open-cache-limit", "0", "--verify-cache-checksum", "none"],
     "engine+fuse1M": [*ENGINE, "--max-fuse-io", "1M", "--prefetch", "4", "--buffer-size", "1024"],
 }
 
@@ -378,6 +383,25 @@ def sampleset_rows(vol: Volume, ds: DataSet, work: Path, args: argparse.Namespac
             vol.umount(mnt)
 
 
+def copy_rows(vol: Volume, ds: DataSet, work: Path, args: argparse.Namespace) -> Iterator[Row]:
+    """The short-circuit path the local backend gives a job on a node whose cache holds the whole
+    set: ``storage.nodecopy.copy_tree`` from the volume's mount (the backend copies from its admin
+    mount) onto the node's disk at warmup, then the job reads plain files."""
+    mnt, dst = work / "ro-copy", work / "node-copy"
+    vol.mount(mnt, ["--read-only", "--cache-size", "0", "--cache-dir", str(work / "cache-copy"), *ENGINE])
+    try:
+        t0 = time.perf_counter()
+        files, _ = copy_tree(mnt / ds.name, dst, lambda done, total: None)
+        warm = time.perf_counter() - t0
+        assert files == len(ds.rels), (files, len(ds.rels))
+        row = measure("sampleset-copy", str(dst), ds, args, None)
+        row.detail["warmup_s"] = round(warm, 2)
+        yield row
+    finally:
+        vol.umount(mnt)
+        shutil.rmtree(dst, ignore_errors=True)
+
+
 def fill_volume(vol: Volume, sets: list[DataSet], work: Path) -> float:
     """Copies every set into the volume through a writable mount (``cp -r``: faster here than the
     engine's ``juicefs sync --threads 16``, 130 vs 66 files/s; either way setup, not measured)."""
@@ -425,8 +449,8 @@ def _stop(signum: int, _frame: object) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", nargs="+", choices=["small", "large"], default=["small", "large"])
-    ap.add_argument("--paths", nargs="+", choices=["pfs-http", "local-disk", "sampleset"],
-                    default=["pfs-http", "local-disk", "sampleset"])  # fmt: skip
+    ap.add_argument("--paths", nargs="+", choices=["pfs-http", "local-disk", "sampleset", "sampleset-copy"],
+                    default=["pfs-http", "local-disk", "sampleset", "sampleset-copy"])  # fmt: skip
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--file-kib", type=int, default=4)
     ap.add_argument("--dirs", type=int, default=100)
@@ -485,15 +509,15 @@ def run_paths(
 ) -> None:
     """Every set through every path (``rows`` grows as they are measured); unmounts in any case."""
     try:
-        if "sampleset" in args.paths:
+        if {"sampleset", "sampleset-copy"} & set(args.paths):
             vol.format()
             took = fill_volume(vol, sets, work)
             print(f"volume ({vol.meta.split(':')[0]} metadata) filled through a writable mount (cp -r) in "
                   f"{took:.1f} s", flush=True)  # fmt: skip
         for ds in sets:
             for kind in args.paths:
-                if kind == "sampleset":
-                    for row in sampleset_rows(vol, ds, work, args):
+                if kind.startswith("sampleset"):
+                    for row in (sampleset_rows if kind == "sampleset" else copy_rows)(vol, ds, work, args):
                         rows.append(row)
                         print(f"  {row.set} {row.path}: {row.first_s:.2f} s / warm {row.warm_s:.2f} s "
                               f"(warmup {row.detail['warmup_s']} s)", flush=True)  # fmt: skip

@@ -26,7 +26,7 @@ from paddlecloud.backends.samplesets import (
 from paddlecloud.core.envcontract import ApiAccess
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
-from paddlecloud.storage.juicefs import FUSE_DEVICE_ENV, mounts_under
+from paddlecloud.storage.juicefs import FUSE_DEVICE_ENV, cached_bytes, mounts_under
 from tests.e2e.juicefs_fixtures import digests, make_tree, reader_package, run_to_success, unmounted_after
 
 MiB = 1 << 20
@@ -102,6 +102,59 @@ def test_lifecycle_sync_warmup_clear_rmr_delete(sets: LocalSampleSets, tmp_path:
     sets.delete(ref)  # idempotent
 
 
+def test_a_whole_warmup_copies_the_set_onto_each_node_and_a_sync_makes_the_copies_stale(
+    sets: LocalSampleSets, tmp_path: Path
+) -> None:
+    """Short-circuit reads: a set that fits the cache is copied onto each node (jobs read plain
+    files); a sync makes every copy stale at once; a stale copy a job reads stays until it ends."""
+    src = tmp_path / "src"
+    want = make_tree(src, small=12, big=MiB)
+    ref = _ref(src)
+    sets.ensure(ref)
+    _run(sets, ref, SampleTask("sj-1", SampleTaskKind.SYNC))
+    _run(sets, ref, SampleTask("sj-2", SampleTaskKind.WARMUP))
+    for node in NODES:
+        copy = sets.copy_dir(ref.uid, node)
+        assert sets.view(ref.uid, node) == copy and digests(copy) == want
+        assert all(p.stat().st_mode & 0o222 == 0 for p in copy.rglob("*.bin"))  # read-only files
+        assert cached_bytes(sets.cache_dir(ref.uid, node)) == 0  # the copy instead of the block cache
+    total = sum((src / p).stat().st_size for p in want)
+    assert [(n.local_copy, n.cached_bytes) for n in sets.status(ref).nodes] == [(True, total)] * 2
+    assert sets.attach(ref, "alice/job", ["node-1"]) == {"node-1": sets.copy_dir(ref.uid, "node-1")}
+
+    (src / "new.bin").write_bytes(b"new")
+    _run(sets, ref, SampleTask("sj-3", SampleTaskKind.SYNC))
+    assert [n.local_copy for n in sets.status(ref).nodes] == [False, False]
+    assert sets.view(ref.uid, "node-0") == sets.mountpoint(ref.uid, "node-0")
+    assert not sets.copy_dir(ref.uid, "node-0").exists()  # stale and unused: removed
+    assert digests(sets.copy_dir(ref.uid, "node-1")) == want  # the job's view is kept as it was
+    assert "new.bin" in digests(sets.mountpoint(ref.uid, "node-0"))
+
+    _run(sets, ref, SampleTask("sj-4", SampleTaskKind.WARMUP))
+    now = digests(src)
+    assert digests(sets.view(ref.uid, "node-0")) == now and sets.status(ref).nodes[0].local_copy
+    assert not sets.status(ref).nodes[1].local_copy  # the job still reads the stale copy there:
+    assert cached_bytes(sets.cache_dir(ref.uid, "node-1")) > 0  # its mount's cache was warmed
+    sets.detach("alice/job")
+    sets.ensure(ref)
+    assert not sets.copy_dir(ref.uid, "node-1").exists()  # no job: the stale copy is gone
+    _run(sets, ref, SampleTask("sj-5", SampleTaskKind.WARMUP))
+    assert digests(sets.view(ref.uid, "node-1")) == now
+
+
+def test_a_set_larger_than_the_cache_is_read_through_the_mount(sets: LocalSampleSets, tmp_path: Path) -> None:
+    make_tree(tmp_path / "src", small=4, big=3 * MiB)
+    ref = SampleSetRef(key="alice/ss-1", owner="alice", name="ss-1", uid="ss-1", source=tmp_path / "src",
+                       cache_size=2 * MiB, nodes=("node-0",))  # fmt: skip
+    sets.ensure(ref)
+    _run(sets, ref, SampleTask("sj-1", SampleTaskKind.SYNC))
+    _run(sets, ref, SampleTask("sj-2", SampleTaskKind.WARMUP))
+    assert not sets.copy_dir(ref.uid, "node-0").exists()
+    assert sets.view(ref.uid, "node-0") == sets.mountpoint(ref.uid, "node-0")
+    node = sets.status(ref).nodes[0]
+    assert not node.local_copy and node.cached_bytes > 0  # the mount's block cache was warmed instead
+
+
 def test_ensure_follows_the_node_list_but_keeps_a_node_a_job_uses(
     sets: LocalSampleSets, tmp_path: Path
 ) -> None:
@@ -174,23 +227,30 @@ def test_a_sandboxed_job_reads_its_sampleset_read_only_on_every_node(tmp_path: P
             for r in (ref, other):
                 backend.samplesets.ensure(r)
             _run(backend.samplesets, ref, SampleTask("sj-1", SampleTaskKind.SYNC))
-            out = tmp_path / "out"
-            launch = JobLaunch(
-                key="alice/reader", user="alice", name="reader", framework="none", entry="python read.py",
-                package=reader_package(tmp_path / "reader.tar.gz"), output_dir=out,
-                placement=(WorkerPlacement("trainer", 0, "node-0"), WorkerPlacement("trainer", 1, "node-1")),
-                api=ApiAccess("http://127.0.0.1:9", "pcj_test"), resources={"trainer": Resources(100, 2**26)},
-                package_path="/pfs/local/home/alice/jobs/reader/package.tar.gz", sampleset=ref,
-                env={"OTHER": str(backend.samplesets.mountpoint(other.uid, "node-0"))},
-            )  # fmt: skip
-            run_to_success(backend, launch)
-            for i, node in enumerate(NODES):
-                got = json.loads((out / f"trainer-{i}.json").read_text())
-                assert got["root"] == str(backend.samplesets.mountpoint(ref.uid, node))
-                assert got["files"] == want
-                assert got["write"] == "EROFS"
-                assert got["other"] is False  # another SampleSet's mount does not exist inside
-            backend.forget(launch.key)
+            for name, view in (
+                ("mounted", backend.samplesets.mountpoint),
+                ("copied", backend.samplesets.copy_dir),
+            ):
+                out = tmp_path / name
+                launch = JobLaunch(
+                    key=f"alice/{name}", user="alice", name=name, framework="none", entry="python read.py",
+                    package=reader_package(tmp_path / "reader.tar.gz"), output_dir=out,
+                    placement=tuple(WorkerPlacement("trainer", i, n) for i, n in enumerate(NODES)),
+                    api=ApiAccess("http://127.0.0.1:9", "pcj_test"),
+                    resources={"trainer": Resources(100, 2**26)},
+                    package_path=f"/pfs/local/home/alice/jobs/{name}/package.tar.gz", sampleset=ref,
+                    env={"OTHER": str(backend.samplesets.mountpoint(other.uid, "node-0"))},
+                )  # fmt: skip
+                run_to_success(backend, launch)
+                for i, node in enumerate(NODES):
+                    got = json.loads((out / f"trainer-{i}.json").read_text())
+                    assert got["root"] == str(view(ref.uid, node))
+                    assert got["files"] == want
+                    assert got["write"] == "EROFS"  # a node-local copy is bound read-only too
+                    assert got["other"] is False  # another SampleSet's mount does not exist inside
+                backend.forget(launch.key)
+                # a whole warmup copies the set onto both nodes: the next job reads the copies
+                _run(backend.samplesets, ref, SampleTask("sj-2", SampleTaskKind.WARMUP))
         finally:
             backend.close()
     assert mounts_under(tmp_path) == []

@@ -126,7 +126,8 @@ def test_sampleset_lifecycle_on_slurm_nodes(slurm: dict[str, str], tmp_path: Pat
             while (st := sets.task_status(bad, "sj-5")).state == SampleTaskState.RUNNING:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
-            assert st.state == SampleTaskState.FAILED and "invalid node name" in st.message.lower(), st.message
+            assert st.state == SampleTaskState.FAILED, st
+            assert "invalid node name" in st.message.lower(), st.message
 
             # delete: no mount and no file left, here or on the nodes
             sets.delete(ref)  # (other sessions' mounts elsewhere on the machine are not counted)

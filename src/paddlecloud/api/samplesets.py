@@ -90,6 +90,8 @@ class NodeCacheView(_View):
     mounted: bool
     cached_bytes: int
     message: str = ""
+    #: jobs on this node read a plain node-local copy of the set (short-circuit), not the mount
+    local_copy: bool = False
 
 
 class SampleJobView(_View):

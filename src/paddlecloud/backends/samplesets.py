@@ -112,6 +112,9 @@ class NodeCache:
     cached_bytes: int = 0
     #: what went wrong on this node ("" none)
     message: str = ""
+    #: jobs on this node read a plain node-local copy of the whole set (short-circuit reads,
+    #: ``storage.nodecopy``), not the JuiceFS mount
+    local_copy: bool = False
 
 
 @dataclass(frozen=True)

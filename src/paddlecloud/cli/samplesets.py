@@ -184,7 +184,11 @@ def describe_sampleset(name: str, fmt: str) -> None:
     )
     out.print(f"[bold]Created:[/bold]    {age(_when(v.created_at))} ago")
     out.print("\n[bold]Nodes[/bold]")
-    rows = [[n.node, "yes" if n.mounted else "no", _size(n.cached_bytes), n.message] for n in v.nodes]
-    click.echo(format_table(["NODE", "MOUNTED", "CACHED", "MESSAGE"], rows))
+    reads = {True: "local copy", False: "mount"}
+    rows = [
+        [n.node, "yes" if n.mounted else "no", _size(n.cached_bytes), reads[n.local_copy], n.message]
+        for n in v.nodes
+    ]
+    click.echo(format_table(["NODE", "MOUNTED", "CACHED", "READS", "MESSAGE"], rows))
     out.print("\n[bold]SampleJobs[/bold]")
     print_jobs(v.jobs)

@@ -506,7 +506,13 @@ class SampleSetLoop:
             return
         row.files, row.bytes = st.files, st.bytes
         row.node_caches = [
-            {"node": n.node, "mounted": n.mounted, "cached_bytes": n.cached_bytes, "message": n.message}
+            {
+                "node": n.node,
+                "mounted": n.mounted,
+                "cached_bytes": n.cached_bytes,
+                "message": n.message,
+                "local_copy": n.local_copy,
+            }
             for n in st.nodes
         ]
         row.cached_bytes = sum(n.cached_bytes for n in st.nodes)

@@ -7,6 +7,16 @@ Layout under ``<cluster>/samplesets/<uid>/`` (the volume's root, ``storage.juice
     nodes/<node>/mnt             each node's read-only mount: what that node's workers see at
     nodes/<node>/cache           PADDLECLOUD_SAMPLESET_DIR, and its block cache (capped at
                                  ``ref.cache_size``)
+    nodes/<node>/copy            a plain copy of the whole volume (short-circuit reads,
+    nodes/<node>/copy.json       ``storage.nodecopy``) and its record {generation, files, bytes}
+    generation                   bumped by every sync, rmr and clear: a copy of an older one is stale
+
+Short-circuit reads: a whole-set warmup copies the volume (from the admin mount) onto each node
+whose cache cap and disk hold it, instead of filling that node's JuiceFS cache; jobs starting there
+then read the copy, read-only, at local-disk speed (no FUSE round trip per file). A sync, rmr or
+clear makes every copy stale at once (new jobs get the mount); a stale copy is removed once no job
+on its node uses it, and the next warmup copies again. Sets larger than the cache, partial warmups
+and nodes not warmed yet use the mount.
 
 Flow (``backends.samplesets`` has the contract)::
 
@@ -28,6 +38,7 @@ FUSE device or no juicefs binary; a mount that fails is ``BackendUnavailable`` (
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import threading
@@ -56,6 +67,7 @@ from paddlecloud.storage.juicefs import (
     find_juicefs,
     mounts_under,
 )
+from paddlecloud.storage.nodecopy import CopyError, copy_tree, plan
 
 __all__ = ["LocalSampleSets"]
 
@@ -101,9 +113,11 @@ class _Set:
 class LocalSampleSets:
     """``SampleSetBackend`` of the local backend (``nodes``: the emulated nodes' names)."""
 
-    def __init__(self, root: Path, nodes: Iterable[str]) -> None:
+    def __init__(self, root: Path, nodes: Iterable[str], local_copies: bool = True) -> None:
         self.root = root
         self.nodes = tuple(nodes)
+        #: make node-local copies of sets that fit (short-circuit reads); False: mounts only
+        self.local_copies = local_copies
         self._sets: dict[str, _Set] = {}
         self._pins: dict[str, tuple[str, frozenset[str]]] = {}  # job key -> (uid, nodes)
         self._lock = threading.Lock()
@@ -123,6 +137,14 @@ class LocalSampleSets:
     def cache_dir(self, uid: str, node: str) -> Path:
         return self.folder(uid) / "nodes" / node / "cache"
 
+    def copy_dir(self, uid: str, node: str) -> Path:
+        """Where ``node``'s plain copy of the whole volume lives (short-circuit reads)."""
+        return self.folder(uid) / "nodes" / node / "copy"
+
+    def view(self, uid: str, node: str) -> Path:
+        """What a job starting on ``node`` now is shown: its current copy, else its mount."""
+        return self.copy_dir(uid, node) if self._copy(uid, node) is not None else self.mountpoint(uid, node)
+
     # -- the contract ----------------------------------------------------------------------------
 
     def ensure(self, ref: SampleSetRef) -> None:
@@ -134,6 +156,7 @@ class LocalSampleSets:
                 self._mount_node(s, node)
             for node in self._mounted_nodes(ref.uid) - set(ref.nodes) - self._pinned(ref.uid):
                 self._umount(s.volume, self.mountpoint(ref.uid, node))
+        self._reap(s)
 
     def start_task(self, ref: SampleSetRef, task: SampleTask) -> None:
         s = self._set(ref)
@@ -173,12 +196,14 @@ class LocalSampleSets:
         nodes = []
         for node in ref.nodes:
             known = node in self.nodes
+            copy = self._copy_record(ref.uid, node)
             nodes.append(
                 NodeCache(
                     node=node,
                     mounted=known and s.volume.is_mounted(self.mountpoint(ref.uid, node)),
-                    cached_bytes=cached_bytes(self.cache_dir(ref.uid, node)),
+                    cached_bytes=cached_bytes(self.cache_dir(ref.uid, node)) + (copy or {}).get("bytes", 0),
                     message="" if known else f"no node {node} in this cluster",
+                    local_copy=self._copy(ref.uid, node) is not None,
                 )
             )
         return SampleSetStatus(files=files, bytes=size, nodes=tuple(nodes))
@@ -215,7 +240,7 @@ class LocalSampleSets:
             self._format(s)
             for node in sorted(wanted):
                 self._mount_node(s, node)
-        return {node: self.mountpoint(ref.uid, node) for node in wanted}
+        return {node: self.view(ref.uid, node) for node in wanted}
 
     def detach(self, job: str) -> None:
         with self._lock:
@@ -330,6 +355,9 @@ class LocalSampleSets:
 
     def _do(self, s: _Set, t: _Task) -> None:
         ref, kind, vol = s.ref, t.task.kind, s.volume
+        if kind in (SampleTaskKind.SYNC, SampleTaskKind.RMR, SampleTaskKind.CLEAR):
+            self._bump(ref.uid)  # every copy is stale from now on: new jobs get the mount
+            self._reap(s, busy_ok=True)
         if kind in (SampleTaskKind.SYNC, SampleTaskKind.RMR):
             with s.mounting:
                 self._format(s)
@@ -352,7 +380,9 @@ class LocalSampleSets:
         for i, node in enumerate(nodes):
             mnt = self.mountpoint(ref.uid, node)
             if kind == SampleTaskKind.WARMUP:
-                vol.warmup(mnt, t.task.path, self._progress(s, t, index=i, count=len(nodes)))
+                report = self._progress(s, t, index=i, count=len(nodes))
+                if t.task.path or not self._make_copy(s, node, report):
+                    vol.warmup(mnt, t.task.path, report)
             else:
                 if s.cancel.is_set():
                     raise _Cancelled
@@ -371,6 +401,88 @@ class LocalSampleSets:
             self._umount(s.volume, self.mountpoint(uid, node))
             shutil.rmtree(self.cache_dir(uid, node), ignore_errors=True)
             self._mount_node(s, node)
+
+    # -- node-local copies (short-circuit reads) -------------------------------------------------
+
+    def _generation(self, uid: str) -> int:
+        try:
+            return int((self.folder(uid) / "generation").read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def _bump(self, uid: str) -> None:
+        path = self.folder(uid) / "generation"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name("generation.tmp")
+        tmp.write_text(str(self._generation(uid) + 1))
+        tmp.replace(path)
+
+    def _copy_record(self, uid: str, node: str) -> dict[str, int] | None:
+        """The record of ``node``'s copy ({generation, files, bytes}), current or stale; None: none."""
+        try:
+            rec = json.loads((self.copy_dir(uid, node).with_name("copy.json")).read_text())
+            return {k: int(rec[k]) for k in ("generation", "files", "bytes")}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _copy(self, uid: str, node: str) -> dict[str, int] | None:
+        """The record of ``node``'s copy when it is current (a whole copy of the volume as it is)."""
+        rec = self._copy_record(uid, node)
+        if rec is None or rec["generation"] != self._generation(uid) or not self.copy_dir(uid, node).is_dir():
+            return None
+        return rec
+
+    def _make_copy(self, s: _Set, node: str, report: Callable[[int, int], None]) -> bool:
+        """Copy the whole volume onto ``node`` (True), unless it is there already (True) or it does
+        not fit the node's cache cap or disk, or the node's stale copy is still read by a job (False:
+        the caller warms the mount's cache instead)."""
+        uid = s.ref.uid
+        if not self.local_copies:
+            return False
+        if self._copy(uid, node) is not None:
+            return True
+        copy = self.copy_dir(uid, node)
+        if copy.exists() and node in self._pinned(uid):
+            return False
+        with s.mounting:
+            self._mount_admin(s)
+        files, size = s.usage or s.volume.usage(self.admin(uid))
+        why = plan(size, s.ref.cache_size, copy.parent)
+        if why is not None:
+            log.info("SampleSet %s on %s: no local copy: %s", s.ref.key, node, why)
+            return False
+        generation = self._generation(uid)
+        shutil.rmtree(copy, ignore_errors=True)
+        tmp = copy.with_name("copy.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            files, size = copy_tree(self.admin(uid), tmp, report)
+        except CopyError as exc:
+            log.warning("SampleSet %s on %s: no local copy: %s", s.ref.key, node, exc)
+            return False
+        record = copy.with_name("copy.json.tmp")
+        record.write_text(json.dumps({"generation": generation, "files": files, "bytes": size}))
+        tmp.replace(copy)
+        record.replace(copy.with_name("copy.json"))
+        s.volume.evict(self.mountpoint(uid, node), "")  # the copy supersedes the node's block cache
+        return True
+
+    def _reap(self, s: _Set, busy_ok: bool = False) -> None:
+        """Remove the stale copies no job reads (``busy_ok``: the caller holds the task lock)."""
+        uid = s.ref.uid
+        if not busy_ok and not s.work.acquire(blocking=False):
+            return  # a task runs: it reaps itself
+        try:
+            base = self.folder(uid) / "nodes"
+            nodes = {p.parent.name for p in base.glob("*/copy*")} - self._pinned(uid)
+            for node in sorted(nodes):
+                if self._copy(uid, node) is None:
+                    shutil.rmtree(self.copy_dir(uid, node), ignore_errors=True)
+                    shutil.rmtree(self.copy_dir(uid, node).with_name("copy.tmp"), ignore_errors=True)
+                    self.copy_dir(uid, node).with_name("copy.json").unlink(missing_ok=True)
+        finally:
+            if not busy_ok:
+                s.work.release()
 
     def _refresh_nodes(self, s: _Set) -> None:
         """Remount the idle node mounts (their metadata caches would show the old tree for an hour);

@@ -62,7 +62,9 @@ class SlurmSampleSets(LocalSampleSets):
     """``SampleSetBackend`` of the Slurm backend (``root``: on the shared directory)."""
 
     def __init__(self, settings: SlurmSettings, root: Path) -> None:
-        super().__init__(root, ())  # no node mounts on the server's host
+        # no node mounts on the server's host, and no node-local copies (the local backend's
+        # short-circuit reads): a node's cache is filled on the node, by a node job
+        super().__init__(root, (), local_copies=False)
         self.settings = settings
         self.paths = NodePaths(settings.node_cache)
 
