@@ -4,9 +4,7 @@ that reads its SampleSet read-only at PADDLECLOUD_SAMPLESET_DIR and sees no othe
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +24,10 @@ from paddlecloud.backends.samplesets import (
     SampleTaskStatus,
 )
 from paddlecloud.core.envcontract import ApiAccess
-from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
 from paddlecloud.storage.juicefs import FUSE_DEVICE_ENV, cached_bytes, mounts_under
-from tests.e2e.juicefs_fixtures import digests, make_tree, unmounted_after
+from tests.e2e.juicefs_fixtures import digests, make_tree, reader_package, run_to_success, unmounted_after
 
 MiB = 1 << 20
 NODES = ("node-0", "node-1")
@@ -215,35 +212,6 @@ def test_without_fuse_ensure_is_refused_at_once(
 
 # -- a job that names a SampleSet ------------------------------------------------------------------
 
-#: reads every file of its SampleSet, tries to write there, and looks for another SampleSet
-READER = """\
-import errno, hashlib, json, os, pathlib
-root = pathlib.Path(os.environ["PADDLECLOUD_SAMPLESET_DIR"])
-seen = {}
-for dirpath, _, files in os.walk(root):
-    for f in files:
-        p = pathlib.Path(dirpath) / f
-        seen[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-try:
-    (root / "mine").write_text("x")
-    write = "written"
-except OSError as exc:
-    write = errno.errorcode[exc.errno]
-me = os.environ["PADDLECLOUD_WORKER"]
-out = pathlib.Path(os.environ["PADDLECLOUD_OUTPUT_DIR"]) / (me + ".json")
-out.write_text(json.dumps({"root": str(root), "files": seen, "write": write,
-                           "other": os.path.exists(os.environ["OTHER"])}))
-"""
-
-
-def _package(path: Path) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        data = READER.encode()
-        info = tarfile.TarInfo("read.py")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return path
-
 
 def test_a_sandboxed_job_reads_its_sampleset_read_only_on_every_node(tmp_path: Path) -> None:
     nodes = NodeShape(count=2, cpu_m=4000, memory=8 * 2**30)
@@ -266,20 +234,14 @@ def test_a_sandboxed_job_reads_its_sampleset_read_only_on_every_node(tmp_path: P
                 out = tmp_path / name
                 launch = JobLaunch(
                     key=f"alice/{name}", user="alice", name=name, framework="none", entry="python read.py",
-                    package=_package(tmp_path / "reader.tar.gz"), output_dir=out,
+                    package=reader_package(tmp_path / "reader.tar.gz"), output_dir=out,
                     placement=tuple(WorkerPlacement("trainer", i, n) for i, n in enumerate(NODES)),
                     api=ApiAccess("http://127.0.0.1:9", "pcj_test"),
                     resources={"trainer": Resources(100, 2**26)},
                     package_path=f"/pfs/local/home/alice/jobs/{name}/package.tar.gz", sampleset=ref,
                     env={"OTHER": str(backend.samplesets.mountpoint(other.uid, "node-0"))},
                 )  # fmt: skip
-                backend.start(launch)
-                deadline = time.monotonic() + 180
-                while not (status := backend.sync(launch.key)).finished:
-                    assert time.monotonic() < deadline, status
-                    time.sleep(0.2)
-                assert status.failure is None, (status.failure, [w.log_path for w in status.workers])
-                assert all(w.state == WorkerState.SUCCEEDED for w in status.workers)
+                run_to_success(backend, launch)
                 for i, node in enumerate(NODES):
                     got = json.loads((out / f"trainer-{i}.json").read_text())
                     assert got["root"] == str(view(ref.uid, node))

@@ -6,11 +6,9 @@ a new backend object adopts a running job; nodes() sees other users' load."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import subprocess
-import tarfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +23,7 @@ from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import RestartPolicy, RestartRules
 from paddlecloud.scheduler import WorkerPlacement
+from tests.e2e.juicefs_fixtures import tar_package
 
 pytestmark = pytest.mark.slurm
 
@@ -62,13 +61,7 @@ print("six ok", flush=True)
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("pkg") / "package.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        data = WORK.encode()
-        info = tarfile.TarInfo("work.py")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return path
+    return tar_package(tmp_path_factory.mktemp("pkg") / "package.tar.gz", {"work.py": WORK})
 
 
 def launch(package: Path, tmp: Path, nodes: tuple[str, ...] = ("n1", "n2", "n3"), **kw: Any) -> JobLaunch:
@@ -259,12 +252,7 @@ def test_resize_adds_a_trainer_with_the_current_endpoints_and_retires_the_highes
 
 
 def test_requirements_become_an_environment_on_the_shared_dir(backend: SlurmBackend, tmp_path: Path) -> None:
-    pkg = tmp_path / "envpkg.tar.gz"
-    with tarfile.open(pkg, "w:gz") as tar:
-        for name, text in (("requirements.txt", "six\n"), ("work.py", ENV_WORK)):
-            info = tarfile.TarInfo(name)
-            info.size = len(text)
-            tar.addfile(info, io.BytesIO(text.encode()))
+    pkg = tar_package(tmp_path / "envpkg.tar.gz", {"requirements.txt": "six\n", "work.py": ENV_WORK})
     job = launch(pkg, tmp_path, pservers=0)
     backend.start(job)
     seen = sync_until(backend, job.key, lambda s: s.finished, timeout=300)

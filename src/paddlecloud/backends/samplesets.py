@@ -16,7 +16,8 @@ mount of the node it runs on, read-only, at ``PADDLECLOUD_SAMPLESET_DIR``
 (:data:`SAMPLESET_DIR_ENV`).
 
 Engines: ``storage.juicefs`` (the JuiceFS binary: format, mount, sync, warmup, evict, rmr); the
-local backend mounts once per emulated node, Slurm once per node on node-local disk, Kubernetes
+local backend mounts once per emulated node; Slurm mounts once per worker run on its node (cache
+on node-local disk; warmup and clear as jobs on the nodes: ``backends/slurm/samplesets.py``); Kubernetes
 reconciles ``SampleSet`` / ``SampleJob`` custom resources in its operator.
 
 Errors: :class:`SampleSetsUnavailable` (a ``BackendError``) when this cluster cannot mount at all

@@ -181,6 +181,12 @@ data_dir_option = click.option(
     help="slurm: one more sbatch argument for every worker, e.g. --constraint=ib (repeatable)",
 )
 @click.option(
+    "--slurm-node-cache",
+    metavar="DIR",
+    help="slurm: node-local folder (absolute, the same path on every node, kept between jobs) for "
+    "SampleSet caches and mounts (default: /var/cache/paddlecloud; docs/slurm.md)",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="kubernetes: kubeconfig file (default: the pod's service account)",

@@ -10,6 +10,8 @@ and is used through mounts the backends make::
 
     backend ──format()──────────────────────▶ juicefs format  (once; idempotent)
             ──mount(mp, cache, size, ro)─────▶ juicefs mount -d   (waits until it is up, bounded)
+            ──serve(mp, cache, size)─────────▶ juicefs mount, read-only, a child that ends with its
+                                               parent (a mount that must not outlive a batch job)
             ──sync(source, admin mp)─────────▶ juicefs sync SRC/ MP/    progress: .stats counters
             ──warmup / evict(node mp, path)──▶ juicefs warmup [--evict]  progress: .stats counters
             ──rmr(admin mp, path)────────────▶ juicefs rmr
@@ -43,6 +45,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -59,10 +62,13 @@ __all__ = [
     "FuseUnavailable",
     "JuiceFSError",
     "Volume",
+    "budget",
     "cached_bytes",
     "check_fuse",
     "find_juicefs",
+    "link_cache",
     "mounts_under",
+    "stop_client",
 ]
 
 #: overrides the FUSE device checked before mounting (tests point it at a missing path)
@@ -136,13 +142,35 @@ def find_juicefs() -> str:
 
 
 def cached_bytes(cache_dir: Path) -> int:
-    """Bytes of the cached blocks under a node's cache dir (0 when it does not exist)."""
+    """Bytes of the cached blocks under a node's cache dir (0 when it does not exist); blocks being
+    written (``*.tmp``, renamed when whole) are not cached yet."""
     total = 0
     for path in _files(cache_dir):
-        if path.name != ".lock":
+        if path.name != ".lock" and not path.name.endswith(".tmp"):
             with contextlib.suppress(OSError):
                 total += path.stat(follow_symlinks=False).st_size
     return total
+
+
+def link_cache(src: Path, dst: Path) -> int:
+    """Hard-link every cached block under ``src`` that ``dst`` lacks into the same place under
+    ``dst`` (same file system); blocks being written (``*.tmp``) and the cache's id file (``.lock``)
+    are left out. Blocks are immutable and written by rename, so a link is always a whole block and
+    a client that evicts its link leaves the other copy alone. Returns how many were linked."""
+    linked = 0
+    for path in _files(src):
+        if path.name == ".lock" or ".tmp" in path.name:
+            continue
+        target = dst / path.relative_to(src)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, target)
+            linked += 1
+        except FileExistsError:
+            continue
+        except OSError:  # gone meanwhile (evicted), or another file system: that block is not shared
+            continue
+    return linked
 
 
 def _files(top: Path) -> Iterator[Path]:
@@ -171,7 +199,7 @@ def _tree_usage(top: Path) -> tuple[int, int]:
     return files, total
 
 
-def _budget(files: int, size: int) -> float:
+def budget(files: int, size: int) -> float:
     """Seconds a sync or warmup of ``files`` files of ``size`` bytes in all may take."""
     return _SHORT + size / _SLOW_RATE + files / _SLOW_FILES
 
@@ -290,28 +318,58 @@ class Volume:
     def mount(self, mountpoint: Path, cache_dir: Path, cache_size: int, *, read_only: bool) -> None:
         """Mount at ``mountpoint`` as a daemon with its block cache in ``cache_dir`` capped at
         ``cache_size`` bytes (0: no cache); returns once it is up (bounded), idempotent."""
-        check_fuse()
         if self.is_mounted(mountpoint):
             return
+        args, log = self._mount_args(mountpoint, cache_dir, cache_size, read_only=read_only)
+        try:
+            self._run(["mount", "-d", *args], timeout=_MOUNT_WAIT + 10)
+        except JuiceFSError as exc:
+            raise JuiceFSError(f"mounting {self.name} at {mountpoint}: {exc}; log: {_tail(log)}") from None
+        self._wait_mounted(mountpoint, log)
+
+    def serve(self, mountpoint: Path, cache_dir: Path, cache_size: int) -> subprocess.Popen[bytes]:
+        """Mount read-only at ``mountpoint`` with a client that is this process's child, not a
+        daemon, and that is sent SIGTERM (it then unmounts) when this process dies, however it
+        dies; returns it once the mount is up (bounded). For a mount that must not outlive the
+        batch job it serves (a Slurm node: ``backends/slurm/samplenode.py``)."""
+        args, log = self._mount_args(mountpoint, cache_dir, cache_size, read_only=True)
+        argv = [find_juicefs(), "--no-agent", "--no-color", "mount", *args]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)  # fmt: skip
+        try:
+            self._wait_mounted(mountpoint, log, proc)
+        except BaseException:
+            stop_client(proc)
+            raise
+        return proc
+
+    def _mount_args(
+        self, mountpoint: Path, cache_dir: Path, cache_size: int, *, read_only: bool
+    ) -> tuple[list[str], Path]:
+        """``juicefs mount`` options and arguments (after ``mount``), and its log file; checks FUSE
+        and clears a mount point whose client died."""
+        check_fuse()
         if Path(os.path.abspath(mountpoint)) in _juicefs_mounts():  # its daemon died: clear it first
             _lazy_umount(mountpoint)
         mountpoint.mkdir(parents=True, exist_ok=True)
         cache_dir.mkdir(parents=True, exist_ok=True)
         log = self.root / "logs" / f"{mountpoint.parent.name}-{mountpoint.name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        args = ["mount", "-d", "--no-usage-report", "--hide-internal", "--log", str(log),
+        args = ["--no-usage-report", "--hide-internal", "--log", str(log),
                 "--cache-dir", str(cache_dir), "--cache-size", str(math.ceil(cache_size / (1 << 20))),
                 "--backup-meta", "0", "--metrics", "127.0.0.1:0"]  # fmt: skip
         if read_only:  # training data does not change under a job: keep metadata and open files
             args += ["--read-only", "--no-bgjob", "--readdir-cache"]
             for cache in ("--attr-cache", "--entry-cache", "--dir-entry-cache", "--open-cache"):
                 args += [cache, _RO_CACHE]
-        try:
-            self._run([*args, self.meta_url, str(mountpoint)], timeout=_MOUNT_WAIT + 10)
-        except JuiceFSError as exc:
-            raise JuiceFSError(f"mounting {self.name} at {mountpoint}: {exc}; log: {_tail(log)}") from None
+        return [*args, self.meta_url, str(mountpoint)], log
+
+    def _wait_mounted(self, mountpoint: Path, log: Path, proc: subprocess.Popen[bytes] | None = None) -> None:
         deadline = time.monotonic() + _MOUNT_WAIT
         while not self.is_mounted(mountpoint):
+            if proc is not None and proc.poll() is not None:
+                why = f"exited ({proc.returncode}); log: {_tail(log)}"
+                raise JuiceFSError(f"juicefs mount of {self.name} at {mountpoint} {why}")
             if time.monotonic() > deadline:
                 raise JuiceFSError(
                     f"{self.name} not mounted at {mountpoint} within {_MOUNT_WAIT:.0f} s; log: {_tail(log)}"
@@ -354,7 +412,7 @@ class Volume:
 
         args = ["sync", "--dirs", "--links", "--delete-dst", "--threads", "16"]
         args += [f"{source}/", f"{mountpoint}/"]
-        out = self._watch(args, _budget(files, total), tick)
+        out = self._watch(args, budget(files, total), tick)
         m = re.search(r"failed: (\d+)", out)
         if m and int(m.group(1)):
             tail = _tail(self.root / "logs" / "sync.out", 4)
@@ -374,7 +432,7 @@ class Volume:
         def tick() -> None:
             progress(max(0, min(total, _stat_counter(mountpoint, counter) - start)), total)
 
-        self._watch(["warmup", "--threads", "50", str(target)], _budget(files, total), tick)
+        self._watch(["warmup", "--threads", "50", str(target)], budget(files, total), tick)
         if target.is_dir():  # and the kernel's entry and attribute caches (kept for an hour on a
             for f in _files(target):  # read-only mount): a first epoch then makes no lookups
                 with contextlib.suppress(OSError):
@@ -384,8 +442,8 @@ class Volume:
     def evict(self, mountpoint: Path, path: str) -> None:
         """Drop ``path`` ("" everything) from the block cache of the mount at ``mountpoint``."""
         target = self._target(mountpoint, path)
-        budget = _budget(*self._usage(target))
-        self._run(["warmup", "--evict", "--threads", "50", str(target)], timeout=budget)
+        limit = budget(*self._usage(target))
+        self._run(["warmup", "--evict", "--threads", "50", str(target)], timeout=limit)
 
     def rmr(self, mountpoint: Path, path: str) -> None:
         """Remove ``path`` (relative, not empty) from the volume mounted writable at ``mountpoint``."""
@@ -397,7 +455,7 @@ class Volume:
         if target.is_symlink() or not target.is_dir():
             target.unlink()
             return
-        self._run(["rmr", "--threads", "16", str(target)], timeout=_budget(*self._usage(target)))
+        self._run(["rmr", "--threads", "16", str(target)], timeout=budget(*self._usage(target)))
 
     def usage(self, mountpoint: Path) -> tuple[int, int]:
         """(files, bytes) the volume holds (its directory statistics, through ``mountpoint``)."""
@@ -461,3 +519,21 @@ def _lazy_umount(mountpoint: Path) -> None:
             r = subprocess.run(argv, capture_output=True, timeout=_UMOUNT, check=False)
             if r.returncode == 0:
                 return
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Have the kernel send this process SIGTERM when its parent dies (Linux ``PR_SET_PDEATHSIG``)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+
+def stop_client(proc: subprocess.Popen[bytes]) -> None:
+    """End a client :meth:`Volume.serve` started: SIGTERM, a few seconds, then SIGKILL (bounded)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(_UMOUNT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -35,6 +35,10 @@ paddlecloud.backends.slurm.jail run/<worker>.<run>.jail.json`` instead of the la
 it builds the local backend's bubblewrap jail (``backends/local/sandbox.py``) from that spec and
 execs ``bwrap``, which runs the launcher under the job's own interpreter and sees only the job's
 places; the worker's environment is the local backend's whitelist plus the env contract.
+
+SampleSets (``samplesets.py``, ``samplenode.py``): the volume and its admin mount (sync, rmr) on the
+server's host; warmup and clear as Slurm jobs on the nodes; a job's worker mounts the SampleSet on
+its node for its run (``PADDLECLOUD_SAMPLESET_DIR``, read-only) before it starts.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ from paddlecloud.backends.slurm.records import (
     read_record,
     write_record,
 )
+from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.script import DEFAULT_NEED, MIB, BatchScripts, status_file
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
@@ -107,6 +112,7 @@ class SlurmBackend:
             Capability.LOGS_FOLLOW,
             Capability.FIXED_CAPACITY,
             Capability.SHARED_CAPACITY,
+            Capability.SAMPLESETS,
         }
     )
 
@@ -131,7 +137,9 @@ class SlurmBackend:
         self._sandbox, self.isolation = choose(
             settings.isolation, self._pythonpath, gpus=False, private=(self.root,)
         )
-        self._scripts = BatchScripts(settings, self._pythonpath, self._sandbox)
+        #: SampleSets: volume and admin mount here, node caches and mounts on the nodes (samplesets.py)
+        self.samplesets = SlurmSampleSets(settings, self.root / "samplesets")
+        self._scripts = BatchScripts(settings, self._pythonpath, self._sandbox, self.samplesets)
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -406,7 +414,9 @@ class SlurmBackend:
         )
 
     def close(self) -> None:
-        """Nothing to release: the Slurm jobs keep running without the server."""
+        """Unmount the SampleSets' admin mounts (the controller's ensure mounts them again); the
+        Slurm jobs keep running without the server, their own mounts with them."""
+        self.samplesets.close()
 
     # -- the start sequence ---------------------------------------------------------------------
 

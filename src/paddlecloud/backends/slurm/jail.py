@@ -50,7 +50,7 @@ from paddlecloud.backends.local.sandbox import (
 )
 from paddlecloud.runtime.launcher import write_json_atomic
 
-__all__ = ["CANNOT_CONFINE", "JailSpec", "SpecError", "exec_confined", "main"]
+__all__ = ["CANNOT_CONFINE", "JailSpec", "SpecError", "exec_confined", "fail_run", "main"]
 
 #: the exit status of a worker whose sandbox could not be made on its node
 CANNOT_CONFINE = 126
@@ -87,6 +87,8 @@ class JailSpec:
     gpus: bool = False
     #: run as uid 1000 in a user namespace (the server's probe); False: uid 0 without capabilities
     userns: bool = True
+    #: the run's SampleSet mount on the node, bound read-only ("" : the job has none)
+    sampleset: str = ""
 
     @classmethod
     def of(cls, jail: JobJail, dirs: WorkerDirs, command: list[str], *, gpus: bool) -> JailSpec:
@@ -96,7 +98,7 @@ class JailSpec:
             data=tuple((opt, str(path), is_dir) for opt, path, is_dir in jail.data),
             shared=tuple(map(str, jail.shared)), cwd=str(dirs.cwd), status=str(dirs.status),
             tmp=str(dirs.tmp), hostname=dirs.hostname, command=tuple(command), gpus=gpus,
-            userns=jail.sandbox.userns,
+            userns=jail.sandbox.userns, sampleset=str(dirs.sampleset or ""),
         )  # fmt: skip
 
     def write(self, path: Path) -> None:
@@ -144,6 +146,7 @@ class JailSpec:
             data=tuple((d[0], d[1], d[2]) for d in data), shared=texts("shared"), cwd=text("cwd"),
             status=text("status"), tmp=text("tmp"), hostname=text("hostname"), command=texts("command"),
             gpus=flag("gpus"), userns=flag("userns"),
+            sampleset=text("sampleset") if "sampleset" in raw else "",
         )  # fmt: skip
 
     def jail(self, sandbox: Sandbox) -> tuple[JobJail, WorkerDirs]:
@@ -154,7 +157,7 @@ class JailSpec:
         jail = JobJail(sandbox, self.user, Path(self.env_dir), data, shared, die_with_parent=True)
         dirs = WorkerDirs(
             cwd=Path(self.cwd), status=Path(self.status), tmp=Path(self.tmp), hostname=self.hostname,
-            address=_node_address(),
+            address=_node_address(), sampleset=Path(self.sampleset) if self.sampleset else None,
         )  # fmt: skip
         return jail, dirs
 
@@ -186,18 +189,24 @@ def exec_confined(spec: JailSpec) -> None:
         os.execv(cmd.argv[0], cmd.argv)
 
 
-def _fail(status: str, message: str) -> int:
-    print(f"paddlecloud: the worker's sandbox cannot be made here: {message}", file=sys.stderr, flush=True)
+def fail_run(status: str, code: int, message: str) -> int:
+    """A worker run that ends before its launcher starts: ``message`` to its log (stderr) and
+    ``code`` to its launcher's status folder ``status`` ("" : none), as the launcher would write it."""
+    print(f"paddlecloud: {message}", file=sys.stderr, flush=True)
     if status:
         try:
             os.makedirs(status, exist_ok=True)
             write_json_atomic(
                 os.path.join(status, "exit.json"),
-                {"exit_code": CANNOT_CONFINE, "signal": None, "finished_at": time.time()},
+                {"exit_code": code, "signal": None, "finished_at": time.time()},
             )
         except OSError as exc:
             print(f"paddlecloud: writing the exit status failed: {exc}", file=sys.stderr, flush=True)
-    return CANNOT_CONFINE
+    return code
+
+
+def _fail(status: str, message: str) -> int:
+    return fail_run(status, CANNOT_CONFINE, f"the worker's sandbox cannot be made here: {message}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,9 @@ command and its environment (docs/slurm.md).
               --mem M [--gres=gpu:N] [--nodelist NODE] [--partition/--account/--qos], site args,
               --wrap "exec COMMAND"
         COMMAND: the launcher (``python -m paddlecloud.runtime.launcher``), or with a sandbox the
-              node-side jail (``jail.py``) reading the spec written here, which starts the launcher
+              node-side jail (``jail.py``) reading the spec written here, which starts the launcher;
+              for a job with a SampleSet, preceded by ``samplenode run`` (mounts it read-only on the
+              node for this run at PADDLECLOUD_SAMPLESET_DIR, then runs the rest, then unmounts)
         env:  the env contract (``core.envcontract``) over the launcher's or the sandbox's base
 
 The exit status of each run is written by its launcher to :func:`status_file`.
@@ -24,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paddlecloud.backends.local.sandbox import JobJail, Sandbox, WorkerDirs, worker_base_env
+from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.backends.slurm.jail import JailSpec
 from paddlecloud.backends.slurm.records import RENDEZVOUS, JobRecord, WorkerRecord, slug
+from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.resources import Resources
@@ -46,6 +50,8 @@ class BatchScripts:
     settings: SlurmSettings
     pythonpath: Path
     sandbox: Sandbox | None
+    #: the SampleSets (a job with one mounts it on the node for each run; None: not offered)
+    samplesets: SlurmSampleSets | None = None
 
     def sbatch(self, job: JobRecord, w: WorkerRecord, topology: Topology) -> tuple[list[str], dict[str, str]]:
         launch, s = job.launch, self.settings
@@ -53,7 +59,14 @@ class BatchScripts:
         cwd = job.dir / "workers" / w.name
         if not cwd.exists():
             shutil.copytree(job.dir / "package", cwd, symlinks=True)
-        wrap, base = self._wrap(job, w, cwd, gpus=need.gpu > 0)
+        ref = launch.sampleset if w.role != RENDEZVOUS else None  # the store reads no data
+        run = self.samplesets.run_name(launch.user, launch.name, w.name, w.run) if self.samplesets else ""
+        sampleset = self.samplesets.paths.mountpoint(run) if ref is not None and self.samplesets else None
+        command, base = self._wrap(job, w, cwd, gpus=need.gpu > 0, sampleset=sampleset)
+        if sampleset is not None and ref is not None and self.samplesets is not None:
+            # mounted on the node for this run before the worker starts (samplenode.py)
+            command = self.samplesets.worker_command(ref, run, status_file(job, w), command)
+            base[SAMPLESET_DIR_ENV] = str(sampleset)
         argv = [
             f"--job-name=pc-{slug(launch.user)}-{slug(launch.name)}-{w.name}-r{w.run}",
             f"--comment=paddlecloud:{launch.key}",
@@ -66,11 +79,8 @@ class BatchScripts:
             "--no-requeue",
             *([f"--nodelist={w.node}"] if w.node else []),
             *([f"--gres=gpu:{need.gpu}"] if need.gpu else []),
-            *([f"--partition={s.partition}"] if s.partition else []),
-            *([f"--account={s.account_of(launch.user)}"] if s.account else []),
-            *([f"--qos={s.qos}"] if s.qos else []),
-            *s.sbatch_args,
-            f"--wrap=exec {wrap}",
+            *s.site_args(launch.user),
+            f"--wrap=exec {shlex.join(command)}",
         ]
         # gpus: how many (the framework's settings); Slurm picks which (CUDA_VISIBLE_DEVICES below)
         ctx = WorkerContext(
@@ -86,9 +96,12 @@ class BatchScripts:
             env.pop("NVIDIA_VISIBLE_DEVICES", None)
         return argv, env
 
-    def _wrap(self, job: JobRecord, w: WorkerRecord, cwd: Path, *, gpus: bool) -> tuple[str, dict[str, str]]:
+    def _wrap(
+        self, job: JobRecord, w: WorkerRecord, cwd: Path, *, gpus: bool, sampleset: Path | None
+    ) -> tuple[list[str], dict[str, str]]:
         """The batch script's command for this run of ``w`` and its environment before the env
-        contract: the launcher, or with a sandbox the node-side jail (``jail.py``) that starts it."""
+        contract: the launcher, or with a sandbox the node-side jail (``jail.py``) that starts it
+        (binding ``sampleset``, the run's SampleSet mount, read-only)."""
         s = self.settings
         status = status_file(job, w)
         shutil.rmtree(status.parent, ignore_errors=True)
@@ -106,16 +119,16 @@ class BatchScripts:
                 "HOME": str(cwd),
                 "LANG": os.environ.get("LANG", "C.UTF-8"),
             }
-            return shlex.join([s.python, *launcher]), {**env, **common}
+            return [s.python, *launcher], {**env, **common}
         dirs = WorkerDirs(cwd=cwd, status=status.parent, tmp=job.dir / "tmp" / w.name,
-                          hostname=f"{w.name}-{tag[:8]}")  # fmt: skip
+                          hostname=f"{w.name}-{tag[:8]}", sampleset=sampleset)  # fmt: skip
         spec = job.dir / "run" / f"{w.name}.{w.run}.jail.json"
         JailSpec.of(jail, dirs, launcher, gpus=gpus).write(spec)
         env = worker_base_env(
             os.environ, (), sandboxed=True, env_dir=jail.env_dir, shim=self.pythonpath, user=job.launch.user
         )
         env.update(common)
-        return shlex.join([s.python, "-I", "-m", "paddlecloud.backends.slurm.jail", str(spec)]), env
+        return [s.python, "-I", "-m", "paddlecloud.backends.slurm.jail", str(spec)], env
 
     def jail(self, job: JobRecord) -> JobJail | None:
         """What the job's workers are confined to (None: isolation none); without requirements.txt

@@ -46,10 +46,16 @@ class SlurmSettings:
     #: auto | sandbox | none: each worker in a bubblewrap sandbox made on its node (``jail.py``;
     #: auto: where bubblewrap works on the server's host), or unconfined (docs/security.md)
     isolation: str = "auto"
+    #: node-local folder for SampleSets (``samplenode.py``): each node's block caches under
+    #: ``nodes/<node>/`` and each worker run's mount under ``runs/``. An absolute path on every
+    #: node's own disk that outlives jobs (not a per-job ``$TMPDIR``); ``<node>`` keeps emulated
+    #: nodes that share one host apart (docs/slurm.md)
+    node_cache: Path = Path("/var/cache/paddlecloud")
 
     #: the ``up`` options these settings are made from
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg", "isolation",
+        "slurm_node_cache",
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -59,10 +65,26 @@ class SlurmSettings:
             raise OptionError(
                 "--slurm-account", f"{self.account!r}: the only placeholder it may hold is {{user}}"
             ) from None
+        if not self.node_cache.is_absolute() or "$" in str(self.node_cache):
+            raise OptionError(
+                "--slurm-node-cache",
+                f"{str(self.node_cache)!r}: give an absolute path that every node has on its own disk "
+                "(no variables: the server names the same path on every node)",
+            )
 
     def account_of(self, user: str) -> str:
         """The Slurm account a platform user's jobs are charged to ("" : the default)."""
         return self.account.format(user=user)
+
+    def site_args(self, user: str) -> list[str]:
+        """The sbatch arguments every submission for ``user`` carries: partition, account, QOS and
+        the site's own (``--slurm-sbatch-arg``)."""
+        return [
+            *([f"--partition={self.partition}"] if self.partition else []),
+            *([f"--account={self.account_of(user)}"] if self.account else []),
+            *([f"--qos={self.qos}"] if self.qos else []),
+            *self.sbatch_args,
+        ]
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> SlurmSettings:
@@ -72,4 +94,5 @@ class SlurmSettings:
             qos=options.get("slurm_qos") or "",
             sbatch_args=tuple(options.get("slurm_sbatch_arg") or ()),
             isolation=isolation_mode(options.get("isolation")),
+            node_cache=Path(options.get("slurm_node_cache") or cls.node_cache),
         )
