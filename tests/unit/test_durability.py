@@ -4,8 +4,9 @@
 A crash after ``rename`` must leave either the old file or the whole new one, and a rename that was
 acknowledged must survive a power loss. That needs, in this order: the file's data fsynced, the
 rename (or link) into place, then the directory holding the new name fsynced. The tests record every
-``os.fsync`` (by the inode of the file descriptor) and every rename / link (by destination), run the
-real operation, and check that order against the inodes of the final file and of its directory.
+``os.fsync`` (by the inode of the file descriptor) and every rename / link (by destination, also when
+named relative to a directory's descriptor), run the real operation, and check that order against
+the inodes of the final file and of its directory.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class FsOps:
     def _placing(self, real: Callable[..., None]) -> Callable[..., None]:
         def place(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
             real(src, dst, *args, **kwargs)
-            self.ops.append(Op("place", dest=os.path.abspath(dst)))
+            at = kwargs.get("dst_dir_fd")  # a name relative to a directory's descriptor (the PFS store)
+            where = os.path.join(os.readlink(f"/proc/self/fd/{at}"), dst) if at is not None else dst
+            self.ops.append(Op("place", dest=os.path.abspath(where)))
 
         return place
 

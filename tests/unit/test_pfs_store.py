@@ -465,10 +465,14 @@ def planted(store: LocalDirStore, outside: Path) -> LocalDirStore:
         os.symlink(target if target.startswith("/") else outside.parent / target, home / name)
     # a link one level down as well
     os.symlink(outside, home / "ok" / "deep")
+    # and one that stays inside the store: into another user's home (relative, as a job would plant it)
+    (home.parent / "bob" / "sub").mkdir(parents=True)
+    (home.parent / "bob" / "secret").write_bytes(b"BOB'S SECRET")
+    os.symlink("../bob", home / "to_bob")
     return store
 
 
-LINK_KEYS = [k(name) for name in LINKS] + [k("ok", "deep")]
+LINK_KEYS = [k(name) for name in LINKS] + [k("ok", "deep"), k("to_bob")]
 THROUGH_KEYS = [
     k("to_dir", "secret"),
     k("to_dir", "sub"),
@@ -476,6 +480,9 @@ THROUGH_KEYS = [
     k("to_etc", "passwd"),
     k("ok", "deep", "secret"),
     k("to_dir", "new"),
+    k("to_bob", "secret"),
+    k("to_bob", "sub"),
+    k("to_bob", "new"),
 ]
 
 
@@ -485,6 +492,7 @@ def operations(store: LocalDirStore, key: tuple[str, ...]) -> dict[str, object]:
         "stat": lambda: store.stat(key),
         "listdir": lambda: store.listdir(key, recursive=True),
         "read": lambda: store.read(key, 0, None, 1 << 20),
+        "open_read": lambda: os.close(store.open_read(key)),
         "mkdir": lambda: store.mkdir(key, parents=False),
         "mkdir_p": lambda: store.mkdir((*key, "x", "y"), parents=True),
         "remove": lambda: store.remove(key, recursive=False),
@@ -502,6 +510,7 @@ OPS = [
     "stat",
     "listdir",
     "read",
+    "open_read",
     "mkdir",
     "mkdir_p",
     "remove",
@@ -515,7 +524,7 @@ OPS = [
 ]
 
 
-READ_OPS = ("stat", "listdir", "read", "local_path")
+READ_OPS = ("stat", "listdir", "read", "open_read", "local_path")
 #: (key, operation): everything, except that keys reaching into the real /etc are only ever read (the
 #: suite may run as root: a regression must not be able to write there)
 OP_CASES = [
@@ -530,10 +539,12 @@ OP_CASES = [
 def test_every_operation_through_a_link_is_unsafe(
     planted: LocalDirStore, outside: Path, key: tuple[str, ...], op: str
 ) -> None:
-    before = snapshot(outside)
+    bob = planted.files / "home" / "bob"
+    before, bob_before = snapshot(outside), snapshot(bob)
     etc_before = sorted(os.listdir("/etc"))
     assert kind_of(operations(planted, key)[op]) == E.UNSAFE
     assert snapshot(outside) == before
+    assert snapshot(bob) == bob_before
     assert sorted(os.listdir("/etc")) == etc_before
     # the planted link itself is still there, and the legitimate file untouched
     link = planted.local_path(HOME) / ("ok/deep" if key[2] == "ok" else key[2])  # type: ignore[operator]
@@ -547,12 +558,14 @@ def test_every_operation_through_a_link_is_unsafe(
 def test_upload_commit_through_a_link_is_unsafe(
     planted: LocalDirStore, outside: Path, key: tuple[str, ...]
 ) -> None:
-    before = snapshot(outside)
+    bob = planted.files / "home" / "bob"
+    before, bob_before = snapshot(outside), snapshot(bob)
     begin(planted, key, 4)
     send(planted, "u1", 0, b"PWND")
     for overwrite in (False, True):
         assert kind_of(lambda ow=overwrite: planted.upload_commit("u1", ow)) == E.UNSAFE
     assert snapshot(outside) == before
+    assert snapshot(bob) == bob_before
 
 
 def test_listdir_hides_links(planted: LocalDirStore) -> None:
@@ -579,21 +592,4 @@ def test_home_root_link_is_unsafe(store: LocalDirStore, outside: Path) -> None:
     assert snapshot(outside) == before
 
 
-def test_read_of_a_file_swapped_for_a_link_after_stat_is_refused(store: LocalDirStore, outside: Path) -> None:
-    """``read`` opens with O_NOFOLLOW: a file replaced by a link between stat and open is not read."""
-    put(store, k("f"), b"mine")
-    path = store.local_path(k("f"))
-    assert path is not None
-    real_stat = store.stat
-
-    def swapping_stat(key: tuple[str, ...]) -> object:
-        e = real_stat(key)
-        if key == k("f") and not path.is_symlink():
-            path.unlink()
-            os.symlink(outside / "secret", path)
-        return e
-
-    store.stat = swapping_stat  # type: ignore[method-assign]
-    with pytest.raises((OSError, StorageError)):
-        b"".join(store.read(k("f"), 0, None, 1 << 20))
-    assert path.is_symlink()  # the swap happened; its target was not read
+# a link swapped in while an operation runs (time of check / time of use): test_pfs_store_race.py

@@ -8,10 +8,21 @@ Layout under ``root``::
     uploads/<id>/data          one ``marks/<index>`` file per verified chunk
     uploads/tmp-*              whole small files being written
 
-Every operation maps the key to a path and refuses it if any existing component is a symlink, so a
-link planted inside the store (by a job, say) cannot lead outside it. Files are opened with
-``O_NOFOLLOW``; trees are walked without following links and removed with ``shutil.rmtree`` (which
-does not follow them either).
+A job can write in its owner's home (it is bound into its sandbox), so anything below a home may
+change between two system calls of the server: a directory may be swapped for a symbolic link to
+another user's home at any moment. Keys are therefore never resolved as paths. Every operation walks
+its key from a descriptor of ``files/`` held for the store's life, one component at a time
+(``openat`` with ``O_DIRECTORY | O_NOFOLLOW``: a link anywhere on the way is refused as UNSAFE, never
+followed), then acts on the last name relative to the descriptor of its directory (``fstatat``,
+``openat`` with ``O_NOFOLLOW``, ``mkdirat``, ``renameat``, ``linkat``, ``unlinkat``, the descriptor
+based ``shutil.rmtree``, ``scandir`` of a descriptor)::
+
+    key ──_parent()──▶ (descriptor of the directory that holds it, last name) ──*at call──▶ result
+
+A link swapped in after the walk passed a component changes nothing: the walk holds that directory,
+not its name. Listings skip links and anything but regular files and directories; only regular
+files are opened. Staged uploads live outside the namespace (no job reaches ``uploads/``) and are
+used by path.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import os
 import shutil
 import stat as st
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -34,6 +46,14 @@ __all__ = ["LocalDirStore"]
 E = StorageErrorKind
 #: the extended attribute that holds a file's recorded checksum (``recorded_checksum``)
 _XATTR = "user.paddlecloud.checksum"
+#: a directory on a key's way: an ``O_PATH`` descriptor (no permission check or file set-up: the
+#: cheapest open) is all the ``*at`` calls need; never through a link (a link gives ENOTDIR)
+_WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: a directory that is listed (``O_PATH`` descriptors cannot be read or fsynced)
+_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: a file that is read: never through a link; non-blocking so that a FIFO planted there cannot stall
+#: the open (it is then refused as not regular)
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @contextlib.contextmanager
@@ -47,8 +67,9 @@ def _no_space(key: Key, what: str) -> Iterator[None]:
         raise StorageError(E.NO_SPACE, key, f"the file store has no room for {what}") from None
 
 
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync_dir(d: int) -> None:
+    """fsync the directory ``d`` (an ``O_PATH`` descriptor: reopened read-only to be synced)."""
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=d)
     try:
         os.fsync(fd)
     finally:
@@ -57,6 +78,26 @@ def _fsync_dir(d: Path) -> None:
 
 def _through_link(key: Key) -> StorageError:
     return StorageError(E.UNSAFE, key, f"{'/'.join(key)} goes through a symbolic link")
+
+
+def _is_link(parent: int, name: str) -> bool:
+    try:
+        return st.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_dir(parent: int, name: str, key: Key, flags: int = _WALK, not_dir: E = E.NOT_A_DIRECTORY) -> int:
+    """The directory ``name`` in ``parent``, opened without following a link; raises NOT_FOUND (it is
+    missing), UNSAFE (a link) or ``not_dir`` (anything else) about ``key``."""
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except FileNotFoundError:
+        raise StorageError(E.NOT_FOUND, key) from None
+    except NotADirectoryError:  # O_DIRECTORY | O_NOFOLLOW answers ENOTDIR for a link too
+        if _is_link(parent, name):
+            raise _through_link(key) from None
+        raise StorageError(not_dir, key) from None
 
 
 class LocalDirStore:
@@ -68,123 +109,166 @@ class LocalDirStore:
         self.uploads = root / "uploads"
         for d in (self.files / "home", self.files / "public", self.uploads):
             d.mkdir(parents=True, exist_ok=True)
+        #: where every key's walk starts (the operator's data dir: its own path is trusted)
+        self._root = os.open(self.files, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        weakref.finalize(self, os.close, self._root)
 
-    # -- paths ----------------------------------------------------------------------------------
+    # -- keys -----------------------------------------------------------------------------------
 
-    def _path(self, key: Key) -> Path:
-        """The path of ``key``; raises UNSAFE if an existing component of it is a symlink."""
-        p = self.files
-        for part in key:
-            p = p / part
-            try:
-                if st.S_ISLNK(os.lstat(p).st_mode):
-                    raise _through_link(key)
-            except (FileNotFoundError, NotADirectoryError):
-                # nothing below a missing component (or a regular file) exists: no link further down
-                return self.files.joinpath(*key)
-        return p
+    @contextlib.contextmanager
+    def _parent(
+        self, key: Key, *, make: bool = False, below_file: E = E.NOT_A_DIRECTORY
+    ) -> Iterator[tuple[int, str]]:
+        """The directory that holds ``key``, as a descriptor, and ``key``'s last name. The directory is
+        reached from the store's root one component at a time and never through a symbolic link
+        (UNSAFE), so whatever the caller does relative to it stays where the key says, even if a job
+        swaps a directory on the way for a link meanwhile. A missing component is NOT_FOUND (with
+        ``make``: created, as ``mkdir -p``), a file on the way ``below_file`` (NOT_FOUND for a
+        look-up). The descriptor is closed on exit."""
+        fd = self._root
+        try:
+            for i, part in enumerate(key[:-1]):
+                try:
+                    nxt = _open_dir(fd, part, key[: i + 1], not_dir=below_file)
+                except StorageError as exc:
+                    if not (make and exc.kind == E.NOT_FOUND):
+                        raise
+                    with contextlib.suppress(FileExistsError):  # made meanwhile: fine
+                        os.mkdir(part, dir_fd=fd)
+                    nxt = _open_dir(fd, part, key[: i + 1], not_dir=below_file)
+                if fd != self._root:
+                    os.close(fd)
+                fd = nxt
+            yield fd, key[-1]
+        finally:
+            if fd != self._root:
+                os.close(fd)
 
     def _entry(self, key: Key, s: os.stat_result) -> Entry:
         kind = Kind.DIR if st.S_ISDIR(s.st_mode) else Kind.FILE
         return Entry(key=key, kind=kind, size=s.st_size if kind == Kind.FILE else 0, mtime=s.st_mtime)
 
+    def _stat_at(self, parent: int, name: str, key: Key) -> Entry | None:
+        """``name`` in ``parent`` (not followed): None if missing, UNSAFE unless a file or directory."""
+        try:
+            s = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if st.S_ISLNK(s.st_mode):
+            raise _through_link(key)
+        if not (st.S_ISREG(s.st_mode) or st.S_ISDIR(s.st_mode)):
+            raise StorageError(E.UNSAFE, key, f"{'/'.join(key)} is not a regular file or directory")
+        return self._entry(key, s)
+
+    def _placed(self, parent: int, name: str, key: Key) -> Entry:
+        """What the caller just put at ``name`` in ``parent`` (NOT_FOUND if a job removed it already)."""
+        e = self._stat_at(parent, name, key)
+        if e is None:
+            raise StorageError(E.NOT_FOUND, key, f"{'/'.join(key)} was removed as soon as it was made")
+        return e
+
     def local_path(self, key: Key) -> Path | None:
-        return self._path(key)
+        """The path of ``key`` for a job's workers (the sandbox binds it by descriptor, never through a
+        link); UNSAFE if a component of it that exists now is a symbolic link."""
+        try:
+            with self._parent(key, below_file=E.NOT_FOUND) as (parent, name):
+                if _is_link(parent, name):
+                    raise _through_link(key)
+        except StorageError as exc:
+            if exc.kind != E.NOT_FOUND:
+                raise
+        return self.files.joinpath(*key)
 
     # -- namespace ------------------------------------------------------------------------------
 
     def stat(self, key: Key) -> Entry | None:
         try:
-            s = os.lstat(self._path(key))
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        if not (st.S_ISREG(s.st_mode) or st.S_ISDIR(s.st_mode)):
-            raise StorageError(E.UNSAFE, key, f"{'/'.join(key)} is not a regular file or directory")
-        return self._entry(key, s)
+            with self._parent(key, below_file=E.NOT_FOUND) as (parent, name):
+                return self._stat_at(parent, name, key)
+        except StorageError as exc:
+            if exc.kind == E.NOT_FOUND:  # nothing below a missing component or a file
+                return None
+            raise
 
-    def _require_dir(self, key: Key) -> Path:
-        e = self.stat(key)
-        if e is None:
-            raise StorageError(E.NOT_FOUND, key)
-        if e.kind != Kind.DIR:
-            raise StorageError(E.NOT_A_DIRECTORY, key)
-        return self._path(key)
+    def _entries(self, fd: int, prefix: Key, recursive: bool) -> Iterator[Entry]:
+        """The entries of the open directory ``fd`` (a ``_LIST`` descriptor), sorted, depth first."""
+        with os.scandir(fd) as it:
+            found = sorted(it, key=lambda d: d.name)
+        for d in found:
+            if d.is_symlink():
+                continue  # never ours: planted links are not shown and not followed
+            try:
+                s = d.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            if not (st.S_ISREG(s.st_mode) or st.S_ISDIR(s.st_mode)):
+                continue
+            entry = self._entry((*prefix, d.name), s)
+            yield entry
+            if recursive and entry.kind == Kind.DIR:
+                try:
+                    sub = os.open(d.name, _LIST, dir_fd=fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # removed, or swapped for a link, since it was listed: not followed
+                try:
+                    yield from self._entries(sub, entry.key, recursive)
+                finally:
+                    os.close(sub)
+
+    def _tree(self, parent: int, name: str, key: Key, recursive: bool) -> list[Entry]:
+        fd = _open_dir(parent, name, key, _LIST)
+        try:
+            return list(self._entries(fd, key, recursive))
+        finally:
+            os.close(fd)
 
     def listdir(self, key: Key, recursive: bool) -> Iterator[Entry]:
-        base = self._require_dir(key)
-
-        def walk(path: Path, prefix: Key) -> Iterator[Entry]:
-            with os.scandir(path) as it:
-                entries = sorted(it, key=lambda d: d.name)
-            for d in entries:
-                if d.is_symlink():
-                    continue  # never ours: planted links are not shown and not followed
-                s = d.stat(follow_symlinks=False)
-                if not (st.S_ISREG(s.st_mode) or st.S_ISDIR(s.st_mode)):
-                    continue
-                entry = self._entry((*prefix, d.name), s)
-                yield entry
-                if recursive and entry.kind == Kind.DIR:
-                    yield from walk(Path(d.path), entry.key)
-
-        return walk(base, key)
+        with self._parent(key, below_file=E.NOT_FOUND) as (parent, name):
+            return iter(self._tree(parent, name, key, recursive))
 
     def mkdir(self, key: Key, parents: bool) -> Entry:
-        existing = self.stat(key)
-        if existing is not None:
-            if existing.kind == Kind.DIR and parents:
-                return existing
-            raise StorageError(E.EXISTS, key)
-        if not parents:
-            self._require_dir(key[:-1])
-        p = self.files
-        for i, part in enumerate(key):  # one pass: each component made, or checked where it exists
-            p = p / part
+        with self._parent(key, make=parents) as (parent, name):
             try:
-                os.mkdir(p)
+                os.mkdir(name, dir_fd=parent)
             except FileExistsError:
-                mode = os.lstat(p).st_mode
-                if st.S_ISLNK(mode):
-                    raise _through_link(key) from None
-                if not st.S_ISDIR(mode):
-                    raise StorageError(E.NOT_A_DIRECTORY, key[: i + 1]) from None
-        made = self.stat(key)
-        assert made is not None
-        return made
+                existing = self._stat_at(parent, name, key)  # UNSAFE for a link
+                if existing is not None and existing.kind == Kind.DIR and parents:
+                    return existing
+                raise StorageError(E.EXISTS, key) from None
+            return self._placed(parent, name, key)
 
     def remove(self, key: Key, recursive: bool) -> int:
-        e = self.stat(key)
-        if e is None:
-            raise StorageError(E.NOT_FOUND, key)
-        path = self._path(key)
-        if e.kind == Kind.FILE:
-            os.unlink(path)
-            return e.size
-        if not recursive:
-            raise StorageError(E.IS_A_DIRECTORY, key)
-        freed = self.usage(key)
-        shutil.rmtree(path)
-        return freed
+        with self._parent(key, below_file=E.NOT_FOUND) as (parent, name):
+            e = self._stat_at(parent, name, key)
+            if e is None:
+                raise StorageError(E.NOT_FOUND, key)
+            if e.kind == Kind.FILE:
+                os.unlink(name, dir_fd=parent)
+                return e.size
+            if not recursive:
+                raise StorageError(E.IS_A_DIRECTORY, key)
+            freed = sum(x.size for x in self._tree(parent, name, key, recursive=True))
+            try:
+                shutil.rmtree(name, dir_fd=parent)  # by descriptor: refuses a link, follows none
+            except OSError:
+                if _is_link(parent, name):  # swapped for a link since the check
+                    raise _through_link(key) from None
+                raise
+            return freed
 
     def move(self, src: Key, dst: Key) -> Entry:
-        if self.stat(src) is None:
-            raise StorageError(E.NOT_FOUND, src)
-        if self.stat(dst) is not None:
-            raise StorageError(E.EXISTS, dst)
-        self._require_dir(dst[:-1])
-        os.rename(self._path(src), self._path(dst))
-        moved = self.stat(dst)
-        assert moved is not None
-        return moved
+        with self._parent(src, below_file=E.NOT_FOUND) as (src_dir, src_name):
+            if self._stat_at(src_dir, src_name, src) is None:
+                raise StorageError(E.NOT_FOUND, src)
+            with self._parent(dst) as (dst_dir, dst_name):
+                if self._stat_at(dst_dir, dst_name, dst) is not None:
+                    raise StorageError(E.EXISTS, dst)
+                os.rename(src_name, dst_name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+                return self._placed(dst_dir, dst_name, dst)
 
     def read(self, key: Key, offset: int, length: int | None, block: int) -> Iterator[bytes]:
-        e = self.stat(key)
-        if e is None:
-            raise StorageError(E.NOT_FOUND, key)
-        if e.kind != Kind.FILE:
-            raise StorageError(E.IS_A_DIRECTORY, key)
-        fd = self._open_file(key)
-        end = e.size if length is None else min(e.size, offset + length)
+        fd, s = self._open_file(key)
+        end = s.st_size if length is None else min(s.st_size, offset + length)
 
         def gen() -> Iterator[bytes]:
             try:
@@ -200,58 +284,55 @@ class LocalDirStore:
 
         return gen()
 
-    def _open_file(self, key: Key) -> int:
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
-            raise StorageError(E.NOT_FOUND, key) from None
-        except OSError as exc:  # ELOOP: a link planted since the check
-            if exc.errno == errno.ELOOP:
-                raise _through_link(key) from None
-            raise
-        if not st.S_ISREG(os.fstat(fd).st_mode):  # swapped for a fifo or a device since the check
+    def _open_file(self, key: Key) -> tuple[int, os.stat_result]:
+        """``key`` opened read-only, and its ``fstat``: a regular file, reached without any link."""
+        with self._parent(key, below_file=E.NOT_FOUND) as (parent, name):
+            try:
+                fd = os.open(name, _READ, dir_fd=parent)
+            except FileNotFoundError:
+                raise StorageError(E.NOT_FOUND, key) from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:  # the last component is a link
+                    raise _through_link(key) from None
+                if exc.errno == errno.ENXIO:  # a Unix socket
+                    raise StorageError(E.UNSAFE, key, f"{'/'.join(key)} is not a regular file") from None
+                raise
+        s = os.fstat(fd)
+        if not st.S_ISREG(s.st_mode):
             os.close(fd)
-            raise StorageError(E.UNSAFE, key, f"{'/'.join(key)} is not a regular file")
+            if st.S_ISDIR(s.st_mode):
+                raise StorageError(E.IS_A_DIRECTORY, key)
+            raise StorageError(E.UNSAFE, key, f"{'/'.join(key)} is not a regular file")  # a FIFO
         os.set_blocking(fd, True)
-        return fd
+        return fd, s
 
     def open_read(self, key: Key) -> int:
-        e = self.stat(key)
-        if e is None:
-            raise StorageError(E.NOT_FOUND, key)
-        if e.kind != Kind.FILE:
-            raise StorageError(E.IS_A_DIRECTORY, key)
-        return self._open_file(key)
+        return self._open_file(key)[0]
 
     def usage(self, key: Key) -> int:
-        total = 0
         try:
-            for e in self.listdir(key, recursive=True):
-                total += e.size
+            with self._parent(key, below_file=E.NOT_FOUND) as (parent, name):
+                return sum(e.size for e in self._tree(parent, name, key, recursive=True))
         except StorageError:
             return 0
-        return total
 
     def _place(self, tmp: Path, key: Key, overwrite: bool) -> Entry:
         """Move a finished (already fsynced) staged file into the namespace atomically, then fsync the
         directory so that the new name survives a power loss once the caller is told it is there."""
-        self._require_dir(key[:-1])
-        dest = self._path(key)
-        existing = self.stat(key)
-        if existing is not None and existing.kind == Kind.DIR:
-            raise StorageError(E.IS_A_DIRECTORY, key)
-        if overwrite:
-            os.replace(tmp, dest)
-        else:
-            try:
-                os.link(tmp, dest)  # atomic and never clobbers
-            except FileExistsError:
-                raise StorageError(E.EXISTS, key) from None
-            os.unlink(tmp)
-        _fsync_dir(dest.parent)
-        placed = self.stat(key)
-        assert placed is not None
-        return placed
+        with self._parent(key) as (parent, name):
+            existing = self._stat_at(parent, name, key)  # UNSAFE for a link
+            if existing is not None and existing.kind == Kind.DIR:
+                raise StorageError(E.IS_A_DIRECTORY, key)
+            if overwrite:
+                os.replace(tmp, name, dst_dir_fd=parent)
+            else:
+                try:
+                    os.link(tmp, name, dst_dir_fd=parent)  # atomic and never clobbers
+                except FileExistsError:
+                    raise StorageError(E.EXISTS, key) from None
+                os.unlink(tmp)
+            _fsync_dir(parent)
+            return self._placed(parent, name, key)
 
     def put_small(self, key: Key, data: Iterable[bytes], overwrite: bool) -> Entry:
         tmp = self.uploads / f"tmp-{uuid.uuid4().hex}"
