@@ -19,6 +19,7 @@ from paddlecloud.api.errors import (
     ErrorCode,
     InvalidInput,
     NotFound,
+    PaddleCloudError,
     PackageTooLarge,
     Unauthorized,
     VersionMismatch,
@@ -261,3 +262,31 @@ def test_unreadable_stored_package_fails_the_job(
     failed = drive(alice, "rot", {"Failed", "Succeeded"}, timeout=3.0)
     assert failed.phase == "Failed"
     assert "preparing the job failed" in failed.message
+
+
+def test_a_package_folder_swapped_for_a_link_after_its_check_is_refused(
+    platform: Platform, alice: Client, bob: Client, make_package: MakePackage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job of alice's can swap a folder of her home for a link to bob's between the submit's
+    access check and its read of the package: the read must not follow it (it used to open the
+    package by path and list bob's file names in the entry error)."""
+    from paddlecloud.controller.jobs import JobService
+
+    package = alice.upload_package(make_package(MAIN), "e")
+    bob.upload_package(make_package({"bob_secret.py": "print('mine')\n"}), "secret")
+    home = platform.files.store.files / "home"  # type: ignore[attr-defined]
+    checked = JobService._exists
+
+    def swap_after_check(self: JobService, who: Any, path: str, field: str) -> Any:
+        info = checked(self, who, path, field)
+        if field == "package":
+            (home / "alice" / "jobs" / "e").rename(home / "alice" / "jobs" / "e.moved")
+            (home / "alice" / "jobs" / "e").symlink_to("../../bob/jobs/secret")
+        return info
+
+    monkeypatch.setattr(JobService, "_exists", swap_after_check)
+    with pytest.raises(PaddleCloudError) as info:
+        alice.submit({"name": "e", "entry": "python nothere.py", "package": package.path})
+    assert "bob_secret" not in info.value.message
+    assert info.value.code != ErrorCode.ENTRY_NOT_FOUND  # the package was never read
+    assert alice.jobs(all=True) == []

@@ -191,6 +191,12 @@ class FileService:
         with contextlib.suppress(StorageError, PfsPathError):
             self.store.remove(self.parse(text).key, recursive=False)
 
+    def open_own(self, text: str) -> int:
+        """A read-only descriptor of a file the platform reads for itself (a job's package at
+        submit, after its access check), reached without following any link."""
+        path = self.parse(text)
+        return self._do(path, lambda: self.store.open_read(path.key))
+
     def local_path(self, path: PfsPath) -> Path | None:
         """Where a job's workers find ``path`` on this machine (local stores only)."""
         return self.store.local_path(path.key) if self.store.local_paths else None

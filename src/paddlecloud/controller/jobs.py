@@ -13,6 +13,7 @@ submit is durable.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -319,9 +320,8 @@ class JobService:
         if info.type != "file":
             raise InvalidInput(f"package {spec.package} is a directory, not a .tar.gz archive",
                                code=ErrorCode.INVALID_PACKAGE, field="package")  # fmt: skip
-        local = files.local_path(files.parse(spec.package))
-        assert local is not None
-        check_entry(spec.entry, inspect_package(local, spec.package, self.ctx.config.max_package_bytes))
+        with os.fdopen(files.open_own(spec.package), "rb") as f:  # never by path: links are refused
+            check_entry(spec.entry, inspect_package(f, spec.package, self.ctx.config.max_package_bytes))
         if spec.input:
             self._exists(who, spec.input, "input")
         output = spec.output or f"{self.ctx.config.job_dir(who.name, spec.name)}/output"

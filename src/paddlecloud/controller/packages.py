@@ -7,7 +7,8 @@ entry command names a file the package does not have.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from typing import BinaryIO
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput, PackageTooLarge
 from paddlecloud.core.archive import ArchiveError, list_members
@@ -17,9 +18,11 @@ from paddlecloud.core.quantity import human_bytes
 __all__ = ["check_entry", "inspect_package"]
 
 
-def inspect_package(path: Path, label: str, max_bytes: int) -> list[str]:
-    """The archive's file names; raises InvalidInput / PackageTooLarge with a clear message."""
-    size = path.stat().st_size
+def inspect_package(f: BinaryIO, label: str, max_bytes: int) -> list[str]:
+    """The file names of the archive open in ``f`` (opened by the caller without following links:
+    a job may swap its owner's folders for links); raises InvalidInput / PackageTooLarge with a
+    clear message."""
+    size = os.fstat(f.fileno()).st_size
     if size > max_bytes:
         raise PackageTooLarge(
             f"package {label} is {human_bytes(size)}, over the limit of {human_bytes(max_bytes)}; leave data "
@@ -27,7 +30,7 @@ def inspect_package(path: Path, label: str, max_bytes: int) -> list[str]:
             field="package",
         )
     try:
-        return list_members(path)
+        return list_members(f)
     except ArchiveError as exc:
         raise InvalidInput(
             f"package {label}: {exc}", code=ErrorCode.INVALID_PACKAGE, field="package"

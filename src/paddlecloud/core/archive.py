@@ -82,10 +82,12 @@ def _check(member: tarfile.TarInfo) -> None:
         raise ArchiveError(f"package may hold only files and directories, not {name!r}")
 
 
-def list_members(path: Path) -> list[str]:
-    """Validate every member of the archive and return the file names."""
+def list_members(source: Path | IO[bytes]) -> list[str]:
+    """Validate every member of the archive (a path, or a file already opened safely by the
+    caller) and return the file names."""
     try:
-        with tarfile.open(path, mode="r:gz") as tar:
+        path, fileobj = (source, None) if isinstance(source, Path) else (None, source)
+        with tarfile.open(path, mode="r:gz", fileobj=fileobj) as tar:
             files = []
             for m in tar:
                 _check(m)
