@@ -7,6 +7,7 @@ Never a traceback.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -50,6 +51,14 @@ class LazyGroup(click.Group):
             return None
         module, attr = COMMANDS[cmd_name]
         command: click.Command = getattr(importlib.import_module(f"paddlecloud.cli.{module}"), attr)
+        # What is alive now is what the imports made (~50k objects: modules, classes, pydantic
+        # schemas) and lives until the process exits. Frozen, the collector stops scanning it: in
+        # every collection of the oldest generation while the command runs and in the one the
+        # interpreter makes at exit (0.06-0.09 s of a `pfs cp` here). Nothing is left uncollected
+        # that could be freed: objects made later (httpx's request cycles, which pin sent chunks until
+        # collected) are collected as before. Exit stays the normal one: atexit handlers, buffered
+        # output and temporary files are finished as usual (no os._exit).
+        gc.freeze()
         if cmd_name == "get" and isinstance(command, click.Group) and "tasks" not in command.commands:
             from paddlecloud.cli.samplesets import get_samplesets
             from paddlecloud.cli.tasks import get_tasks
