@@ -1,21 +1,25 @@
-"""The import budget of a CLI command: what ``paddlecloud pfs ...`` loads before it does anything.
+"""The import budget of a CLI command: what ``paddlecloud pfs ...`` loads besides what it needs.
 
-Each check runs in a fresh interpreter (``sys.modules`` of this test process holds everything) and
-imports what the ``paddlecloud`` script imports for a ``pfs`` command: ``cli.main`` and ``cli.pfs``.
+Each check runs the ``paddlecloud`` program's own entry (``main()`` with ``sys.argv``) in a fresh
+interpreter (this test process has everything imported) against an endpoint where nothing listens,
+so the session is built and a request tried (httpcore imported), and reads ``sys.modules`` at exit.
 No timing is asserted: the modules a command does not need are named, so a new top-level import of
-the job models, Rich or httpx's own command line in that path fails here.
+the job models, Rich, httpx's own command line or the async libraries in that path fails here.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 __all__: list[str] = []
 
-#: modules the `pfs` path must not load: the job wire models and the SDK class that imports them,
-#: Rich (drawn only for a progress bar, not with -q) and httpx's command line (Rich and pygments)
+#: modules `pfs stat` / `pfs cp -q` must not load: the job wire models and the SDK class importing
+#: them, Rich (drawn only for a progress bar), httpx's command line (Rich and pygments), and the
+#: async libraries httpcore would load for async callers
 NOT_FOR_PFS = [
     "paddlecloud.api.models",
     "paddlecloud.client.client",
@@ -23,59 +27,61 @@ NOT_FOR_PFS = [
     "rich.table",
     "rich.console",
     "pygments",
+    "trio",
+    "anyio",
 ]
 
-
-def loaded(code: str) -> dict[str, bool]:
-    """Run ``code`` in a fresh interpreter; which of NOT_FOR_PFS it left imported (a ``None`` entry,
-    a module refused on purpose, counts as not imported)."""
-    probe = (
-        f"{code}\nimport json, sys\n"
-        f"print(json.dumps({{m: sys.modules.get(m) is not None for m in {NOT_FOR_PFS!r}}}))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
-    )
-    result: dict[str, bool] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
-
-def test_the_pfs_command_path_imports_no_job_models_and_no_rich() -> None:
-    got = loaded("import paddlecloud.cli.main, paddlecloud.cli.pfs")
-    assert [m for m, present in got.items() if present] == []
-
-
-#: a session made after this counts the CA bundles its SSL contexts load (httpx's default: certifi's)
-COUNT_CA_LOADS = """
-import ssl
+#: the probe: count the CA bundles SSL contexts load, run the program, report at exit
+PROBE = """
+import atexit, json, ssl, sys
 CA_LOADS = []
 _load = ssl.SSLContext.load_verify_locations
 def _counting(self, *a, **kw):
-    CA_LOADS.append(a or kw)
+    CA_LOADS.append(1)
     return _load(self, *a, **kw)
 ssl.SSLContext.load_verify_locations = _counting
-import paddlecloud.cli.main
-from paddlecloud.client.pfs import Pfs
+WATCH = {watch!r}
+atexit.register(lambda: print(json.dumps(
+    {{"modules": [m for m in WATCH if sys.modules.get(m) is not None], "ca_loads": len(CA_LOADS)}}
+)))
+{setup}
+sys.argv = ["paddlecloud", *{args!r}]
+from paddlecloud.cli.main import main
+main()
 """
 
 
-def ca_loads(endpoint: str) -> int:
-    probe = (
-        COUNT_CA_LOADS
-        + f"Pfs.connect(endpoint={endpoint!r}, token='t').session.close()\nprint(len(CA_LOADS))"
+def run(
+    tmp_path: Path, *args: str, endpoint: str = "http://127.0.0.1:9", setup: str = ""
+) -> dict[str, object]:
+    """``paddlecloud ARGS`` in a fresh interpreter (nothing listens at ``endpoint``: exit 3); what
+    of NOT_FOR_PFS it imported and how many CA bundles it loaded."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLECLOUD_")}
+    env.update(
+        PADDLECLOUD_CONFIG=str(tmp_path / "config"), PADDLECLOUD_ENDPOINT=endpoint, PADDLECLOUD_TOKEN="t"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    code = PROBE.format(watch=NOT_FOR_PFS, setup=setup, args=list(args))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3, out.stderr  # the server cannot be reached: the request was tried
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_pfs_commands_import_no_job_models_rich_or_async_libraries(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x" * 100)
+    assert run(tmp_path, "pfs", "stat", "pfs:x")["modules"] == []
+    assert run(tmp_path, "pfs", "cp", "-q", str(tmp_path / "f"), "pfs:f")["modules"] == []
+
+
+def test_a_plain_http_endpoint_loads_no_ca_bundle_and_https_still_verifies(tmp_path: Path) -> None:
+    assert run(tmp_path, "pfs", "stat", "pfs:x")["ca_loads"] == 0
+    assert run(tmp_path, "pfs", "stat", "pfs:x", endpoint="https://127.0.0.1:9")["ca_loads"] >= 1
+
+
+def test_the_probe_sees_what_it_looks_for(tmp_path: Path) -> None:
+    """The probe can fail: a command that imports ``Client`` (every job model), and imports made
+    before the program starts, are seen."""
+    got = run(tmp_path, "get", "jobs", setup="import anyio, rich.table")
+    assert {"paddlecloud.api.models", "paddlecloud.client.client", "anyio", "rich.table"} <= set(
+        got["modules"]  # type: ignore[call-overload]
     )
-    return int(out.stdout.strip().splitlines()[-1])
-
-
-def test_a_session_to_a_plain_http_endpoint_loads_no_ca_bundle() -> None:
-    assert ca_loads("http://127.0.0.1:9") == 0
-    assert ca_loads("https://127.0.0.1:9") >= 1  # https keeps httpx's verifying default: the check can fail
-
-
-def test_the_probe_sees_what_the_full_sdk_imports() -> None:
-    """The probe can fail: ``Client`` (every job model) and a Rich table are seen when imported."""
-    got = loaded("import paddlecloud.cli.main\nfrom paddlecloud.client import Client\nimport rich.table")
-    assert got["paddlecloud.api.models"] and got["paddlecloud.client.client"] and got["rich.table"]
