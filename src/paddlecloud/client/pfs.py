@@ -97,7 +97,8 @@ class Pfs:
         self.parallel = parallel
         self.chunk_size = chunk_size
         self._home: str | None = None
-        #: PFS directories this client saw exist (made or stat'ed): ``cp`` asks about each once
+        #: PFS directories the current copy saw exist (stat'ed or made; forgotten when the next plan
+        #: starts): a ``cp`` asks about each once
         self._dirs: set[str] = set()
         self.local = LocalPlane(session)
 
@@ -392,6 +393,7 @@ class Pfs:
         side: into ``dst`` as ``dst/<name>`` when ``dst`` is an existing directory or ends in ``/``,
         else as ``dst`` itself (its missing parents are created, as ``mkdir -p`` would)."""
         upload = is_remote(dst)
+        self._dirs.clear()
         for src in srcs:
             if is_remote(src) == upload:
                 raise InvalidInput(
@@ -477,6 +479,7 @@ class Pfs:
             parent = dst.rsplit("/", 1)[0]
             if not self._known_dir(parent) and self.exists(parent) is None:
                 self.mkdir(parent, parents=True)
+            self._dirs.add(parent)
             return self.upload_file(src, dst, overwrite=overwrite, progress=progress)
         files, dirs = _walk_local(src)
         stats = TransferStats(dirs=len(dirs) + 1)
