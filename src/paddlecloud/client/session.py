@@ -7,7 +7,10 @@
 The session checks the server's API version on the first answer, turns an error answer into the
 same :class:`paddlecloud.api.errors.PaddleCloudError` the server raised (by its stable code) and a
 transport failure into ``ServerUnreachable``. It knows nothing of jobs or files: the modules above
-it (``pfs``, ``tasks``, ``client``) do, and import it, never each other upwards.
+it (``pfs``, ``tasks``, ``client``) do, and import it, never each other upwards. :func:`connect`
+makes one from the client config (endpoint, token, TLS files): ``Client()`` and ``Pfs.connect()``
+both start there. An ``http://`` endpoint gets an SSL context that loads no CA bundle
+(:func:`plain_http_context`); ``https://`` keeps httpx's verifying default or the TLS files.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from paddlecloud.api.errors import (
 )
 from paddlecloud.client.config import load_config
 
-__all__ = ["Session", "connect", "tls_context"]
+__all__ = ["Session", "connect", "plain_http_context", "tls_context"]
 
 
 def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
