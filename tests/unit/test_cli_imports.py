@@ -85,3 +85,16 @@ def test_the_probe_sees_what_it_looks_for(tmp_path: Path) -> None:
     assert {"paddlecloud.api.models", "paddlecloud.client.client", "anyio", "rich.table"} <= set(
         got["modules"]  # type: ignore[call-overload]
     )
+
+
+def test_the_lazy_sdk_names_are_the_functions_and_classes_not_modules() -> None:
+    """``paddlecloud.train`` / ``paddlecloud.client.train`` stay the function once the SDK's names
+    are lazy (a submodule of the same name would shadow it), and ``Client`` the class."""
+    code = (
+        "import paddlecloud, paddlecloud.client as c\n"
+        "from paddlecloud.client import train, Client\n"
+        "print(paddlecloud.train.__name__, c.train.__name__, train.__name__, type(train).__name__,"
+        " type(paddlecloud.Client).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["train", "train", "train", "function", "type"]

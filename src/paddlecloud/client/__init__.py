@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         save_datacenter,
         use_datacenter,
     )
-    from paddlecloud.client.train import train
+    from paddlecloud.client.training import train
 
 __all__ = [
     "Client",
@@ -42,7 +42,7 @@ __getattr__ = lazy.exports(
         "list_datacenters": _CONFIG,
         "load_config": _CONFIG,
         "save_datacenter": _CONFIG,
-        "train": "paddlecloud.client.train",
+        "train": "paddlecloud.client.training",
         "use_datacenter": _CONFIG,
     },
 )
