@@ -33,7 +33,7 @@ NOT_FOR_PFS = [
 
 #: the probe: count the CA bundles SSL contexts load, run the program, report at exit
 PROBE = """
-import atexit, json, ssl, sys
+import atexit, gc, json, ssl, sys
 CA_LOADS = []
 _load = ssl.SSLContext.load_verify_locations
 def _counting(self, *a, **kw):
@@ -42,25 +42,28 @@ def _counting(self, *a, **kw):
 ssl.SSLContext.load_verify_locations = _counting
 WATCH = {watch!r}
 atexit.register(lambda: print(json.dumps(
-    {{"modules": [m for m in WATCH if sys.modules.get(m) is not None], "ca_loads": len(CA_LOADS)}}
+    {{"modules": [m for m in WATCH if sys.modules.get(m) is not None], "ca_loads": len(CA_LOADS),
+      "frozen": gc.get_freeze_count()}}
 )))
 {setup}
 sys.argv = ["paddlecloud", *{args!r}]
 from paddlecloud.cli.main import main
-main()
+main({argv})
 """
 
 
 def run(
-    tmp_path: Path, *args: str, endpoint: str = "http://127.0.0.1:9", setup: str = ""
+    tmp_path: Path, *args: str, endpoint: str = "http://127.0.0.1:9", setup: str = "", program: bool = True
 ) -> dict[str, object]:
     """``paddlecloud ARGS`` in a fresh interpreter (nothing listens at ``endpoint``: exit 3); what
-    of NOT_FOR_PFS it imported and how many CA bundles it loaded."""
+    of NOT_FOR_PFS it imported, how many CA bundles it loaded, how many objects it froze.
+    ``program=False``: ``main([...])`` instead of the program's ``main()``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLECLOUD_")}
     env.update(
         PADDLECLOUD_CONFIG=str(tmp_path / "config"), PADDLECLOUD_ENDPOINT=endpoint, PADDLECLOUD_TOKEN="t"
     )
-    code = PROBE.format(watch=NOT_FOR_PFS, setup=setup, args=list(args))
+    argv = "" if program else repr(list(args))  # main([...]): how tests run commands in-process
+    code = PROBE.format(watch=NOT_FOR_PFS, setup=setup, args=list(args), argv=argv)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 3, out.stderr  # the server cannot be reached: the request was tried
     result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -71,6 +74,13 @@ def test_pfs_commands_import_no_job_models_rich_or_async_libraries(tmp_path: Pat
     (tmp_path / "f").write_bytes(b"x" * 100)
     assert run(tmp_path, "pfs", "stat", "pfs:x")["modules"] == []
     assert run(tmp_path, "pfs", "cp", "-q", str(tmp_path / "f"), "pfs:f")["modules"] == []
+
+
+def test_only_the_program_freezes_its_import_time_objects(tmp_path: Path) -> None:
+    """The program freezes what its imports made (gc.freeze: not scanned again, also not at exit);
+    ``main([...])`` (a test running a command in its own process) leaves the collector alone."""
+    assert int(run(tmp_path, "pfs", "stat", "pfs:x")["frozen"]) > 10_000  # type: ignore[call-overload]
+    assert run(tmp_path, "pfs", "stat", "pfs:x", program=False)["frozen"] == 0
 
 
 def test_a_plain_http_endpoint_loads_no_ca_bundle_and_https_still_verifies(tmp_path: Path) -> None:

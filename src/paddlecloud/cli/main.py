@@ -43,6 +43,9 @@ SERVERS = frozenset({"up", "operator"})
 #: what httpcore imports, when it can, only for async callers (its locks ask which event loop runs
 #: them: trio's or anyio's): ~0.1-0.25 s of a command here where trio is installed
 ASYNC_ONLY = ("trio", "anyio")
+#: whether this process is the `paddlecloud` program (main() with no argv), not a test calling
+#: ``main([...])`` or ``cli``: only the program freezes its objects and skips the async imports
+_PROGRAM = {"on": False}
 
 
 class LazyGroup(click.Group):
@@ -70,8 +73,9 @@ class LazyGroup(click.Group):
         # request cycles, which pin sent chunks until collected) are collected as before; the few
         # import-time cycles that are garbage already stay until exit, when the OS takes the memory
         # back. Exit stays the normal one: atexit handlers, buffered output and temporary files are
-        # finished as usual (no os._exit). A server (`up`, `operator`) lives on: not frozen.
-        if cmd_name not in SERVERS:
+        # finished as usual (no os._exit). A server (`up`, `operator`) lives on: not frozen; nor a
+        # test process running commands in-process (its fixtures' cycles must stay collectable).
+        if _PROGRAM["on"] and cmd_name not in SERVERS:
             gc.freeze()
         return command
 
@@ -95,6 +99,7 @@ def skip_async_imports(command: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     if argv is None:  # the `paddlecloud` program itself
+        _PROGRAM["on"] = True
         skip_async_imports(sys.argv[1] if len(sys.argv) > 1 else None)
     try:
         cli.main(args=argv, prog_name="paddlecloud", standalone_mode=False)
