@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__: list[str] = []
 
@@ -54,7 +55,7 @@ main({argv})
 
 def run(
     tmp_path: Path, *args: str, endpoint: str = "http://127.0.0.1:9", setup: str = "", program: bool = True
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """``paddlecloud ARGS`` in a fresh interpreter (nothing listens at ``endpoint``: exit 3); what
     of NOT_FOR_PFS it imported, how many CA bundles it loaded, how many objects it froze.
     ``program=False``: ``main([...])`` instead of the program's ``main()``."""
@@ -66,7 +67,7 @@ def run(
     code = PROBE.format(watch=NOT_FOR_PFS, setup=setup, args=list(args), argv=argv)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 3, out.stderr  # the server cannot be reached: the request was tried
-    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -79,7 +80,7 @@ def test_pfs_commands_import_no_job_models_rich_or_async_libraries(tmp_path: Pat
 def test_only_the_program_freezes_its_import_time_objects(tmp_path: Path) -> None:
     """The program freezes what its imports made (gc.freeze: not scanned again, also not at exit);
     ``main([...])`` (a test running a command in its own process) leaves the collector alone."""
-    assert int(run(tmp_path, "pfs", "stat", "pfs:x")["frozen"]) > 10_000  # type: ignore[call-overload]
+    assert int(run(tmp_path, "pfs", "stat", "pfs:x")["frozen"]) > 10_000
     assert run(tmp_path, "pfs", "stat", "pfs:x", program=False)["frozen"] == 0
 
 
@@ -93,7 +94,7 @@ def test_the_probe_sees_what_it_looks_for(tmp_path: Path) -> None:
     before the program starts, are seen."""
     got = run(tmp_path, "get", "jobs", setup="import anyio, rich.table")
     assert {"paddlecloud.api.models", "paddlecloud.client.client", "anyio", "rich.table"} <= set(
-        got["modules"]  # type: ignore[call-overload]
+        got["modules"]
     )
 
 
