@@ -267,17 +267,31 @@ def test_the_current_datacenters_tls_files_reach_httpx(
     ]
 
     seen.clear()
-    Client(endpoint="http://other.example", token="t").close()  # another endpoint: not this one's TLS
+    Client(endpoint="https://other.example", token="t").close()  # another endpoint: not this one's TLS
     assert "verify" not in seen[0]
 
 
-def test_no_tls_files_leaves_httpx_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_tls_files_leaves_httpx_defaults_for_https(monkeypatch: pytest.MonkeyPatch) -> None:
+    save_datacenter(Datacenter(name="c", endpoint="https://c.example", username="carol", token="t"))
+    seen: list[dict[str, Any]] = []
+    real = httpx.Client
+    monkeypatch.setattr(httpx, "Client", lambda **kw: seen.append(kw) or real(**kw))
+    Client().close()
+    assert seen == [{"base_url": "https://c.example", "timeout": 30.0}]  # httpx's verifying default
+
+
+def test_plain_http_loads_no_ca_bundle_and_still_refuses_unverified_tls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     save_datacenter(A)
     seen: list[dict[str, Any]] = []
     real = httpx.Client
     monkeypatch.setattr(httpx, "Client", lambda **kw: seen.append(kw) or real(**kw))
     Client().close()
-    assert seen == [{"base_url": A.endpoint, "timeout": 30.0}]
+    verify = seen[0]["verify"]
+    assert isinstance(verify, ssl.SSLContext)
+    assert verify.get_ca_certs() == []  # certifi's bundle not loaded: an http:// session has no TLS
+    assert verify.verify_mode == ssl.CERT_REQUIRED and verify.check_hostname  # an https URL would fail
 
 
 def test_tls_mistakes_are_one_line_errors(pki: Pki, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pfs_helpers import (  # noqa: F401 - the shared helpers
     CHECKSUM,
@@ -81,6 +82,70 @@ def test_cp_into_existing_remote_and_local_dirs(alice: Client, tmp_path: Path) -
     out.mkdir()
     fs.cp(["pfs:dir/a.txt"], str(out))
     assert (out / "a.txt").read_bytes() == b"hello"
+
+
+def requests_of(client: Client) -> list[str]:
+    """Every API call ``client`` makes from now on, as ``METHOD /path`` (below /api/v1)."""
+    seen: list[str] = []
+    http = client._session.http
+    http.event_hooks["request"] = [lambda r: seen.append(f"{r.method} {r.url.path.removeprefix('/api/v1')}")]
+    return seen
+
+
+@pytest.mark.parametrize("size", [1000, 2 * CHUNK + 5], ids=["one-PUT", "chunked"])
+def test_cp_asks_for_home_and_each_stat_once(alice: Client, tmp_path: Path, size: int) -> None:
+    """Before the data moves: one ``GET /pfs/home`` (not /version + /whoami) and one stat of the
+    destination (an upload into a home or a directory just found stats no parent); a download
+    stats its source once, in the plan."""
+    src = write(tmp_path / "src.bin", blob(size))
+    fs_of(alice).mkdir("pfs:dir")
+    seen = requests_of(alice)
+    fs = fs_of(alice)  # a new one: it asks for the home again
+    fs.cp([str(src)], "pfs:up.bin")
+    fs.cp([str(src)], "pfs:dir")  # into an existing directory
+    fs.cp(["pfs:up.bin"], str(tmp_path / "down.bin"))
+    control = [r for r in seen if r.startswith("GET") and not r.startswith("GET /pfs/file")]
+    assert control == [
+        "GET /pfs/home",
+        "GET /pfs/stat",
+        "GET /pfs/stat",
+        "GET /pfs/stat",
+        "GET /pfs/checksum",
+    ]
+    assert fs.stat("pfs:dir/src.bin").size == size
+    assert (tmp_path / "down.bin").read_bytes() == blob(size)
+
+
+def test_cp_into_a_new_directory_stats_its_parent_once(alice: Client, tmp_path: Path) -> None:
+    srcs = [str(write(tmp_path / n, blob(100, i))) for i, n in enumerate(("a", "b", "c"))]
+    fs = fs_of(alice)
+    seen = requests_of(alice)
+    fs.cp(srcs, "pfs:new/sub/")  # a missing directory: made once, not stat'ed per file
+    assert seen.count("GET /pfs/stat") == 1  # "new/sub/" is a directory: stat'ed (missing) and made once
+    assert seen.count("POST /pfs/mkdir") == 1
+    assert sorted(f.path.rsplit("/", 1)[1] for f in fs.ls("pfs:new/sub")) == ["a", "b", "c"]
+
+
+class _WithoutPfsHome(httpx.BaseTransport):
+    """A server from before ``GET /pfs/home``: that route is unknown (404, ``invalid_request``)."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/pfs/home"):
+            return httpx.Response(404, json={"error": {"code": "invalid_request", "message": "Not Found"}})
+        return self.inner.handle_request(request)
+
+
+def test_home_from_a_server_without_pfs_home(alice: Client) -> None:
+    http = alice._session.http
+    http._transport = _WithoutPfsHome(http._transport)
+    seen = requests_of(alice)
+    fs = fs_of(alice)
+    assert fs.home() == HOME
+    assert fs.full("pfs:x/y") == f"{HOME}/x/y"
+    assert seen == ["GET /pfs/home", "GET /version", "GET /whoami"]  # asked once, then remembered
 
 
 def test_cp_refuses_to_clobber_without_force(alice: Client, tmp_path: Path) -> None:

@@ -231,6 +231,7 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/api/v1/whoami"): {"self": True},
     ("GET", "/api/v1/quota"): {"self": True},
     ("GET", "/api/v1/pfs/usage"): {"self": True},
+    ("GET", "/api/v1/pfs/home"): {"self": True},
     # the cluster and the queue: every user sees them, other users' jobs unnamed (test_c_queue...)
     ("GET", "/api/v1/cluster"): {"self": True},
     ("GET", "/api/v1/queue"): {
@@ -643,6 +644,12 @@ def test_c_self_scoped_routes_show_only_the_caller(shared: World) -> None:
     # usage takes no user parameter: asking for alice's is ignored, not honoured
     r = world.call("bob", Request("GET", "/pfs/usage", params={"user": "alice"}))
     assert r.status_code == 200 and r.json()["user"] == "bob"
+    home = world.call("bob", Request("GET", "/pfs/home", params={"user": "alice"})).json()
+    assert home == {
+        "user": "bob",
+        "datacenter": "local",
+        "path": "/pfs/local/home/bob",
+    }  # always the caller's
 
 
 def test_c_queue_and_cluster_name_no_other_users_job(shared: World) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "LocalGrantRequest",
     "MkdirRequest",
     "MoveRequest",
+    "PfsHome",
     "QuotaUpdate",
     "RemoveRequest",
     "StorageUsage",
@@ -113,6 +114,16 @@ class StorageUsage(_Model):
     limit: int | None
     #: bytes of the user's SampleSet caches (included in ``used``)
     samplesets: int = 0
+
+
+class PfsHome(_Model):
+    """``GET /pfs/home``: where the caller's ``pfs:REL`` paths live, in one answer (the CLI needs it
+    before its first path; ``/version`` + ``/whoami`` said the same in two)."""
+
+    user: str
+    datacenter: str
+    #: ``/pfs/<datacenter>/home/<user>``
+    path: str
 
 
 class LocalGrantRequest(Body):

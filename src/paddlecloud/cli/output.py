@@ -1,7 +1,8 @@
-"""Render API views for people (Rich tables) and programs (``-o json`` / ``-o yaml``).
+"""Render API views for people (aligned text tables) and programs (``-o json`` / ``-o yaml``).
 
 JSON and YAML are the API models' own JSON form (``docs/cli.md`` documents the job schema); tables
-are for reading and may change.
+are for reading and may change. Imported by every command, so it imports no wire model and no Rich
+at start-up: Rich when something is drawn (:func:`console`), the job models only for type checking.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 import click
 from pydantic import BaseModel
 
-from paddlecloud.api.models import JobView, RoleStatus
 from paddlecloud.core.durations import human_duration
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from paddlecloud.api.models import JobView, RoleStatus
 
 __all__ = [
     "FORMATS",

@@ -2,7 +2,9 @@
 
 A remote path is ``/pfs/<datacenter>/home/<user>/...`` (or ``/pfs/<dc>/public/...``) or ``pfs:REL``
 (relative to your home); anything else is a local path. The transfer work is the SDK's
-(``Client.pfs``); this module only draws the progress bar and the listings.
+(``Client.pfs``); this module only draws the progress bar and the listings. It takes the SDK's file
+service alone (``Pfs.connect()``, not ``Client``): a ``pfs`` command imports none of the job models,
+and Rich only to draw a progress bar (not with ``-q``); ``tests/unit/test_cli_imports.py`` checks.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from datetime import UTC, datetime
 import click
 
 from paddlecloud.cli.output import FORMATS, emit, print_table
-from paddlecloud.client import Client
+from paddlecloud.client.pfs import CopyPlan, Pfs, TransferStats
 from paddlecloud.core.quantity import human_bytes
 
 __all__ = ["pfs"]
@@ -39,31 +41,15 @@ def cp(paths: tuple[str, ...], recursive: bool, force: bool, parallel: int, quie
     stopped."""
     if len(paths) < 2:
         raise click.UsageError("cp needs a source and a destination")
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    fs = Client().pfs
+    fs = Pfs.connect()
     fs.parallel = parallel
     srcs, dst = list(paths[:-1]), paths[-1]
     plan = fs.plan(srcs, dst, recursive)  # every mistake is reported before the bar is drawn
     t0 = time.perf_counter()
-    columns = (
-        TextColumn("[bold]copy"),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, disable=quiet, transient=False) as bar:
-        task = bar.add_task("copy", total=plan.total)
-        advance = functools.partial(bar.advance, task)
-        stats = fs.cp(srcs, dst, recursive=recursive, overwrite=force, progress=advance, plan=plan)
+    if quiet:
+        stats = fs.cp(srcs, dst, recursive=recursive, overwrite=force, plan=plan)
+    else:
+        stats = _cp_with_bar(fs, plan, srcs, dst, recursive=recursive, overwrite=force)
     dt = time.perf_counter() - t0
     moved = stats.bytes_sent + stats.bytes_skipped
     resumed = f", {human_bytes(stats.bytes_skipped)} already there" if stats.bytes_skipped else ""
@@ -75,13 +61,39 @@ def cp(paths: tuple[str, ...], recursive: bool, force: bool, parallel: int, quie
     )
 
 
+def _cp_with_bar(
+    fs: Pfs, plan: CopyPlan, srcs: list[str], dst: str, *, recursive: bool, overwrite: bool
+) -> TransferStats:
+    """``fs.cp`` under a Rich progress bar on stderr (Rich imported here: ``-q`` never pays for it)."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (
+        TextColumn("[bold]copy"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task("copy", total=plan.total)
+        advance = functools.partial(bar.advance, task)
+        return fs.cp(srcs, dst, recursive=recursive, overwrite=overwrite, progress=advance, plan=plan)
+
+
 @pfs.command("ls")
 @click.argument("path", required=False)
 @click.option("-r", "--recursive", is_flag=True)
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
 def ls(path: str | None, recursive: bool, fmt: str) -> None:
     """List a directory (default: your home). A glob in the last component filters: pfs:data/*.csv"""
-    items = Client().pfs.ls(path, recursive=recursive)
+    items = Pfs.connect().ls(path, recursive=recursive)
     if fmt in ("json", "yaml"):
         emit(items, fmt)
         return
@@ -101,7 +113,7 @@ def ls(path: str | None, recursive: bool, fmt: str) -> None:
 @click.argument("path")
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
 def stat(path: str, fmt: str) -> None:
-    info = Client().pfs.stat(path)
+    info = Pfs.connect().stat(path)
     if fmt in ("json", "yaml"):
         emit(info, fmt)
         return
@@ -114,7 +126,7 @@ def stat(path: str, fmt: str) -> None:
 @click.option("-p", "--parents", is_flag=True, help="no error if it exists already")
 def mkdir(paths: tuple[str, ...], parents: bool) -> None:
     """Make directories, with any missing parents (pfs:a/b/c makes a and a/b too)."""
-    fs = Client().pfs
+    fs = Pfs.connect()
     for p in paths:
         fs.makedirs(p, exist_ok=parents)
 
@@ -123,7 +135,7 @@ def mkdir(paths: tuple[str, ...], parents: bool) -> None:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-r", "--recursive", is_flag=True, help="remove directories and their contents")
 def rm(paths: tuple[str, ...], recursive: bool) -> None:
-    fs = Client().pfs
+    fs = Pfs.connect()
     for p in paths:
         fs.rm(p, recursive=recursive)
 
@@ -133,14 +145,14 @@ def rm(paths: tuple[str, ...], recursive: bool) -> None:
 @click.argument("dst")
 def mv(src: str, dst: str) -> None:
     """Move or rename within your own space."""
-    Client().pfs.mv(src, dst)
+    Pfs.connect().mv(src, dst)
 
 
 @pfs.command("du")
 @click.option("-o", "--output", "fmt", type=FORMATS, default="table")
 def du(fmt: str) -> None:
     """Your storage use and quota."""
-    u = Client().pfs.usage()
+    u = Pfs.connect().usage()
     if fmt in ("json", "yaml"):
         emit(u, fmt)
         return

@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 
 from paddlecloud.api.adaptive import AdaptiveReport, AdaptiveState
-from paddlecloud.api.errors import InvalidInput
 from paddlecloud.api.models import (
     JobDetail,
     JobList,
@@ -44,10 +43,9 @@ from paddlecloud.api.samplesets import (
 )
 from paddlecloud.api.stored import STORED
 from paddlecloud.api.users import UserDeleted
-from paddlecloud.client.config import load_config
 from paddlecloud.client.package import check_package_dir, pack_directory
 from paddlecloud.client.pfs import Pfs
-from paddlecloud.client.session import Session, tls_context
+from paddlecloud.client.session import connect, tls_context
 from paddlecloud.client.tasks import TaskMaster
 from paddlecloud.core.phases import TERMINAL_PHASES
 
@@ -73,22 +71,7 @@ class Client:
         """``endpoint`` and ``token`` default to the current datacenter of the client config, and so do
         the TLS files ``ca`` (CA bundle), ``cert`` and ``key`` (client certificate) when the endpoint
         comes from there too."""
-        if endpoint is None or token is None:
-            cfg = load_config()
-            dc = cfg.current
-            if dc is not None:
-                if not endpoint:
-                    ca, cert, key = ca or dc.ca, cert or dc.cert, key or dc.key
-                endpoint = endpoint or dc.endpoint
-                token = token or dc.token
-        if not endpoint and http is None:
-            raise InvalidInput(
-                "no PaddleCloud endpoint configured: run `paddlecloud up` for a local platform, "
-                "or `paddlecloud login`; or set PADDLECLOUD_ENDPOINT"
-            )
-        self._session = Session(
-            endpoint or "http://testserver", token, http=http, timeout=timeout, tls=(ca, cert, key)
-        )
+        self._session = connect(endpoint, token, http=http, timeout=timeout, tls=(ca, cert, key))
         self.endpoint = self._session.endpoint
 
     def close(self) -> None:

@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError, ServerError
-from paddlecloud.api.files import FileInfo, FileList, StorageUsage, UploadView
-from paddlecloud.api.models import UserView, VersionView
+from paddlecloud.api.files import FileInfo, FileList, PfsHome, StorageUsage, UploadView
 from paddlecloud.client.pfs_local import BATCH, LocalPlane
-from paddlecloud.client.session import Session
+from paddlecloud.client.session import Session, connect
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
 from paddlecloud.core.fileio import copy_range, hash_range, start_writeback
 from paddlecloud.core.pfspath import expand_short, is_remote
@@ -66,6 +65,8 @@ class CopyPlan:
     upload: bool
     items: list[tuple[str, str]] = field(default_factory=list)
     total: int = 0
+    #: a download's sources as the plan found them (source text → stat answer): not asked twice
+    sources: dict[str, FileInfo] = field(default_factory=dict)
 
 
 @dataclass
@@ -95,18 +96,34 @@ class Pfs:
         self.session = session
         self.parallel = parallel
         self.chunk_size = chunk_size
-        self._me: tuple[str, str] | None = None
+        self._home: str | None = None
+        #: PFS directories the current copy saw exist (stat'ed or made; forgotten when the next plan
+        #: starts): a ``cp`` asks about each once
+        self._dirs: set[str] = set()
         self.local = LocalPlane(session)
+
+    @classmethod
+    def connect(cls, **kw: Any) -> Pfs:
+        """The file service of a new session (``kw``: :func:`paddlecloud.client.session.connect`'s:
+        by default the current datacenter of the client config). What ``paddlecloud pfs`` uses: it
+        imports none of ``Client``'s job models."""
+        return cls(connect(**kw))
 
     # -- paths ----------------------------------------------------------------------------------
 
     def home(self) -> str:
-        if self._me is None:
-            version = VersionView.model_validate_json(self.session.request("GET", "/version").content)
-            me = UserView.model_validate_json(self.session.request("GET", "/whoami").content)
-            self._me = (version.datacenter, me.name)
-        dc, user = self._me
-        return f"/pfs/{dc}/home/{user}"
+        """``/pfs/<datacenter>/home/<me>``: one ``GET /pfs/home`` (a server without it: ``/version``
+        for the datacenter and ``/whoami`` for my name, as before it existed)."""
+        if self._home is None:
+            try:
+                self._home = PfsHome.model_validate_json(self._get("/pfs/home").content).path
+            except PaddleCloudError as exc:  # an older server's "no such route" (404, invalid_request)
+                if exc.code != ErrorCode.INVALID_REQUEST:
+                    raise
+                dc = self.session.request("GET", "/version").json()["datacenter"]
+                user = self.session.request("GET", "/whoami").json()["name"]
+                self._home = f"/pfs/{dc}/home/{user}"
+        return self._home
 
     def full(self, text: str) -> str:
         """``pfs:REL`` → ``/pfs/<dc>/home/<me>/REL``; full paths unchanged."""
@@ -376,6 +393,7 @@ class Pfs:
         side: into ``dst`` as ``dst/<name>`` when ``dst`` is an existing directory or ends in ``/``,
         else as ``dst`` itself (its missing parents are created, as ``mkdir -p`` would)."""
         upload = is_remote(dst)
+        self._dirs.clear()
         for src in srcs:
             if is_remote(src) == upload:
                 raise InvalidInput(
@@ -390,7 +408,9 @@ class Pfs:
         base = self.full(dst).rstrip("/") if upload else dst
         plan = CopyPlan(upload=upload)
         for src in srcs:
-            name, size = self._local_source(src, recursive) if upload else self._remote_source(src, recursive)
+            name, size = (
+                self._local_source(src, recursive) if upload else self._remote_source(src, recursive, plan)
+            )
             if upload:
                 plan.items.append((src, f"{base}/{name}" if into else base))
             else:
@@ -408,8 +428,8 @@ class Pfs:
             raise InvalidInput(f"{src} is a directory (use -r)", code=ErrorCode.IS_A_DIRECTORY)
         return p.resolve().name, sum(f.stat().st_size for f, _ in _walk_local(p)[0])
 
-    def _remote_source(self, src: str, recursive: bool) -> tuple[str, int]:
-        info = self.stat(src)
+    def _remote_source(self, src: str, recursive: bool, plan: CopyPlan) -> tuple[str, int]:
+        info = plan.sources[src] = self.stat(src)
         name = info.path.rstrip("/").rsplit("/", 1)[-1]
         if info.type != "dir":
             return name, info.size
@@ -435,20 +455,31 @@ class Pfs:
             if plan.upload:
                 stats.add(self._put(Path(src), target, overwrite, progress))
             else:
-                stats.add(self._fetch(self.full(src), Path(target), overwrite, progress))
+                info = plan.sources.get(src) or self.stat(src)
+                stats.add(self._fetch(info, Path(target), overwrite, progress))
         return stats
 
     def _is_dir(self, path: str, remote: bool) -> bool:
         if remote:
             info = self.exists(path)
-            return info is not None and info.type == "dir"
+            if info is not None and info.type == "dir":
+                self._dirs.add(self.full(path).rstrip("/"))
+                return True
+            return False
         return Path(path).is_dir()
+
+    def _known_dir(self, path: str) -> bool:
+        """``path`` (a full PFS path) is a directory this copy saw, or a home: the server makes a
+        home on the first write into it, so an upload there needs no stat first."""
+        parts = path.split("/")
+        return path in self._dirs or (len(parts) == 5 and parts[:2] == ["", "pfs"] and parts[3] == "home")
 
     def _put(self, src: Path, dst: str, overwrite: bool, progress: Progress) -> TransferStats:
         if not src.is_dir():
             parent = dst.rsplit("/", 1)[0]
-            if self.exists(parent) is None:
+            if not self._known_dir(parent) and self.exists(parent) is None:
                 self.mkdir(parent, parents=True)
+            self._dirs.add(parent)
             return self.upload_file(src, dst, overwrite=overwrite, progress=progress)
         files, dirs = _walk_local(src)
         stats = TransferStats(dirs=len(dirs) + 1)
@@ -468,8 +499,8 @@ class Pfs:
             stats.add(one(item))
         return stats
 
-    def _fetch(self, src: str, dst: Path, overwrite: bool, progress: Progress) -> TransferStats:
-        info = self.stat(src)
+    def _fetch(self, info: FileInfo, dst: Path, overwrite: bool, progress: Progress) -> TransferStats:
+        src = info.path
         if info.type == "file":
             if dst.exists() and not overwrite:
                 raise InvalidInput(f"{dst} exists (use --force to overwrite)", code=ErrorCode.PATH_EXISTS)

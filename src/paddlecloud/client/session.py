@@ -7,7 +7,10 @@
 The session checks the server's API version on the first answer, turns an error answer into the
 same :class:`paddlecloud.api.errors.PaddleCloudError` the server raised (by its stable code) and a
 transport failure into ``ServerUnreachable``. It knows nothing of jobs or files: the modules above
-it (``pfs``, ``tasks``, ``client``) do, and import it, never each other upwards.
+it (``pfs``, ``tasks``, ``client``) do, and import it, never each other upwards. :func:`connect`
+makes one from the client config (endpoint, token, TLS files): ``Client()`` and ``Pfs.connect()``
+both start there. An ``http://`` endpoint gets an SSL context that loads no CA bundle
+(:func:`plain_http_context`); ``https://`` keeps httpx's verifying default or the TLS files.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from paddlecloud.api.errors import (
     VersionMismatch,
     error_from_body,
 )
+from paddlecloud.client.config import load_config
 
-__all__ = ["Session", "tls_context"]
+__all__ = ["Session", "connect", "plain_http_context", "tls_context"]
 
 
 def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
@@ -59,6 +63,16 @@ def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLCon
     return ctx
 
 
+def plain_http_context() -> ssl.SSLContext:
+    """The SSL context of a session to an ``http://`` endpoint: one that verifies (certificate and
+    host name required) but trusts no certificate authority. httpx builds its transports' SSL context
+    when the client is made, by default from certifi's CA bundle (tens of milliseconds, every
+    command); a plain-http session never does a TLS handshake, and should anything ever reach an
+    https URL through it, the handshake fails (``ServerUnreachable`` naming TLS) instead of talking
+    unverified. An ``https://`` endpoint still gets httpx's verifying default or :func:`tls_context`."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # check_hostname=True, CERT_REQUIRED, no CAs
+
+
 class Session:
     """Requests below ``/api/v1`` to ``endpoint``. ``http``: an ``httpx.Client`` to use instead of
     a new one (tests bind it to the ASGI app: the transport seam); ``tls``: ``(ca, cert, key)``."""
@@ -78,6 +92,8 @@ class Session:
             headers["Authorization"] = f"Bearer {token}"
         if http is None:
             ctx = tls_context(*tls)
+            if ctx is None and self.endpoint.lower().startswith("http://"):
+                ctx = plain_http_context()
             if ctx is None:
                 http = httpx.Client(base_url=self.endpoint, timeout=timeout)
             else:
@@ -149,3 +165,31 @@ class Session:
             f"cannot reach the PaddleCloud server at {self.endpoint} ({type(exc).__name__}); "
             "is `paddlecloud up` running?"
         )
+
+
+def connect(
+    endpoint: str | None = None,
+    token: str | None = None,
+    *,
+    http: httpx.Client | None = None,
+    timeout: float = 30.0,
+    tls: tuple[str | None, str | None, str | None] = (None, None, None),
+) -> Session:
+    """A session to ``endpoint`` with ``token``, both by default the current datacenter's of the
+    client config, and so are the TLS files ``tls`` (ca, cert, key) when the endpoint comes from
+    there too. ``Client()`` and ``Pfs.connect()`` (the CLI's ``pfs`` commands, which need none of the
+    job models) are both made by it."""
+    ca, cert, key = tls
+    if endpoint is None or token is None:
+        dc = load_config().current
+        if dc is not None:
+            if not endpoint:
+                ca, cert, key = ca or dc.ca, cert or dc.cert, key or dc.key
+            endpoint = endpoint or dc.endpoint
+            token = token or dc.token
+    if not endpoint and http is None:
+        raise InvalidInput(
+            "no PaddleCloud endpoint configured: run `paddlecloud up` for a local platform, "
+            "or `paddlecloud login`; or set PADDLECLOUD_ENDPOINT"
+        )
+    return Session(endpoint or "http://testserver", token, http=http, timeout=timeout, tls=(ca, cert, key))

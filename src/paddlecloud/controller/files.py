@@ -38,7 +38,7 @@ from paddlecloud.api.errors import (
     NotFound,
     PaddleCloudError,
 )
-from paddlecloud.api.files import ChecksumView, FileInfo, StorageUsage, UploadView
+from paddlecloud.api.files import ChecksumView, FileInfo, PfsHome, StorageUsage, UploadView
 from paddlecloud.controller.metrics import PlatformMetrics
 from paddlecloud.controller.users import Identity
 from paddlecloud.core.checksum import PREFIX, ChunkedHasher, file_checksum
@@ -161,6 +161,10 @@ class FileService:
 
     def home(self, user: str) -> PfsPath:
         return PfsPath(self.datacenter, "home", user)
+
+    def home_of(self, who: Identity) -> PfsHome:
+        """The caller's home (``GET /pfs/home``: what ``pfs:REL`` expands to)."""
+        return PfsHome(user=who.name, datacenter=self.datacenter, path=str(self.home(who.name)))
 
     def resolve(self, who: Identity, text: str, *, write: bool) -> PfsPath:
         try:

@@ -23,6 +23,7 @@ from paddlecloud.api.files import (
     LocalGrantRequest,
     MkdirRequest,
     MoveRequest,
+    PfsHome,
     RemoveRequest,
     StorageUsage,
     UploadBegin,
@@ -69,6 +70,12 @@ def remove(req: RemoveRequest, who: Caller, platform: PlatformDep) -> Response:
 @router.post("/move", response_model=FileInfo)
 def move(req: MoveRequest, who: Caller, platform: PlatformDep) -> FileInfo:
     return platform.files.move(who, req.src, req.dst)
+
+
+@router.get("/home", response_model=PfsHome)
+def home(who: Caller, platform: PlatformDep) -> PfsHome:
+    """The caller's home: what ``pfs:REL`` paths expand to."""
+    return platform.files.home_of(who)
 
 
 @router.get("/usage", response_model=StorageUsage)
