@@ -17,7 +17,7 @@ import pytest
 from memory_platform import GI, MemoryWorld
 
 from paddlecloud.api.errors import ErrorCode, PaddleCloudError
-from paddlecloud.api.samplesets import SampleSetPhase
+from paddlecloud.api.samplesets import SampleJobPhase, SampleSetPhase
 from paddlecloud.backends.base import Capability, NodeInfo
 from paddlecloud.backends.errors import JobRejected
 from paddlecloud.backends.memory.backend import ALL
@@ -451,3 +451,21 @@ def test_a_mount_failing_for_now_is_shown_and_tried_again(world: MemoryWorld) ->
     world.engine.volumes.trouble = None
     settle(world)
     assert alice.sampleset("mnist").phase == SampleSetPhase.READY
+
+
+def test_a_sampleset_is_not_ready_while_the_warmup_after_its_sync_waits_to_run() -> None:
+    """Between the sync's end and the warmup's start a job would be placed without the cache."""
+    from paddlecloud.controller.samplesets import derive_phase
+    from paddlecloud.store.tables import SampleJobRow
+
+    def job(kind: str, phase: SampleJobPhase) -> SampleJobRow:
+        return SampleJobRow(kind=kind, phase=phase, path="", message="")
+
+    synced = job("sync", SampleJobPhase.SUCCEEDED)
+    assert derive_phase([synced, job("warmup", SampleJobPhase.PENDING)]) == (
+        SampleSetPhase.SYNCING,
+        "warmup waiting to run",
+    )
+    assert derive_phase([synced, job("warmup", SampleJobPhase.SUCCEEDED)]) == (SampleSetPhase.READY, "")
+    assert derive_phase([synced, job("clear", SampleJobPhase.PENDING)])[0] == SampleSetPhase.READY
+    assert derive_phase([job("sync", SampleJobPhase.PENDING)])[0] == SampleSetPhase.PENDING  # first sync

@@ -119,6 +119,16 @@ def derive_phase(jobs: Sequence[SampleJobRow], unavailable: str | None = None) -
         return SampleSetPhase.PENDING, "waiting for its first sync"
     if last_sync.phase == SampleJobPhase.FAILED:
         return SampleSetPhase.FAILED, f"sync failed: {last_sync.message} (try again: sampleset sync)"
+    waiting = next(
+        (
+            j
+            for j in jobs
+            if j.phase == SampleJobPhase.PENDING and j.kind in (SampleJobKind.SYNC, SampleJobKind.WARMUP)
+        ),
+        None,
+    )
+    if waiting is not None:  # e.g. the warmup that follows a sync: not Ready (and placed) before it ran
+        return SampleSetPhase.SYNCING, f"{waiting.kind} waiting to run"
     last = ended[-1]
     if last.phase == SampleJobPhase.FAILED:
         return SampleSetPhase.READY, f"{last.kind} failed: {last.message}"
