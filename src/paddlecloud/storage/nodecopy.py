@@ -30,7 +30,7 @@ from pathlib import Path
 
 from paddlecloud.storage.base import StorageError, StorageErrorKind
 
-__all__ = ["CopyError", "copy_tree", "plan", "tree_size"]
+__all__ = ["CopyError", "copy_tree", "plan"]
 
 #: files copied at once (reads through FUSE overlap; 8: what ``juicefs warmup`` uses by default)
 THREADS = 8
@@ -43,21 +43,6 @@ class CopyError(StorageError):
 
     def __init__(self, message: str) -> None:
         super().__init__(StorageErrorKind.ENGINE, (), message)
-
-
-def tree_size(top: Path) -> tuple[int, int]:
-    """(regular files, their bytes) under ``top``, walked without following links."""
-    files = size = 0
-    stack = [top]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(Path(e.path))
-                elif e.is_file(follow_symlinks=False):
-                    files += 1
-                    size += e.stat(follow_symlinks=False).st_size
-    return files, size
 
 
 def plan(size: int, cap: int, where: Path) -> str | None:

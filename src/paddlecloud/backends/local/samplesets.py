@@ -446,15 +446,14 @@ class LocalSampleSets:
             return False
         with s.mounting:
             self._mount_admin(s)
-        files, size = s.usage or s.volume.usage(self.admin(uid))
+        size = (s.usage or s.volume.usage(self.admin(uid)))[1]
         why = plan(size, s.ref.cache_size, copy.parent)
         if why is not None:
             log.info("SampleSet %s on %s: no local copy: %s", s.ref.key, node, why)
             return False
         generation = self._generation(uid)
-        shutil.rmtree(copy, ignore_errors=True)
+        self._drop_copy(uid, node)
         tmp = copy.with_name("copy.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
         try:
             files, size = copy_tree(self.admin(uid), tmp, report)
         except CopyError as exc:
@@ -477,12 +476,17 @@ class LocalSampleSets:
             nodes = {p.parent.name for p in base.glob("*/copy*")} - self._pinned(uid)
             for node in sorted(nodes):
                 if self._copy(uid, node) is None:
-                    shutil.rmtree(self.copy_dir(uid, node), ignore_errors=True)
-                    shutil.rmtree(self.copy_dir(uid, node).with_name("copy.tmp"), ignore_errors=True)
-                    self.copy_dir(uid, node).with_name("copy.json").unlink(missing_ok=True)
+                    self._drop_copy(uid, node)
         finally:
             if not busy_ok:
                 s.work.release()
+
+    def _drop_copy(self, uid: str, node: str) -> None:
+        """Remove ``node``'s copy, a half-made one and its record."""
+        copy = self.copy_dir(uid, node)
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.rmtree(copy.with_name("copy.tmp"), ignore_errors=True)
+        copy.with_name("copy.json").unlink(missing_ok=True)
 
     def _refresh_nodes(self, s: _Set) -> None:
         """Remount the idle node mounts (their metadata caches would show the old tree for an hour);
