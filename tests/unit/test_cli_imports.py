@@ -16,13 +16,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from paddlecloud.client.config import Datacenter, save_datacenter
+
 __all__: list[str] = []
 
 #: modules `pfs stat` / `pfs cp -q` must not load: the job wire models and the SDK class importing
-#: them, Rich (drawn only for a progress bar), httpx's command line (Rich and pygments), and the
+#: them, the request bodies the server reads (built when imported), PyYAML (the CLI's config file is
+#: JSON), Rich (drawn only for a progress bar), httpx's command line (Rich and pygments), and the
 #: async libraries httpcore would load for async callers
 NOT_FOR_PFS = [
     "paddlecloud.api.models",
+    "paddlecloud.api.file_requests",
+    "yaml",
     "paddlecloud.client.client",
     "rich",
     "rich.table",
@@ -72,6 +77,8 @@ def run(
 
 
 def test_pfs_commands_import_no_job_models_rich_or_async_libraries(tmp_path: Path) -> None:
+    here = Datacenter(name="here", endpoint="http://127.0.0.1:9", token="t")
+    save_datacenter(here, path=tmp_path / "config")  # the config file as `login` writes it
     (tmp_path / "f").write_bytes(b"x" * 100)
     assert run(tmp_path, "pfs", "stat", "pfs:x")["modules"] == []
     assert run(tmp_path, "pfs", "cp", "-q", str(tmp_path / "f"), "pfs:f")["modules"] == []

@@ -72,6 +72,7 @@ def test_save_and_load_several_datacenters(cfg_file: Path) -> None:
     assert mode(cfg_file) == 0o600
 
     raw = yaml.safe_load(cfg_file.read_text())
+    assert json.loads(cfg_file.read_text()) == raw  # written as JSON (YAML too): read without PyYAML
     assert raw["current"] == "a"
     assert "ca" not in raw["datacenters"]["a"]  # unset TLS fields are not written
     assert raw["datacenters"]["b"]["cert"] == "/etc/b/bob.pem"

@@ -17,18 +17,18 @@
 Environment variables win over the file: ``PADDLECLOUD_ENDPOINT``, ``PADDLECLOUD_TOKEN``,
 ``PADDLECLOUD_DATACENTER`` (which entry is current) and ``PADDLECLOUD_CONFIG`` (the file's path).
 Relative TLS paths are relative to the file's folder. The file is written atomically and readable
-by its owner only (it holds tokens).
+by its owner only (it holds tokens). The CLI writes it as JSON, which is also YAML, so that reading
+it (every command) needs no YAML parser; a file written by hand in YAML's block style reads the same.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput
 
@@ -77,10 +77,18 @@ class ClientConfig:
 def _read(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"client config {path} is not valid YAML: {exc}") from None
+    text = path.read_text()
+    try:  # the file as the CLI writes it: JSON (a YAML document too), read without PyYAML's import
+        data = json.loads(text) if text.lstrip().startswith("{") else None
+    except ValueError:
+        data = None
+    if data is None:  # written or edited by hand as YAML
+        import yaml
+
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise InvalidInput(f"client config {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidInput(f"client config {path} must be a mapping with 'datacenters' and 'current'")
     return data
@@ -91,7 +99,8 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".config-")
     try:
         with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(data, f, sort_keys=False)
+            json.dump(data, f, indent=2)  # JSON is YAML: the file stays a YAML document
+            f.write("\n")
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paddlecloud.api import API_PREFIX
 from paddlecloud.api.errors import RequestTooLarge
-from paddlecloud.api.files import MAX_CHUNK
+from paddlecloud.api.file_requests import MAX_CHUNK
 from paddlecloud.console.pages_pfs import UPLOAD_MAX as CONSOLE_UPLOAD_MAX
 from paddlecloud.console.pages_pfs import UPLOAD_PREFIX as CONSOLE_UPLOAD_PREFIX
 from paddlecloud.core.quantity import human_bytes

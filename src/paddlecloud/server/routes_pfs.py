@@ -13,21 +13,23 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from paddlecloud.api.errors import ErrorCode, PackageTooLarge
-from paddlecloud.api.files import (
+from paddlecloud.api.file_requests import (
     MAX_CHUNK,
     MIN_CHUNK,
+    LocalGrantRequest,
+    MkdirRequest,
+    MoveRequest,
+    RemoveRequest,
+    UploadBegin,
+    UploadComplete,
+)
+from paddlecloud.api.files import (
     ChecksumView,
     FileInfo,
     FileList,
     LocalGrant,
-    LocalGrantRequest,
-    MkdirRequest,
-    MoveRequest,
     PfsHome,
-    RemoveRequest,
     StorageUsage,
-    UploadBegin,
-    UploadComplete,
     UploadView,
 )
 from paddlecloud.controller import JobIdentity

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from paddlecloud.api.files import QuotaUpdate
+from paddlecloud.api.file_requests import QuotaUpdate
 from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
 from paddlecloud.api.users import AdminUpdate, UserDeleted
 from paddlecloud.controller.quotas import update_quotas
