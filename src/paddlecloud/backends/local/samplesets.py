@@ -44,10 +44,10 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from paddlecloud.backends.errors import BackendUnavailable
+from paddlecloud.backends.sampleset_records import Cancelled, SetRecord, TaskRecord
 from paddlecloud.backends.samplesets import (
     NodeCache,
     SampleSetRef,
@@ -77,39 +77,6 @@ log = logging.getLogger("paddlecloud.backends.local.samplesets")
 _JOIN = 30.0
 
 
-class _Cancelled(Exception):
-    """Raised in a task's progress callback to stop its command (delete, close)."""
-
-
-@dataclass
-class _Task:
-    task: SampleTask
-    state: SampleTaskState = SampleTaskState.RUNNING
-    done: int = 0
-    total: int = 0
-    message: str = ""
-    thread: threading.Thread | None = None
-
-    def view(self) -> SampleTaskStatus:
-        return SampleTaskStatus(self.state, self.done, self.total, self.message)
-
-
-@dataclass
-class _Set:
-    """What this process knows of one SampleSet."""
-
-    ref: SampleSetRef
-    volume: Volume
-    formatted: bool = False
-    tasks: dict[str, _Task] = field(default_factory=dict)
-    #: held while a task runs (one at a time) and while mounts change
-    work: threading.Lock = field(default_factory=threading.Lock)
-    mounting: threading.RLock = field(default_factory=threading.RLock)
-    cancel: threading.Event = field(default_factory=threading.Event)
-    #: (files, bytes) as last counted; None: count again (a sync or rmr ran since)
-    usage: tuple[int, int] | None = None
-
-
 class LocalSampleSets:
     """``SampleSetBackend`` of the local backend (``nodes``: the emulated nodes' names)."""
 
@@ -118,7 +85,7 @@ class LocalSampleSets:
         self.nodes = tuple(nodes)
         #: make node-local copies of sets that fit (short-circuit reads); False: mounts only
         self.local_copies = local_copies
-        self._sets: dict[str, _Set] = {}
+        self._sets: dict[str, SetRecord] = {}
         self._pins: dict[str, tuple[str, frozenset[str]]] = {}  # job key -> (uid, nodes)
         self._lock = threading.Lock()
 
@@ -163,7 +130,7 @@ class LocalSampleSets:
         with self._lock:
             if task.id in s.tasks:
                 return
-            t = s.tasks[task.id] = _Task(task)
+            t = s.tasks[task.id] = TaskRecord(task)
         t.thread = threading.Thread(target=self._run, args=(s, t), name=f"sampleset-{ref.uid}-{task.id}")
         t.thread.daemon = True
         t.thread.start()
@@ -262,11 +229,11 @@ class LocalSampleSets:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _set(self, ref: SampleSetRef) -> _Set:
+    def _set(self, ref: SampleSetRef) -> SetRecord:
         with self._lock:
             s = self._sets.get(ref.uid)
             if s is None:
-                s = self._sets[ref.uid] = _Set(ref, Volume(self.folder(ref.uid), ref.uid))
+                s = self._sets[ref.uid] = SetRecord(ref, Volume(self.folder(ref.uid), ref.uid))
             s.ref = ref
             return s
 
@@ -282,7 +249,7 @@ class LocalSampleSets:
         return {mp.parent.name for mp in mounts_under(base) if mp.name == "mnt" and mp.parent.parent == base}
 
     @staticmethod
-    def _format(s: _Set) -> None:
+    def _format(s: SetRecord) -> None:
         if s.formatted:
             return
         try:
@@ -296,7 +263,7 @@ class LocalSampleSets:
             raise BackendUnavailable(f"SampleSet {s.ref.key}: {exc}") from None
         s.formatted = True
 
-    def _mount(self, s: _Set, mountpoint: Path, cache: Path, size: int, read_only: bool) -> None:
+    def _mount(self, s: SetRecord, mountpoint: Path, cache: Path, size: int, read_only: bool) -> None:
         try:
             s.volume.mount(mountpoint, cache, size, read_only=read_only)
         except FuseUnavailable as exc:
@@ -304,11 +271,11 @@ class LocalSampleSets:
         except JuiceFSError as exc:
             raise BackendUnavailable(f"SampleSet {s.ref.key}: {exc}") from None
 
-    def _mount_admin(self, s: _Set) -> None:
+    def _mount_admin(self, s: SetRecord) -> None:
         uid = s.ref.uid
         self._mount(s, self.admin(uid), self.folder(uid) / "admin-cache", 0, read_only=False)
 
-    def _mount_node(self, s: _Set, node: str) -> None:
+    def _mount_node(self, s: SetRecord, node: str) -> None:
         uid = s.ref.uid
         self._mount(
             s, self.mountpoint(uid, node), self.cache_dir(uid, node), s.ref.cache_size, read_only=True
@@ -323,15 +290,15 @@ class LocalSampleSets:
 
     # -- tasks -----------------------------------------------------------------------------------
 
-    def _run(self, s: _Set, t: _Task) -> None:
+    def _run(self, s: SetRecord, t: TaskRecord) -> None:
         with s.work:
             try:
                 if s.cancel.is_set():
-                    raise _Cancelled
+                    raise Cancelled
                 s.usage = None
                 self._do(s, t)
                 t.state = SampleTaskState.SUCCEEDED
-            except _Cancelled:
+            except Cancelled:
                 t.state, t.message = SampleTaskState.FAILED, "cancelled (the SampleSet is being deleted)"
             except (JuiceFSError, BackendUnavailable, SampleSetsUnavailable, OSError) as exc:
                 t.state, t.message = SampleTaskState.FAILED, str(exc)
@@ -342,18 +309,18 @@ class LocalSampleSets:
                 s.usage = None  # what it changed is counted afresh
 
     @staticmethod
-    def _progress(s: _Set, t: _Task, index: int = 0, count: int = 1) -> Callable[[int, int], None]:
+    def _progress(s: SetRecord, t: TaskRecord, index: int = 0, count: int = 1) -> Callable[[int, int], None]:
         """A progress callback that stops the command once the SampleSet is being deleted;
         ``index`` of ``count``: this step's place among equal ones (the same warmup per node)."""
 
         def report(done: int, total: int) -> None:
             if s.cancel.is_set():
-                raise _Cancelled
+                raise Cancelled
             t.done, t.total = index * total + done, total * count
 
         return report
 
-    def _do(self, s: _Set, t: _Task) -> None:
+    def _do(self, s: SetRecord, t: TaskRecord) -> None:
         ref, kind, vol = s.ref, t.task.kind, s.volume
         if kind in (SampleTaskKind.SYNC, SampleTaskKind.RMR, SampleTaskKind.CLEAR):
             self._bump(ref.uid)  # every copy is stale from now on: new jobs get the mount
@@ -385,11 +352,11 @@ class LocalSampleSets:
                     vol.warmup(mnt, t.task.path, report)
             else:
                 if s.cancel.is_set():
-                    raise _Cancelled
+                    raise Cancelled
                 self._clear(s, node, t.task.path)
                 t.done, t.total = i + 1, len(nodes)
 
-    def _clear(self, s: _Set, node: str, path: str) -> None:
+    def _clear(self, s: SetRecord, node: str, path: str) -> None:
         """Drop ``path`` ("" all) from ``node``'s cache: evict what the volume holds there; for the
         whole cache, where blocks of files no longer in the volume remain and no job uses the
         mount, wipe the cache dir under a fresh mount."""
@@ -432,7 +399,7 @@ class LocalSampleSets:
             return None
         return rec
 
-    def _make_copy(self, s: _Set, node: str, report: Callable[[int, int], None]) -> bool:
+    def _make_copy(self, s: SetRecord, node: str, report: Callable[[int, int], None]) -> bool:
         """Copy the whole volume onto ``node`` (True), unless it is there already (True) or it does
         not fit the node's cache cap or disk, or the node's stale copy is still read by a job (False:
         the caller warms the mount's cache instead)."""
@@ -466,7 +433,7 @@ class LocalSampleSets:
         s.volume.evict(self.mountpoint(uid, node), "")  # the copy supersedes the node's block cache
         return True
 
-    def _reap(self, s: _Set, busy_ok: bool = False) -> None:
+    def _reap(self, s: SetRecord, busy_ok: bool = False) -> None:
         """Remove the stale copies no job reads (``busy_ok``: the caller holds the task lock)."""
         uid = s.ref.uid
         if not busy_ok and not s.work.acquire(blocking=False):
@@ -488,7 +455,7 @@ class LocalSampleSets:
         shutil.rmtree(copy.with_name("copy.tmp"), ignore_errors=True)
         copy.with_name("copy.json").unlink(missing_ok=True)
 
-    def _refresh_nodes(self, s: _Set) -> None:
+    def _refresh_nodes(self, s: SetRecord) -> None:
         """Remount the idle node mounts (their metadata caches would show the old tree for an hour);
         a mount a job uses keeps its view until the job ends."""
         uid = s.ref.uid

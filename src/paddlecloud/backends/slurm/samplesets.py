@@ -32,7 +32,8 @@ import shlex
 import time
 from pathlib import Path
 
-from paddlecloud.backends.local.samplesets import LocalSampleSets, _Cancelled, _Set, _Task
+from paddlecloud.backends.local.samplesets import LocalSampleSets
+from paddlecloud.backends.sampleset_records import Cancelled, SetRecord, TaskRecord
 from paddlecloud.backends.samplesets import (
     NodeCache,
     SampleSetRef,
@@ -123,13 +124,13 @@ class SlurmSampleSets(LocalSampleSets):
 
     # -- tasks: warmup and clear run on the nodes ---------------------------------------------------
 
-    def _do(self, s: _Set, t: _Task) -> None:
+    def _do(self, s: SetRecord, t: TaskRecord) -> None:
         if t.task.kind in (SampleTaskKind.WARMUP, SampleTaskKind.CLEAR):
             self._on_nodes(s, t)
         else:
             super()._do(s, t)
 
-    def _on_nodes(self, s: _Set, t: _Task) -> None:
+    def _on_nodes(self, s: SetRecord, t: TaskRecord) -> None:
         """One node job per node of the SampleSet, all at once; progress from their reports; fails
         with every failed node's reason."""
         ref, kind = s.ref, t.task.kind.value
@@ -157,12 +158,12 @@ class SlurmSampleSets(LocalSampleSets):
         if failed:
             raise JuiceFSError(f"{kind} failed on {len(failed)} of {len(jobs)} nodes: " + "; ".join(failed))
 
-    def _follow(self, s: _Set, t: _Task, jobs: dict[str, int], deadline: float) -> dict[str, str]:
+    def _follow(self, s: SetRecord, t: TaskRecord, jobs: dict[str, int], deadline: float) -> dict[str, str]:
         """Wait for the node jobs to end (bounded), keeping ``t``'s progress; {node: Slurm state}."""
         uid, ended = s.ref.uid, dict[str, str]()
         while len(ended) < len(jobs):
             if s.cancel.is_set():
-                raise _Cancelled
+                raise Cancelled
             if time.monotonic() > deadline:
                 waiting = ", ".join(n for n in jobs if n not in ended)
                 raise JuiceFSError(f"{t.task.kind.value} did not end in time on {waiting}")
