@@ -50,6 +50,7 @@ EXPECTED: dict[ErrorCode, tuple[type[PaddleCloudError], int]] = {
     ErrorCode.NOT_A_DIRECTORY: (Conflict, 409),
     ErrorCode.IS_A_DIRECTORY: (Conflict, 409),
     ErrorCode.DIRECTORY_NOT_EMPTY: (Conflict, 409),
+    ErrorCode.PATH_NOT_ACCESSIBLE: (Conflict, 409),
     ErrorCode.PACKAGE_TOO_LARGE: (PackageTooLarge, 413),
     ErrorCode.UNAUTHORIZED: (Unauthorized, 401),
     ErrorCode.JOB_NOT_FOUND: (NotFound, 404),

@@ -13,7 +13,7 @@
     │                                no_task_master, task_not_found, sampleset_not_found  404
     ├── Conflict                     job_exists, job_not_running, user_exists, path_exists,
     │                                not_a_directory, is_a_directory, directory_not_empty,
-    │                                lease_lost, user_has_jobs, own_account,
+    │                                path_not_accessible, lease_lost, user_has_jobs, own_account,
     │                                sampleset_exists, sampleset_in_use,
     │                                samplesets_unavailable                               409
     ├── VersionMismatch              client_too_old, server_too_old                       426
@@ -84,6 +84,8 @@ class ErrorCode(StrEnum):
     NOT_A_DIRECTORY = "not_a_directory"
     IS_A_DIRECTORY = "is_a_directory"
     DIRECTORY_NOT_EMPTY = "directory_not_empty"
+    #: the file system refused the file service itself (permissions changed from inside a job)
+    PATH_NOT_ACCESSIBLE = "path_not_accessible"
     LEASE_LOST = "lease_lost"
     USER_HAS_JOBS = "user_has_jobs"
     OWN_ACCOUNT = "own_account"
@@ -200,6 +202,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.NOT_A_DIRECTORY: Conflict,
     ErrorCode.IS_A_DIRECTORY: Conflict,
     ErrorCode.DIRECTORY_NOT_EMPTY: Conflict,
+    ErrorCode.PATH_NOT_ACCESSIBLE: Conflict,
     ErrorCode.LEASE_LOST: Conflict,
     ErrorCode.NOT_ADAPTIVE: Conflict,
     ErrorCode.USER_HAS_JOBS: Conflict,

@@ -134,6 +134,13 @@ def _storage_error(exc: StorageError, path: str) -> PaddleCloudError:
         return Conflict(f"{path} {what}", code=code)
     if k == StorageErrorKind.NO_SPACE:
         return InsufficientStorage(f"{path}: the file store is out of space; try again later or ask an admin")
+    if k == StorageErrorKind.DENIED:
+        return Conflict(
+            f"{path}: the file service may not reach it (permission denied): its permissions or those "
+            "of a folder on the way were changed (from a job?); make them readable and writable by "
+            "their owner again (chmod u+rwX)",
+            code=ErrorCode.PATH_NOT_ACCESSIBLE,
+        )
     return Forbidden(
         f"{path} leads outside the file store (symbolic link); refused", code=ErrorCode.FORBIDDEN
     )

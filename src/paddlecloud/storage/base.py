@@ -37,6 +37,7 @@ class StorageErrorKind(StrEnum):
     NOT_EMPTY = "not_empty"
     UNSAFE = "unsafe"  # a symlink or anything else that would leave the store
     NO_SPACE = "no_space"  # the store's disk is full
+    DENIED = "denied"  # the file system refused the server (a job changed a folder's permissions)
     ENGINE = "engine"  # the SampleSet cache engine (storage.juicefs) failed: the message says how
 
 

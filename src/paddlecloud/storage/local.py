@@ -28,6 +28,7 @@ used by path.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
@@ -37,6 +38,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from paddlecloud.core.fileio import copy_range, hash_range, start_writeback
 from paddlecloud.storage.base import Entry, Key, Kind, StorageError, StorageErrorKind, UploadState
@@ -56,6 +58,33 @@ _LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+#: what a job can make the file system answer the server below its owner's home, by changing the
+#: tree between two calls (a file swapped for a folder, a folder made unsearchable, one removed):
+#: the caller's error (a 4xx), never the server's; any other errno is a fault of the server (500)
+_TREE_ERRORS = {
+    errno.ENOENT: E.NOT_FOUND,
+    errno.EEXIST: E.EXISTS,
+    errno.ENOTDIR: E.NOT_A_DIRECTORY,
+    errno.EISDIR: E.IS_A_DIRECTORY,
+    errno.ENOTEMPTY: E.NOT_EMPTY,
+    errno.ELOOP: E.UNSAFE,
+    errno.EACCES: E.DENIED,
+    errno.EPERM: E.DENIED,
+    errno.ENOSPC: E.NO_SPACE,
+    errno.EDQUOT: E.NO_SPACE,
+}
+
+
+def _tree_error(exc: OSError, key: Key) -> StorageError | None:
+    """``exc`` (raised acting on ``key``) as the StorageError a changed tree explains; else None."""
+    kind = _TREE_ERRORS.get(exc.errno or 0)
+    if kind is None:
+        return None
+    if kind == E.NO_SPACE:
+        return StorageError(kind, key, "the file store has no room for it")
+    return StorageError(kind, key, f"{'/'.join(key)}: {exc.strerror or kind}")
+
+
 @contextlib.contextmanager
 def _no_space(key: Key, what: str) -> Iterator[None]:
     """The file system's "disk full" (ENOSPC, EDQUOT) as NO_SPACE, whichever call ran into it."""
@@ -65,6 +94,32 @@ def _no_space(key: Key, what: str) -> Iterator[None]:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         raise StorageError(E.NO_SPACE, key, f"the file store has no room for {what}") from None
+
+
+_RENAME_NOREPLACE = 1
+_renameat2: list[Any] = []  # looked up on first use: [the libc function or None]
+
+
+def _rename_noreplace(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
+    """Rename ``src`` (in ``src_dir``) to ``dst`` (in ``dst_dir``) unless ``dst`` exists then
+    (``renameat2(RENAME_NOREPLACE)``: FileExistsError, never a silent overwrite of a name a job made
+    after the caller's check); a plain rename where the call or the file system lacks it."""
+    if not _renameat2:
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):  # not glibc 2.28+
+            fn = None
+        _renameat2.append(fn)
+    fn = _renameat2[0]
+    if fn is not None:
+        if fn(src_dir, os.fsencode(src), dst_dir, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(err, os.strerror(err), dst)
+    os.rename(src, dst, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
 
 
 def _fsync_dir(d: int) -> None:
@@ -100,6 +155,31 @@ def _open_dir(parent: int, name: str, key: Key, flags: int = _WALK, not_dir: E =
         raise StorageError(not_dir, key) from None
 
 
+class _Blocks:
+    """The blocks of bytes ``pos..end`` of the open file ``fd``. The descriptor is closed at the end,
+    by ``close()``, or when the iterator is dropped unread (a generator never started would keep
+    it: its ``finally`` runs only once it has begun)."""
+
+    def __init__(self, fd: int, pos: int, end: int, block: int) -> None:
+        self._fd, self._pos, self._end, self._block = fd, pos, end, block
+        self._done = weakref.finalize(self, os.close, fd)
+
+    def __iter__(self) -> _Blocks:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._done.alive and self._pos < self._end:
+            data = os.pread(self._fd, min(self._block, self._end - self._pos), self._pos)
+            if data:
+                self._pos += len(data)
+                return data
+        self._done()
+        raise StopIteration
+
+    def close(self) -> None:
+        self._done()
+
+
 class LocalDirStore:
     local_paths = True
 
@@ -124,7 +204,17 @@ class LocalDirStore:
         (UNSAFE), so whatever the caller does relative to it stays where the key says, even if a job
         swaps a directory on the way for a link meanwhile. A missing component is NOT_FOUND (with
         ``make``: created, as ``mkdir -p``), a file on the way ``below_file`` (NOT_FOUND for a
-        look-up). The descriptor is closed on exit."""
+        look-up). The descriptor is closed on exit. An OSError of the caller's calls in the block
+        that a job can cause by changing the tree (``_TREE_ERRORS``) becomes a StorageError."""
+        try:
+            yield from self._walk(key, make, below_file)
+        except OSError as exc:  # the tree changed under a call (``_TREE_ERRORS``)
+            err = _tree_error(exc, key)
+            if err is None:
+                raise
+            raise err from None
+
+    def _walk(self, key: Key, make: bool, below_file: E) -> Iterator[tuple[int, str]]:
         fd = self._root
         try:
             for i, part in enumerate(key[:-1]):
@@ -263,26 +353,13 @@ class LocalDirStore:
             with self._parent(dst) as (dst_dir, dst_name):
                 if self._stat_at(dst_dir, dst_name, dst) is not None:
                     raise StorageError(E.EXISTS, dst)
-                os.rename(src_name, dst_name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+                _rename_noreplace(src_dir, src_name, dst_dir, dst_name)  # EEXIST: made meanwhile
                 return self._placed(dst_dir, dst_name, dst)
 
     def read(self, key: Key, offset: int, length: int | None, block: int) -> Iterator[bytes]:
-        fd, s = self._open_file(key)
+        fd, s = self._open_file(key)  # now: a missing file is an error before any byte is sent
         end = s.st_size if length is None else min(s.st_size, offset + length)
-
-        def gen() -> Iterator[bytes]:
-            try:
-                pos = offset
-                while pos < end:
-                    data = os.pread(fd, min(block, end - pos), pos)
-                    if not data:
-                        return
-                    pos += len(data)
-                    yield data
-            finally:
-                os.close(fd)
-
-        return gen()
+        return _Blocks(fd, offset, end, block)
 
     def _open_file(self, key: Key) -> tuple[int, os.stat_result]:
         """``key`` opened read-only, and its ``fstat``: a regular file, reached without any link."""
