@@ -94,6 +94,8 @@ def _unsearchable(store: LocalDirStore, root: Path) -> dict[str, str]:
         "remove": _outcome(lambda: store.remove((*D, "f"), recursive=False)),
         "mkdir": _outcome(lambda: store.mkdir((*D, "sub"), parents=False)),
         "put": _outcome(lambda: store.put_small((*D, "g"), [b"x"], overwrite=False)),
+        # the quota's walk of the home: bytes in a folder it may not enter are not skipped
+        "usage": _outcome(lambda: store.usage(("home", "alice"))),
     }
 
 
@@ -101,7 +103,7 @@ def test_a_folder_a_job_made_unsearchable_is_refused_as_denied_not_a_server_erro
     got = _as_nobody(tmp_path, _unsearchable)
     assert "child_error" not in got, got
     assert got == dict.fromkeys(got, f"StorageError:{StorageErrorKind.DENIED}"), got
-    assert set(got) == {"stat", "list", "read", "remove", "mkdir", "put"}
+    assert set(got) == {"stat", "list", "read", "remove", "mkdir", "put", "usage"}
 
 
 def test_denied_is_a_conflict_with_a_stable_code_that_says_what_to_do() -> None:

@@ -488,10 +488,19 @@ class FileService:
             u = self._usage.get(user)
             if u is not None and time.monotonic() - u.at < _USAGE_TTL:
                 return u.bytes
-        n = self.store.usage(("home", user))
+        n = self.bytes_below(self.home(user))
         with self._lock:
             self._usage[user] = _Usage(n, time.monotonic())
         return n
+
+    def bytes_below(self, path: PfsPath) -> int:
+        """The bytes of the files below ``path`` (0 if missing); a folder below it that the server
+        may not enter (a job made it unreadable) is ``path_not_accessible``, never skipped (no bytes
+        hidden from a quota)."""
+        try:
+            return self.store.usage(path.key)
+        except StorageError as exc:
+            raise _storage_error(exc, str(path)) from None
 
     def _add_usage(self, path: PfsPath, n: int) -> None:
         if path.area == "home" and path.owner:

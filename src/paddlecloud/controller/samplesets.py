@@ -262,7 +262,7 @@ class SampleSetService:
                 code=ErrorCode.NOT_A_DIRECTORY,
                 field="source",
             )
-        return int(files.store.usage(files.parse(source).key))
+        return files.bytes_below(files.parse(source))
 
     def _check_nodes(self, nodes: list[str] | None) -> list[str] | None:
         if nodes is None:

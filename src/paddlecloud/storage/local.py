@@ -387,11 +387,15 @@ class LocalDirStore:
         return self._open_file(key)[0]
 
     def usage(self, key: Key) -> int:
+        """Bytes of the files below ``key`` (0 if it is missing). A folder the walk may not enter is
+        DENIED, not skipped: a job must not hide bytes from the quota by making a folder unreadable."""
         try:
             with self._parent(key, below_file=E.NOT_FOUND) as (parent, name):
                 return sum(e.size for e in self._tree(parent, name, key, recursive=True))
-        except StorageError:
-            return 0
+        except StorageError as exc:
+            if exc.kind in (E.NOT_FOUND, E.NOT_A_DIRECTORY):
+                return 0
+            raise
 
     def _place(self, tmp: Path, key: Key, overwrite: bool) -> Entry:
         """Move a finished (already fsynced) staged file into the namespace atomically, then fsync the
