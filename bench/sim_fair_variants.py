@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--fair-group", action="store_true", help="the adaptive jobs one claimant of the top-up")
     ap.add_argument("--no-fair-free", action="store_true", help="the share hands out no free capacity")
     ap.add_argument("--fair-exchange", action="store_true", help="an exchange search from the current counts")
+    ap.add_argument("--fair-restart-s", type=float, help="restart-aware share: a restart's seconds")
+    ap.add_argument("--fair-restart-k", type=float, default=2.0, help="restarts a move must save")
     ap.add_argument("--service-scale", type=float, help="ADAPTIVE_SERVICE_SCALE")
     ap.add_argument("--service-exponent", type=float, help="SERVICE_EXPONENT")
     args = ap.parse_args()
@@ -53,6 +55,7 @@ def main() -> None:
         fair_p=None if args.fair_p == "none" else float(args.fair_p), fair_weight=args.fair_weight,
         fair_restart=args.fair_restart, fair_cooldown=args.fair_cooldown, fair_group=args.fair_group,
         fair_free=not args.no_fair_free, fair_exchange=args.fair_exchange,
+        fair_restart_s=args.fair_restart_s, fair_restart_k=args.fair_restart_k,
     )  # fmt: skip
     files = [str(DATA / FOLDERS[args.load] / f"workload-{k}.csv") for k in args.workloads]
     spec = RunSpec(files, ["elastic"], adaptive_fraction=args.fraction)

@@ -52,6 +52,7 @@ from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_messa
 from paddlecloud.scheduler.goodfair import Claim, share
 from paddlecloud.scheduler.placement import NeverFits, cache_note
 from paddlecloud.scheduler.quota import QuotaLedger
+from paddlecloud.scheduler.resizecost import held, restart_factor
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
 __all__ = [
@@ -135,6 +136,12 @@ class ElasticPolicy:
     #: the share starts from the counts the jobs hold and moves trainers between them while that
     #: gains (an exchange search: fewer moves, a cheaper round), instead of from every job's min
     fair_exchange: bool = False
+    #: restart-aware share (:mod:`resizecost`): a running adaptive job's speed-up at a count other
+    #: than the one it ran at when the cycle began is also discounted by ``1 - fair_restart_k x
+    #: fair_restart_s / age`` (a move must save k restarts over an expected remaining run as long as
+    #: its age). None: off (the flat ``fair_restart`` at counts other than the one after the top-up)
+    fair_restart_s: float | None = None
+    fair_restart_k: float = 2.0
 
     def lo(self, job: JobRequest) -> int:
         return job.lo if self.elastic else job.trainers
@@ -475,7 +482,11 @@ class _Cycle:
             hi = n if frozen else policy.hi(j)
             w = policy.fair_weight ** -tiresias_queue(service(j), policy.thresholds)
             need = (t.cpu_m, t.memory, t.gpu)
-            claims.append(Claim(j.key, lo, hi, 0 if moved else n, need, j.speedup or (1.0,), w))
+            paid, own = 0 if moved else n, None
+            if policy.fair_restart_s is not None:  # restart-aware (resizecost.py)
+                paid = held(j, j.key in self.admitted)
+                own = restart_factor(j, now, policy.fair_restart_s, policy.fair_restart_k, policy.fair_restart)
+            claims.append(Claim(j.key, lo, hi, paid, need, j.speedup or (1.0,), w, own))
         counts, order = share(claims, (room[0], room[1], room[2]), policy.fair_p, policy.fair_restart, start)
         by_key = {j.key: j for j in jobs}
         for j in jobs:
