@@ -12,7 +12,7 @@ import pytest
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import ElasticPolicy, JobRequest, NodeState, Snapshot, WorkerPlacement, policy
 from paddlecloud.scheduler.goodfair import Claim, share, utility
-from paddlecloud.scheduler.resizecost import FLOOR, held, restart_factor
+from paddlecloud.scheduler.resizecost import FLOOR, paid_at, restart_factor
 
 GI = 1 << 30
 GPU = (1000, GI, 1)
@@ -257,8 +257,8 @@ def test_the_restart_factor_grows_with_the_jobs_age() -> None:
     assert restart_factor(job, 6000.0, 30.0, 2.0, 0.9) == pytest.approx(0.9 * 0.99)
     assert restart_factor(job, 10.0, 30.0, 2.0, 1.0) == FLOOR
     assert restart_factor(job, 60.0, 30.0, 1.0, 1.0) == pytest.approx(0.5)
-    assert held(dataclasses.replace(job, running=3), admitted=False) == 3
-    assert held(job, admitted=True) == 0
+    assert paid_at(dataclasses.replace(job, running=3), admitted=False) == 3
+    assert paid_at(job, admitted=True) == 0
 
 
 def free_gpus(job: JobRequest, n: int, now: float) -> Snapshot:

@@ -52,7 +52,7 @@ from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_messa
 from paddlecloud.scheduler.goodfair import Claim, share
 from paddlecloud.scheduler.placement import NeverFits, cache_note
 from paddlecloud.scheduler.quota import QuotaLedger
-from paddlecloud.scheduler.resizecost import held, restart_factor
+from paddlecloud.scheduler.resizecost import paid_at, restart_factor
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
 __all__ = [
@@ -486,7 +486,7 @@ class _Cycle:
             need = (t.cpu_m, t.memory, t.gpu)
             paid, own = 0 if moved else n, None
             if policy.fair_restart_s is not None:  # restart-aware (resizecost.py)
-                paid = held(j, j.key in self.admitted)
+                paid = paid_at(j, j.key in self.admitted)
                 own = restart_factor(j, now, policy.fair_restart_s, policy.fair_restart_k, policy.fair_restart)
             claims.append(Claim(j.key, lo, hi, paid, need, j.speedup or (1.0,), w, own))
         counts, order = share(claims, (room[0], room[1], room[2]), policy.fair_p, policy.fair_restart, start)

@@ -11,11 +11,11 @@ long again. A move from ``n`` to ``n'`` trainers then pays iff the time it saves
 
 so :func:`restart_factor` is that factor (times the share's flat ``fair_restart``), applied to the
 job's speed-up at every count but the one it runs at (``goodfair.Claim.restart``): a young job is
-moved only for a large gain, an old one for a small one. :func:`held` is the count at which a job
+moved only for a large gain, an old one for a small one. :func:`paid_at` is the count at which a job
 pays no restart: the count it ran at when the cycle began, so that a move the top-up or a
 shrink-to-admit made earlier in the cycle is still one the share may undo for free.
 
-Data flow: ``elastic._Cycle.fair`` -> per running adaptive job, :func:`held` and
+Data flow: ``elastic._Cycle.fair`` -> per running adaptive job, :func:`paid_at` and
 :func:`restart_factor` (its submit time, the cycle's injected time) -> ``goodfair.Claim``. Pure.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from paddlecloud.scheduler.snapshot import JobRequest
 
-__all__ = ["FLOOR", "held", "restart_factor"]
+__all__ = ["FLOOR", "paid_at", "restart_factor"]
 
 #: the factor never goes below this: a job seconds old may still be moved for a very large gain
 FLOOR = 0.05
@@ -36,7 +36,7 @@ def restart_factor(job: JobRequest, now: float, restart_s: float, k: float, base
     return base * max(FLOOR, 1.0 - k * restart_s / age)
 
 
-def held(job: JobRequest, admitted: bool) -> int:
+def paid_at(job: JobRequest, admitted: bool) -> int:
     """The count at which ``job`` pays no restart this cycle: the one it runs at (0 for a job
     admitted in this cycle: it starts anyway, every count is free)."""
     return 0 if admitted else job.running
