@@ -290,9 +290,7 @@ def test_the_share_may_undo_a_top_up_that_does_not_pay_for_its_restart() -> None
     # trainers (+10 %, discounted x0.9) against staying at 1 for free and keeps 1: no resize. Without
     # the rule the top-up's move made every count free and A is grown to 4. (Resized 100 s ago: the
     # grow step's cooldown holds step 4 back; submitted 10 hours ago: the age factor is ~1)
-    a = dataclasses.replace(
-        adaptive("A", 0.0, 0.0, (1.0, 1.05, 1.08, 1.1)), trainers=2, resized_at=35_900.0
-    )
+    a = dataclasses.replace(adaptive("A", 0.0, 0.0, (1.0, 1.05, 1.08, 1.1)), trainers=2, resized_at=35_900.0)
     snap = free_gpus(a, 1, 36_000.0)
     on = ElasticPolicy(fair_p=0.5, fair_group=True, fair_restart_s=30.0)
     assert resizes(on, snap) == {}

@@ -487,7 +487,8 @@ class _Cycle:
             paid, own = 0 if moved else n, None
             if policy.fair_restart_s is not None:  # restart-aware (resizecost.py)
                 paid = paid_at(j, j.key in self.admitted)
-                own = restart_factor(j, now, policy.fair_restart_s, policy.fair_restart_k, policy.fair_restart)
+                k, base = policy.fair_restart_k, policy.fair_restart
+                own = restart_factor(j, now, policy.fair_restart_s, k, base)
             claims.append(Claim(j.key, lo, hi, paid, need, j.speedup or (1.0,), w, own))
         counts, order = share(claims, (room[0], room[1], room[2]), policy.fair_p, policy.fair_restart, start)
         by_key = {j.key: j for j in jobs}
