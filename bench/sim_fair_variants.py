@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--no-fair-free", action="store_true", help="the share hands out no free capacity")
     ap.add_argument("--fair-exchange", action="store_true", help="an exchange search from the current counts")
     ap.add_argument("--fair-restart-s", type=float, help="restart-aware share: a restart's seconds")
-    ap.add_argument("--fair-restart-k", type=float, default=3.0, help="restarts a move must save")
+    ap.add_argument("--fair-restart-k", type=float, default=2.0, help="restarts a move must save")
     ap.add_argument("--service-scale", type=float, help="ADAPTIVE_SERVICE_SCALE")
     ap.add_argument("--service-exponent", type=float, help="SERVICE_EXPONENT")
     args = ap.parse_args()

@@ -140,10 +140,10 @@ class ElasticPolicy:
     #: than the one it ran at when the cycle began is also discounted by ``1 - fair_restart_k x
     #: fair_restart_s / age`` (a move must save k restarts over an expected remaining run as long as
     #: its age). None: off (the flat ``fair_restart`` at counts other than the one after the top-up).
-    #: With ``fair_group`` and ``fair_exchange``, 30 s and k = 3 (mean avg JCT, every job adaptive,
-    #: load 1.0 / 1.5): 2,565 / 3,545 s against 2,620 / 3,621 (bench/README.md)
+    #: With ``fair_group`` and ``fair_exchange``, 30 s and k = 2 (mean avg JCT, every job adaptive,
+    #: load 1.0 / 1.5): 2,586 / 3,553 s against 2,620 / 3,621 (bench/README.md)
     fair_restart_s: float | None = None
-    fair_restart_k: float = 3.0
+    fair_restart_k: float = 2.0
 
     def lo(self, job: JobRequest) -> int:
         return job.lo if self.elastic else job.trainers
