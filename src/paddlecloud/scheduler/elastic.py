@@ -25,7 +25,9 @@
      With ``fair_group`` the adaptive jobs are one claimant in step 3 (:class:`_Group`: each adds
      its requested count to the group's reservation in the order, the group is topped up to it,
      fixed-batch jobs ahead take only what it holds beyond that) and the share works inside it;
-     with ``fair_exchange`` the share starts from the counts held and exchanges trainers;
+     with ``fair_exchange`` the share starts from the counts held and exchanges trainers; with
+     ``fair_restart_s`` the discount is restart-aware (resizecost.py: larger for a young job, paid
+     against the count the job ran at when the cycle began);
   4. the capacity left is handed out one trainer at a time to the job with the largest marginal
      speedup (``rate(n + 1) - rate(n)``), up to each job's ``max``, beside its own trainers when
      possible; a running job is not grown again within ``resize_cooldown`` seconds of its last

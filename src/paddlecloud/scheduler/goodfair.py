@@ -12,7 +12,8 @@ fairness objective::
 that a larger batch would not help gets little from more trainers. ``p = 1`` maximises the summed
 speed-up (cluster goodput), ``p < 0`` favours the jobs furthest behind (``p = -1``: the harmonic
 mean, Pollux's). Changing a running job's count costs a restart; ``restart`` (< 1) discounts its
-speed-up at any other count, so a change is made only when it is worth it.
+speed-up at any other count, so a change is made only when it is worth it; a claim may carry its
+own factor (``Claim.restart``: the restart-aware share of ``resizecost.py``, by the job's age).
 
 Data flow: :class:`Claim` per job (its counts, bounds, per-trainer resources, speed-up table) and
 the capacity to share -> :func:`share` -> each job's target count and the order the trainers were
