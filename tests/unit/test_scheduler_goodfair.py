@@ -292,6 +292,7 @@ def test_the_share_may_undo_a_top_up_that_does_not_pay_for_its_restart() -> None
     # grow step's cooldown holds step 4 back; submitted 10 hours ago: the age factor is ~1)
     a = dataclasses.replace(adaptive("A", 0.0, 0.0, (1.0, 1.05, 1.08, 1.1)), trainers=2, resized_at=35_900.0)
     snap = free_gpus(a, 1, 36_000.0)
-    on = ElasticPolicy(fair_p=0.5, fair_group=True, fair_restart_s=30.0)
-    assert resizes(on, snap) == {}
-    assert resizes(dataclasses.replace(on, fair_restart_s=None), snap) == {"A": 4}
+    for exchange in (False, True):  # the exchange starts A at 1 too, the top-up's trainer free again
+        on = ElasticPolicy(fair_p=0.5, fair_group=True, fair_exchange=exchange, fair_restart_s=30.0)
+        assert resizes(on, snap) == {}
+        assert resizes(dataclasses.replace(on, fair_restart_s=None), snap) == {"A": 4}

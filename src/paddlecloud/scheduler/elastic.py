@@ -477,20 +477,20 @@ class _Cycle:
             moved = j.key in self.admitted or n != j.running
             frozen = not moved and now - j.resized_at < policy.fair_cooldown
             lo = n if frozen else min(policy.lo(j), n)
-            if start is None:  # what it holds above its min is shared out again
-                room[0], room[1], room[2] = (
-                    room[0] + t.cpu_m * (n - lo),
-                    room[1] + t.memory * (n - lo),
-                    room[2] + t.gpu * (n - lo),
-                )
             hi = n if frozen else policy.hi(j)
             w = policy.fair_weight ** -tiresias_queue(service(j), policy.thresholds)
             need = (t.cpu_m, t.memory, t.gpu)
-            paid, own = 0 if moved else n, None
+            paid, own, back = 0 if moved else n, None, n - lo  # what it holds above its min: shared again
             if policy.fair_restart_s is not None:  # restart-aware (resizecost.py)
                 paid = paid_at(j, j.key in self.admitted)
                 k, base = policy.fair_restart_k, policy.fair_restart
                 own = restart_factor(j, now, policy.fair_restart_s, k, base)
+            if start is not None:  # the exchange: only a restart-aware share takes back the top-up's grow
+                back = n - paid if own is not None and 0 < paid < n else 0
+                start[len(claims)] = n - back
+                lo = min(lo, n - back)
+            for d, per in enumerate(need):
+                room[d] += per * back
             claims.append(Claim(j.key, lo, hi, paid, need, j.speedup or (1.0,), w, own))
         counts, order = share(claims, (room[0], room[1], room[2]), policy.fair_p, policy.fair_restart, start)
         by_key = {j.key: j for j in jobs}
