@@ -141,9 +141,10 @@ class ElasticPolicy:
     #: restart-aware share (:mod:`resizecost`): a running adaptive job's speed-up at a count other
     #: than the one it ran at when the cycle began is also discounted by ``1 - fair_restart_k x
     #: fair_restart_s / age`` (a move must save k restarts over an expected remaining run as long as
-    #: its age). None: off (the flat ``fair_restart`` at counts other than the one after the top-up).
-    #: With ``fair_group`` and ``fair_exchange``, 30 s and k = 2 (mean avg JCT, every job adaptive,
-    #: load 1.0 / 1.5): 2,586 / 3,553 s against 2,620 / 3,621 (bench/README.md)
+    #: its age); with ``fair_exchange`` a job the top-up grew starts the share at the count it ran at.
+    #: None: off (the flat ``fair_restart`` at counts other than the one after the top-up). With
+    #: ``fair_group`` and ``fair_exchange``, 30 s and k = 2 (mean avg JCT, every job adaptive, load
+    #: 1.0 / 1.5): 2,569 / 3,552 s against 2,620 / 3,621 (bench/README.md)
     fair_restart_s: float | None = None
     fair_restart_k: float = 2.0
 
