@@ -8,7 +8,8 @@ JCT, the mean, and the mean JCT per application: the variant table of bench/READ
 
     nice -n 10 .venv/bin/python bench/sim_fair_variants.py [--load 1.0] [--fraction 1] [--fair-p 0.5]
         [--fair-weight 2] [--fair-restart 0.9] [--fair-cooldown 0] [--fair-group]
-        [--no-fair-free] [--fair-exchange] [--workloads 1 2 ...]
+        [--no-fair-free] [--fair-exchange] [--fair-restart-s 30 [--fair-restart-k 2]] [--profile]
+        [--workloads 1 2 ...]
 
 With a fraction below 1 it also prints the fixed-batch jobs' summed JCT against the same jobs under
 ``elastic`` with no job adaptive (per workload, and the mean of those ratios: ``sim_adaptive.py``'s).
@@ -18,16 +19,41 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
-from paddlecloud.scheduler import ElasticPolicy
+from paddlecloud.scheduler import ElasticPolicy, Plan, Snapshot
 from paddlecloud.scheduler import elastic as elastic_module
 from paddlecloud.sim.engine import SimConfig, simulate
 from paddlecloud.sim.runner import RunSpec, _inputs, _jobs_for, choose_adaptive
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
 FOLDERS = {0.5: "workloads-0.5", 1.0: "workloads", 1.5: "workloads-1.5"}
+
+
+KINDS = ("grow", "shrink-to-admit", "shrink", "batch-only")
+
+
+class Counted:
+    """The policy, counting its resizes by kind (``--profile``): grows, shrinks in a round that
+    admits a job (shrink-to-admit, mostly), other shrinks, batch-only (same trainers, new batch)."""
+
+    def __init__(self, pol: ElasticPolicy) -> None:
+        self.pol, self.kinds = pol, Counter[str]()
+
+    @property
+    def name(self) -> str:
+        return self.pol.name
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        plan = self.pol.schedule(snap)
+        running = {j.key: j.running for j in snap.running}
+        for z in plan.resize:
+            d = z.trainers - running[z.job]
+            self.kinds[
+                "grow" if d > 0 else "batch-only" if d == 0 else "shrink-to-admit" if plan.admit else "shrink"
+            ] += 1
+        return plan
 
 
 def main() -> None:
@@ -42,6 +68,9 @@ def main() -> None:
     ap.add_argument("--fair-group", action="store_true", help="the adaptive jobs one claimant of the top-up")
     ap.add_argument("--no-fair-free", action="store_true", help="the share hands out no free capacity")
     ap.add_argument("--fair-exchange", action="store_true", help="an exchange search from the current counts")
+    ap.add_argument("--fair-restart-s", type=float, help="restart-aware share: a restart's seconds")
+    ap.add_argument("--fair-restart-k", type=float, default=2.0, help="restarts a move must save")
+    ap.add_argument("--profile", action="store_true", help="resizes by kind, per workload")
     ap.add_argument("--service-scale", type=float, help="ADAPTIVE_SERVICE_SCALE")
     ap.add_argument("--service-exponent", type=float, help="SERVICE_EXPONENT")
     args = ap.parse_args()
@@ -53,6 +82,7 @@ def main() -> None:
         fair_p=None if args.fair_p == "none" else float(args.fair_p), fair_weight=args.fair_weight,
         fair_restart=args.fair_restart, fair_cooldown=args.fair_cooldown, fair_group=args.fair_group,
         fair_free=not args.no_fair_free, fair_exchange=args.fair_exchange,
+        fair_restart_s=args.fair_restart_s, fair_restart_k=args.fair_restart_k,
     )  # fmt: skip
     files = [str(DATA / FOLDERS[args.load] / f"workload-{k}.csv") for k in args.workloads]
     spec = RunSpec(files, ["elastic"], adaptive_fraction=args.fraction)
@@ -61,12 +91,15 @@ def main() -> None:
     avgs: list[float] = []
     ratios: list[float] = []
     apps: dict[str, list[float]] = defaultdict(list)
+    kinds = Counter[str]()
     start = time.time()
     for wl, jobs in loads.items():
         chosen = choose_adaptive(jobs, args.fraction, 0, wl)
+        counted = Counted(pol)
         res = simulate(
-            _jobs_for("elastic", spec, jobs, models, cluster, chosen), models, pol, SimConfig(cluster)
+            _jobs_for("elastic", spec, jobs, models, cluster, chosen), models, counted, SimConfig(cluster)
         )
+        kinds += counted.kinds
         s = res.summary(capacity)
         avgs.append(s["avg_jct_s"])
         for j in jobs:
@@ -74,6 +107,8 @@ def main() -> None:
                 apps[j.app].append(res.jct[j.name])
         line = f"{wl}: avg JCT {s['avg_jct_s']:.0f} s, resizes {s['resizes']:.0f}"
         line += f", GPU util {s['gpu_util']:.2f}"
+        if args.profile:
+            line += " (" + ", ".join(f"{k} {counted.kinds[k]}" for k in KINDS) + ")"
         fixed = [j.name for j in jobs if j.name not in chosen]
         if fixed and chosen:  # the fixed-batch jobs against the same jobs under elastic, none adaptive
             none = _jobs_for("elastic", spec, jobs, models, cluster, set())
@@ -85,6 +120,9 @@ def main() -> None:
     if ratios:
         print(f"fixed-batch jobs vs elastic with none adaptive: x{sum(ratios) / len(ratios):.3f}")
     print("  ".join(f"{a} {sum(v) / len(v):.0f}" for a, v in sorted(apps.items())))
+    if args.profile:
+        n = len(avgs)
+        print("resizes per workload: " + ", ".join(f"{k} {kinds[k] / n:.1f}" for k in KINDS))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import ElasticPolicy, JobRequest, NodeState, Snapshot, WorkerPlacement, policy
 from paddlecloud.scheduler.goodfair import Claim, share, utility
+from paddlecloud.scheduler.resizecost import FLOOR, paid_at, restart_factor
 
 GI = 1 << 30
 GPU = (1000, GI, 1)
@@ -233,3 +234,65 @@ def test_inside_the_group_the_share_decides_not_each_jobs_request() -> None:
     snap = on_four((a, 1), (b, 3))
     assert resizes(GROUP, snap) == {}
     assert resizes(ElasticPolicy(), snap) == {"A": 2, "B": 2}
+
+
+# ------------------------------------------ ``fair_restart_s``: restart-aware share (resizecost.py)
+
+
+def test_a_claims_own_restart_factor_overrides_the_shares() -> None:
+    # the case above where b's second trainer goes to a at restart 1.0: with b's own factor x0.3
+    # the move no longer pays; with a's and b's own factor 1.0 it does even under a global x0.5
+    a, b = claim("a", (1, 2, 3, 4), held=2), claim("b", (1, 1.01, 1.02, 1.03), held=2)
+    slow = [a, dataclasses.replace(b, restart=0.3)]
+    assert share(slow, (0, 0, 0), 0.5, 1.0, start=[2, 2]) == ({"a": 2, "b": 2}, [])
+    free = [dataclasses.replace(a, restart=1.0), dataclasses.replace(b, restart=1.0)]
+    assert share(free, (0, 0, 0), 0.5, 0.5, start=[2, 2]) == ({"a": 3, "b": 1}, ["a"])
+    assert slow[1].value(1, 0.5, 1.0) == pytest.approx(utility(0.3, 0.5))
+
+
+def test_the_restart_factor_grows_with_the_jobs_age() -> None:
+    job = adaptive("A", 0.0, 0.0, (1.0, 2.0))
+    # 1 - 2 x 30 / age, times the flat 0.9; never below the floor, however young
+    assert restart_factor(job, 600.0, 30.0, 2.0, 0.9) == pytest.approx(0.9 * 0.9)
+    assert restart_factor(job, 6000.0, 30.0, 2.0, 0.9) == pytest.approx(0.9 * 0.99)
+    assert restart_factor(job, 10.0, 30.0, 2.0, 1.0) == FLOOR
+    assert restart_factor(job, 60.0, 30.0, 1.0, 1.0) == pytest.approx(0.5)
+    assert paid_at(dataclasses.replace(job, running=3), admitted=False) == 3
+    assert paid_at(job, admitted=True) == 0
+
+
+def free_gpus(job: JobRequest, n: int, now: float) -> Snapshot:
+    """``job`` running on ``n`` of a 4-GPU node's GPUs, the rest free, at time ``now``."""
+    snap = on_four((job, n))
+    node = dataclasses.replace(snap.nodes[0], free_gpus=tuple(range(n, 4)))
+    return dataclasses.replace(snap, nodes=(node,), now=now)
+
+
+RESTART = ElasticPolicy(fair_p=0.5, fair_group=True, fair_exchange=True, fair_restart_s=30.0)
+
+
+def test_a_young_job_is_not_grown_for_a_gain_an_old_one_takes() -> None:
+    # A runs at 2 of 4 GPUs, 2 free; 4 trainers are 17 % faster. 120 s after its submit (and its
+    # start: the grow step's 300 s cooldown holds step 4 back) a move must be 1 / (1 - 60 / 120) = 2x
+    # faster to pay for the two restarts it must save: A stays. 10 hours later the factor is ~1 and
+    # A grows, as it does at 120 s under the flat discount alone
+    rate = (1.0, 1.8, 2.0, 2.1)
+    a = dataclasses.replace(adaptive("A", 0.0, 0.0, rate), resized_at=0.0)
+    assert resizes(RESTART, free_gpus(a, 2, 120.0)) == {}
+    plain = dataclasses.replace(RESTART, fair_restart_s=None)
+    assert resizes(plain, free_gpus(a, 2, 120.0)) == {"A": 4}
+    assert resizes(RESTART, free_gpus(a, 2, 36_000.0)) == {"A": 4}
+
+
+def test_the_share_may_undo_a_top_up_that_does_not_pay_for_its_restart() -> None:
+    # A, asked 2, runs at 1 with 3 GPUs free and barely scales: the group's top-up grows it to 2.
+    # The restart is paid against the count A ran at (1), so the share (from the mins) weighs 4
+    # trainers (+10 %, discounted x0.9) against staying at 1 for free and keeps 1: no resize. Without
+    # the rule the top-up's move made every count free and A is grown to 4. (Resized 100 s ago: the
+    # grow step's cooldown holds step 4 back; submitted 10 hours ago: the age factor is ~1)
+    a = dataclasses.replace(adaptive("A", 0.0, 0.0, (1.0, 1.05, 1.08, 1.1)), trainers=2, resized_at=35_900.0)
+    snap = free_gpus(a, 1, 36_000.0)
+    for exchange in (False, True):  # the exchange starts A at 1 too, the top-up's trainer free again
+        on = ElasticPolicy(fair_p=0.5, fair_group=True, fair_exchange=exchange, fair_restart_s=30.0)
+        assert resizes(on, snap) == {}
+        assert resizes(dataclasses.replace(on, fair_restart_s=None), snap) == {"A": 4}

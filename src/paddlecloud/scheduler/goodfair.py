@@ -12,7 +12,8 @@ fairness objective::
 that a larger batch would not help gets little from more trainers. ``p = 1`` maximises the summed
 speed-up (cluster goodput), ``p < 0`` favours the jobs furthest behind (``p = -1``: the harmonic
 mean, Pollux's). Changing a running job's count costs a restart; ``restart`` (< 1) discounts its
-speed-up at any other count, so a change is made only when it is worth it.
+speed-up at any other count, so a change is made only when it is worth it; a claim may carry its
+own factor (``Claim.restart``: the restart-aware share of ``resizecost.py``, by the job's age).
 
 Data flow: :class:`Claim` per job (its counts, bounds, per-trainer resources, speed-up table) and
 the capacity to share -> :func:`share` -> each job's target count and the order the trainers were
@@ -63,10 +64,13 @@ class Claim:
     rate: tuple[float, ...]
     #: its utility counts this much
     weight: float = 1.0
+    #: its own restart factor (:func:`share`'s ``restart`` when None)
+    restart: float | None = None
 
     def value(self, n: int, p: float, restart: float) -> float:
         r = self.rate[min(n, len(self.rate)) - 1] / self.rate[0] if n > 0 and self.rate[0] > 0 else 0.0
-        return self.weight * utility(r * (restart if self.held and n != self.held else 1.0), p)
+        own = restart if self.restart is None else self.restart
+        return self.weight * utility(r * (own if self.held and n != self.held else 1.0), p)
 
 
 def _values(c: Claim, p: float, restart: float) -> list[float]:
@@ -76,7 +80,8 @@ def _values(c: Claim, p: float, restart: float) -> list[float]:
         return [-math.inf] * (c.hi + 1)
     speed = [r / base for r in rate[: c.hi]] + [rate[-1] / base] * (c.hi - top)
     if c.held:
-        speed = [x if n == c.held else x * restart for n, x in enumerate(speed, 1)]
+        own = restart if c.restart is None else c.restart
+        speed = [x if n == c.held else x * own for n, x in enumerate(speed, 1)]
     w = c.weight
     if p == 0:
         out = [w * math.log(x) if x > 0 else -math.inf for x in speed]
