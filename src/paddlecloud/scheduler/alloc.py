@@ -128,8 +128,8 @@ class Allocation:
             return
         held = self._held(job.key)
         if n == to + 1:  # the common step: one trainer
-            p, t = held.pop(), job.trainer
-            self.pool.give(self.pool.index[p.node], t.cpu_m, t.memory, t.gpu, [p.gpus], hint=True)
+            p, t, pool = held.pop(), job.trainer, self.pool
+            pool.give_one(pool.index[p.node], t.cpu_m, t.memory, t.gpu, p.gpus)
         else:
             gone = held[to:]
             del held[to:]
@@ -164,9 +164,14 @@ class Allocation:
 
     def _spot(self, job: JobRequest, slot: WorkerPlacement | None) -> int | None:
         t = job.trainer
-        c, m, g = t.cpu_m, t.memory, t.gpu
+        if not self.pool.total_fits(t.cpu_m, t.memory, t.gpu):
+            return None
+        return self._where(job, slot, t.cpu_m, t.memory, t.gpu)
+
+    def _where(self, job: JobRequest, slot: WorkerPlacement | None, c: int, m: int, g: int) -> int | None:
+        """:meth:`_spot` once the free total is known to hold one trainer ``(c, m, g)`` of ``job``."""
         pool = self.pool
-        if not pool.total_fits(c, m, g) or self._full.get((c, m, g)) == pool.roomier:
+        if self._full.get((c, m, g)) == pool.roomier:
             return None
         if slot is not None:
             return pool.index[slot.node] if self._free(job, slot) else None
@@ -175,8 +180,12 @@ class Allocation:
             if cached is not None:
                 return cached
         index, cpu, mem, gpu = pool.index, pool.cpu, pool.mem, pool.gpu
+        last = None
         for p in self.trainers.get(job.key, ()):
-            i = index[p.node]
+            if p.node == last:  # trainers of a node mostly sit together: one look at it is enough
+                continue
+            last = p.node
+            i = index[last]
             if c <= cpu[i] and m <= mem[i] and g <= gpu[i]:
                 return i
         node = pool.newest_hint(c, m, g)
@@ -208,11 +217,12 @@ class Allocation:
         if n <= 0:
             return True
         t = job.trainer
-        if not self.pool.total_fits(t.cpu_m * n, t.memory * n, t.gpu * n):
+        c, m, g = t.cpu_m, t.memory, t.gpu
+        if not self.pool.total_fits(c * n, m * n, g * n):
             return False
         if n == 1:  # the common elastic step
             slot = self._slot(job)
-            node = self._spot(job, slot)
+            node = self._where(job, slot, c, m, g)
             if node is None:
                 return False
             self._add(job, node, slot)
@@ -230,17 +240,17 @@ class Allocation:
         self._add(job, *spot)
 
     def _add(self, job: JobRequest, node: int, slot: WorkerPlacement | None) -> None:
-        held = self._held(job.key)
+        held, t, pool = self._held(job.key), job.trainer, self.pool
         if slot is None:
-            t = job.trainer
-            (gpus,) = self.pool.take(node, t.cpu_m, t.memory, t.gpu, t.gpu)
-            held.append(WorkerPlacement("trainer", len(held), self.pool.names[node], gpus))
+            (gpus,) = pool.take(node, t.cpu_m, t.memory, t.gpu, t.gpu)
+            held.append(WorkerPlacement("trainer", len(held), pool.names[node], gpus))
         else:
-            t = job.trainer
-            self.pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)
+            pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)
             held.append(slot)
-        self._joined(job)
-        self._changed(job.key)
+        if job.key not in self.jobs:
+            self._joined(job)
+        if self.changed is not None:
+            self.changed.append(job.key)
 
     def _grow_many(self, job: JobRequest, n: int) -> bool:
         held = self._held(job.key)

@@ -117,6 +117,8 @@ class NodePool:
         if recent is not None:
             return recent
         hints = self.hints
+        if len(hints) - self.cut <= _HINT_SCAN:  # every live hint was just checked: none fits
+            return None
         self.sync()
         best = -1
         for (fc, fm, fg, _), b in self.buckets.items():
@@ -173,15 +175,16 @@ class NodePool:
     def take(self, i: int, c: int, m: int, g: int, ngpus: int, k: int = 1) -> list[tuple[int, ...]]:
         """Subtract ``k`` workers from node ``i``; each gets the next ``ngpus`` free GPU indices."""
         held = self.gpus[i]
-        got: list[tuple[int, ...]] = [()] * k
-        if ngpus:
-            got = (
-                [tuple(held[:ngpus])]
-                if k == 1
-                else [tuple(held[j * ngpus : (j + 1) * ngpus]) for j in range(k)]
-            )
-        left = held[k * ngpus :] if ngpus else held
-        self._set(i, self.cpu[i] - c * k, self.mem[i] - m * k, self.gpu[i] - g * k, left, self.stamp[i])
+        if not ngpus:
+            self._set(i, self.cpu[i] - c * k, self.mem[i] - m * k, self.gpu[i] - g * k, held, self.stamp[i])
+            return [()] * k
+        if k == 1:  # the common step
+            self._set(i, self.cpu[i] - c, self.mem[i] - m, self.gpu[i] - g, held[ngpus:], self.stamp[i])
+            return [tuple(held[:ngpus])]
+        got = [tuple(held[j * ngpus : (j + 1) * ngpus]) for j in range(k)]
+        self._set(
+            i, self.cpu[i] - c * k, self.mem[i] - m * k, self.gpu[i] - g * k, held[k * ngpus :], self.stamp[i]
+        )
         return got
 
     def take_exact(self, i: int, c: int, m: int, g: int, gpus: Sequence[int]) -> None:
@@ -202,6 +205,20 @@ class NodePool:
         if any(gpus):
             held = [*held, *(x for one in gpus for x in one)]
         self._set(i, self.cpu[i] + c * k, self.mem[i] + m * k, self.gpu[i] + g * k, held, stamp)
+
+    def give_one(self, i: int, c: int, m: int, g: int, gpus: tuple[int, ...]) -> None:
+        """``give(i, c, m, g, [gpus], hint=True)``: one worker back, the node the newest hint."""
+        hints = self.hints
+        hints.append(i)
+        held = self.gpus[i]
+        self._set(
+            i,
+            self.cpu[i] + c,
+            self.mem[i] + m,
+            self.gpu[i] + g,
+            [*held, *gpus] if gpus else held,
+            len(hints) - 1,
+        )
 
     def bounce(self, i: int, ngpus: int, exact: Sequence[int] = ()) -> None:
         """What taking one worker from node ``i`` and giving it straight back leaves: its GPUs (the
