@@ -48,7 +48,7 @@ from itertools import accumulate
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
 from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
-from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held, started
+from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held
 from paddlecloud.scheduler.goodfair import Claim, share
 from paddlecloud.scheduler.placement import NeverFits, cache_note
 from paddlecloud.scheduler.quota import QuotaLedger
@@ -143,7 +143,12 @@ class ElasticPolicy:
         return job.hi if self.elastic else job.trainers
 
     def order(self, job: JobRequest) -> tuple[int, int, float, str]:
-        return (-job.priority, tiresias_queue(service(job), self.thresholds), job.submitted_at, job.key)
+        attained, queue = service(job), 0  # tiresias_queue, inline: this runs once per job
+        for limit in self.thresholds:
+            if attained < limit:
+                break
+            queue += 1
+        return (-job.priority, queue, job.submitted_at, job.key)
 
     def schedule(self, snap: Snapshot) -> Plan:
         cycle = _Cycle(self, snap)
@@ -227,12 +232,14 @@ class _Cycle:
         self.was_running = {j.key for j in snap.running}
         self.order = FairOrder([*snap.running, *snap.queue], policy.order, self._counts, capacity(snap.nodes))
         self.jobs = self.order.jobs
-        self.rank = {j.key: i for i, j in enumerate(self.jobs)} if self.order.fair else self.order.rank
+        #: each job's position in ``jobs``
+        self.rank = {j.key: i for i, j in enumerate(self.jobs)}
         self.preempted: set[str] = set()
         self.admitted: dict[str, list[WorkerPlacement]] = {}
         #: running jobs not preempted, in the policy's order (and their ranks)
-        self.live = [j for j in self.jobs if j.key in self.was_running]
-        self.live_ranks = [self.rank[j.key] for j in self.live]
+        was, jobs = self.was_running, self.jobs
+        self.live_ranks = [i for i, j in enumerate(jobs) if j.key in was]
+        self.live = [jobs[i] for i in self.live_ranks]
         self._running, self._running_ranks = list(self.live), list(self.live_ranks)
         self.never_fits = NeverFits(snap.nodes)
         # Within a cycle, room only shrinks for later jobs (admissions consume; fewer jobs are later in
@@ -242,8 +249,11 @@ class _Cycle:
         self._ahead: list[Vec] = []
 
     def _counts(self, job: JobRequest) -> Vec:
-        """What a job counts towards its user's share: what it holds, or its minimum if waiting."""
-        return held(job) if job.key in self.was_running else started(job, self.policy.lo(job))
+        """What a job counts towards its user's share: what it holds, or its minimum if waiting
+        (``held`` / ``started``, inline: this runs once per job)."""
+        n = job.running if job.key in self.was_running else self.policy.lo(job)
+        t, p, k = job.trainer, job.pserver, job.pservers
+        return (t.cpu_m * n + p.cpu_m * k, t.memory * n + p.memory * k, t.gpu * n + p.gpu * k)
 
     def _held_ahead(self, position: int) -> Vec:
         """What the jobs running at the snapshot ahead of ``position`` hold (for the wait reasons)."""
@@ -277,7 +287,8 @@ class _Cycle:
         if self.failed and need >= self.failed.get(shape, 1 << 30):
             self.plan.wait.append(self._why(job))
             return
-        placed = self._direct(job, need)  # it fits as things are: no what-if needed
+        # it fits as things are: no what-if needed
+        placed = self._direct(job, need) if job.pservers else ([] if self.alloc.grow(job, need) else None)
         victims: list[JobRequest] = []
         if placed is None:
             trial = self._admit(job, need)

@@ -89,6 +89,8 @@ class NodePool:
             self.keys.append(key)
             self.buckets.setdefault(key, _Bucket([], [])).nodes.append(i)
         self._log: list[_Saved] | None = None
+        #: :meth:`first_fit`'s last answer per worker shape, with ``roomier`` when it was found
+        self._first: dict[tuple[int, int, int], tuple[int, int]] = {}
         self._hint_mark = 0
 
     # ------------------------------------------------------------------------------------ reading
@@ -104,11 +106,18 @@ class NodePool:
 
     def first_fit(self, c: int, m: int, g: int) -> int | None:
         """The lowest-numbered node where one worker of ``(c, m, g)`` fits."""
+        seen = self._first.get((c, m, g))
+        if seen is not None and seen[1] == self.roomier:  # no node got room since: the lower ones still
+            i = seen[0]  # have none, and node i is still the first if it still has room
+            if c <= self.cpu[i] and m <= self.mem[i] and g <= self.gpu[i]:
+                return i
         self.sync()
         best = None
         for (fc, fm, fg, _), b in self.buckets.items():
             if c <= fc and m <= fm and g <= fg and (best is None or b.nodes[0] < best):
                 best = b.nodes[0]
+        if best is not None:
+            self._first[c, m, g] = (best, self.roomier)
         return best
 
     def newest_hint(self, c: int, m: int, g: int) -> int | None:
