@@ -173,12 +173,18 @@ class _Shrinkable:
     heap: list[tuple[int, str, int]] = field(default_factory=list)
 
     def sync(self, alloc: Allocation) -> None:
-        changed, trainers = alloc.changed or [], alloc.trainers
+        changed, trainers, jobs, heap, rank = (
+            alloc.changed or [],
+            alloc.trainers,
+            alloc.jobs,
+            self.heap,
+            self.rank,
+        )
         for key in changed:
-            job = alloc.jobs.get(key)
-            n = len(trainers.get(key, ()))
-            if job is not None and n > job.lo:
-                heapq.heappush(self.heap, (-self.rank[key], key, n))
+            job = jobs.get(key)
+            # above its min (``job.lo``, inline: this runs for every change)
+            if job is not None and len(trainers.get(key, ())) > (job.min_trainers or job.trainers):
+                heapq.heappush(heap, (-rank[key], key, len(trainers[key])))
         changed.clear()
 
     def pop(self, alloc: Allocation) -> JobRequest | None:
@@ -511,9 +517,9 @@ class _Cycle:
         heap: list[tuple[float, int, str]] = []
         for i, job in enumerate(self.jobs):
             n, t = len(trainers.get(job.key, ())), job.trainer
-            if n == 0 or job.key in self.preempted or n >= hi(job):
+            if n == 0 or not pool.total_fits(t.cpu_m, t.memory, t.gpu):  # free capacity only shrinks
                 continue
-            if not pool.total_fits(t.cpu_m, t.memory, t.gpu):  # free capacity only shrinks from here
+            if job.key in self.preempted or n >= hi(job):
                 continue
             fresh = job.key in self.admitted
             if not fresh and self.snap.now - job.resized_at < self.policy.resize_cooldown:
@@ -571,7 +577,7 @@ def emit(
     for job in snap.queue:
         if job.key in admitted:
             trainers = alloc.trainers[job.key]
-            nodes = sorted({p.node for p in trainers})
+            nodes = [trainers[0].node] if len(trainers) == 1 else sorted({p.node for p in trainers})
             msg = f"admitted with {len(trainers)} trainers on {', '.join(nodes)}"
             batch = job.batch(len(trainers))
             msg += f", global batch {batch}" if batch else ""

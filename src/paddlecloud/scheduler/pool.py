@@ -189,7 +189,7 @@ class NodePool:
             return [()] * k
         if k == 1:  # the common step
             self._set(i, self.cpu[i] - c, self.mem[i] - m, self.gpu[i] - g, held[ngpus:], self.stamp[i])
-            return [tuple(held[:ngpus])]
+            return [(held[0],) if ngpus == 1 and held else tuple(held[:ngpus])]
         got = [tuple(held[j * ngpus : (j + 1) * ngpus]) for j in range(k)]
         self._set(
             i, self.cpu[i] - c * k, self.mem[i] - m * k, self.gpu[i] - g * k, held[k * ngpus :], self.stamp[i]
