@@ -93,7 +93,10 @@ class Allocation:
             old = self.trainers.get(key)
             saved[key] = old
             self.trainers[key] = [] if old is None else list(old)
-        return self.trainers.setdefault(key, [])
+        held = self.trainers.get(key)
+        if held is None:
+            held = self.trainers[key] = []
+        return held
 
     def _joined(self, job: JobRequest) -> None:
         if job.key not in self.jobs:
@@ -123,10 +126,11 @@ class Allocation:
 
     def shrink(self, job: JobRequest, to: int) -> None:
         """Release trainers above ``to`` (highest index first)."""
-        n = self.count(job.key)
+        key = job.key
+        n = len(self.trainers.get(key, ()))
         if n <= to:
             return
-        held = self._held(job.key)
+        held = self._held(key)
         if n == to + 1:  # the common step: one trainer
             p, t, pool = held.pop(), job.trainer, self.pool
             pool.give_one(pool.index[p.node], t.cpu_m, t.memory, t.gpu, p.gpus)
@@ -134,7 +138,8 @@ class Allocation:
             gone = held[to:]
             del held[to:]
             self._give_back(job, gone[::-1])
-        self._changed(job.key)
+        if self.changed is not None:
+            self.changed.append(key)
 
     def _slot(self, job: JobRequest) -> WorkerPlacement | None:
         """The trainer ``job`` ran at the snapshot with its next index, if it is below that count: a
@@ -216,12 +221,12 @@ class Allocation:
         """Add ``n`` trainers, all or none; nodes the job already uses first, then the fullest fit."""
         if n <= 0:
             return True
-        t = job.trainer
+        t, pool = job.trainer, self.pool
         c, m, g = t.cpu_m, t.memory, t.gpu
-        if not self.pool.total_fits(c * n, m * n, g * n):
+        if c * n > pool.tcpu or m * n > pool.tmem or g * n > pool.tgpu:  # not pool.total_fits
             return False
         if n == 1:  # the common elastic step
-            slot = self._slot(job)
+            slot = self._slot(job) if job.key in self._was else None
             node = self._where(job, slot, c, m, g)
             if node is None:
                 return False

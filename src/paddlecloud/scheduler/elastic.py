@@ -402,7 +402,7 @@ class _Cycle:
         """In priority / least-served order, bring every job up to the count its user asked for,
         taking trainers back from jobs later in that order (down to their min) when nothing is free."""
         alloc, ledger, jobs, lo, hi = self.alloc, self.ledger, self.jobs, self.policy.lo, self.policy.hi
-        trainers, limited = alloc.trainers, bool(ledger.quotas)
+        trainers, limited, pool = alloc.trainers, bool(ledger.quotas), alloc.pool
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
         fair = self.policy.fair_p is not None  # adaptive jobs neither take nor give here: fair()
         group = _Group.of(self, fair and self.policy.fair_group)
@@ -422,11 +422,16 @@ class _Cycle:
             if job.key in self.admitted:
                 n, had = self._place_whole(job, n, target), n
                 group.add(job, n - had)
+            t = job.trainer
+            c, m, g = t.cpu_m, t.memory, t.gpu
+            # (the ledger and the group, off, change nothing: they are not called then)
             while n < target and not (limited and ledger.problem(job, 1)):
-                if alloc.grow(job, 1):
-                    ledger.charge(job, 1)
+                if c <= pool.tcpu and m <= pool.tmem and g <= pool.tgpu and alloc.grow(job, 1):
+                    if limited:
+                        ledger.charge(job, 1)
                     n += 1
-                    group.add(job, 1)
+                    if group.on:
+                        group.add(job, 1)
                     continue
                 if alloc.blocked(job):  # its next trainer can only go back where it ran: taken
                     break
@@ -439,8 +444,10 @@ class _Cycle:
                     break
                 donor = jobs[last]
                 alloc.shrink(donor, len(trainers[donor.key]) - 1)
-                ledger.credit(donor, 1)
-                group.add(donor, -1)
+                if limited:
+                    ledger.credit(donor, 1)
+                if group.on:
+                    group.add(donor, -1)
 
     def _place_whole(self, job: JobRequest, n: int, target: int) -> int:
         """Place a job admitted this cycle (at ``n`` trainers) anew with as many trainers up to
