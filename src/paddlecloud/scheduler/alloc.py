@@ -247,7 +247,7 @@ class Allocation:
     def _add(self, job: JobRequest, node: int, slot: WorkerPlacement | None) -> None:
         held, t, pool = self._held(job.key), job.trainer, self.pool
         if slot is None:
-            (gpus,) = pool.take(node, t.cpu_m, t.memory, t.gpu, t.gpu)
+            gpus = pool.take_one(node, t.cpu_m, t.memory, t.gpu)
             held.append(WorkerPlacement("trainer", len(held), pool.names[node], gpus))
         else:
             pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)

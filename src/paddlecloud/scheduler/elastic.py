@@ -284,7 +284,7 @@ class _Cycle:
             self.plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
             return
         need = self.policy.lo(job)
-        over = self.ledger.problem(job, need, pservers=True)
+        over = self.ledger.problem(job, need, pservers=True) if self.ledger.quotas else None
         if over:  # waits without holding up other users' jobs
             self.plan.wait.append(Wait(job.key, WaitReason.QUOTA_EXCEEDED, over))
             return
@@ -304,7 +304,8 @@ class _Cycle:
                 return
             placed, victims = trial
         self.admitted[job.key] = placed
-        self.ledger.charge(job, need, pservers=True)
+        if self.ledger.quotas:  # (else charging changes nothing)
+            self.ledger.charge(job, need, pservers=True)
         for v in victims:
             self.ledger.credit(v, v.running, pservers=True)
             self.preempted.add(v.key)

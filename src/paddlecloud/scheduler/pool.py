@@ -196,6 +196,14 @@ class NodePool:
         )
         return got
 
+    def take_one(self, i: int, c: int, m: int, g: int) -> tuple[int, ...]:
+        """``take(i, c, m, g, g)[0]``: one worker, with the next ``g`` free GPU indices."""
+        held = self.gpus[i]
+        self._set(
+            i, self.cpu[i] - c, self.mem[i] - m, self.gpu[i] - g, held[g:] if g else held, self.stamp[i]
+        )
+        return (held[0],) if g == 1 and held else tuple(held[:g])
+
     def take_exact(self, i: int, c: int, m: int, g: int, gpus: Sequence[int]) -> None:
         """Subtract what workers hold on node ``i``, with exactly those GPU indices."""
         left = list(self.gpus[i])
