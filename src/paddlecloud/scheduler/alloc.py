@@ -180,6 +180,9 @@ class Allocation:
             return None
         if slot is not None:
             return pool.index[slot.node] if self._free(job, slot) else None
+        sole = pool.sole_fit(c, m, g)  # the only node with room: every rule below picks it
+        if sole is not None:
+            return sole
         if job.cache_nodes:
             cached = self._cache_spot(job, c, m, g)
             if cached is not None:

@@ -72,6 +72,8 @@ class NodePool:
         #: free GPU indices per node; lists are replaced, never changed in place (the journal keeps them)
         self.gpus = [list(n.free_gpus) for n in nodes]
         self.tcpu, self.tmem, self.tgpu = sum(self.cpu), sum(self.mem), sum(self.gpu)
+        #: some node has less than nothing free (the totals then say less about single nodes)
+        self.overdrawn = min((*self.cpu, *self.mem, *self.gpu), default=0) < 0
         self.hints: list[int] = []
         self.stamp = [-1] * len(nodes)
         self.cut = 0
@@ -134,6 +136,18 @@ class NodePool:
             if c <= fc and m <= fm and g <= fg and b.stamps and b.stamps[-1] > best:
                 best = b.stamps[-1]
         return hints[best] if best >= self.cut else None
+
+    def sole_fit(self, c: int, m: int, g: int) -> int | None:
+        """The newest hint's node if one worker of ``(c, m, g)`` fits there and the free totals leave
+        room for it on one node at most (so no other node has room); None: not known so."""
+        hints = self.hints
+        if self.overdrawn or len(hints) <= self.cut:
+            return None
+        if (g and self.tgpu < 2 * g) or (c and self.tcpu < 2 * c) or (m and self.tmem < 2 * m):
+            i = hints[-1]
+            if c <= self.cpu[i] and m <= self.mem[i] and g <= self.gpu[i]:
+                return i
+        return None
 
     def _recent_fit(self, c: int, m: int, g: int) -> int | None:
         """The newest of the last few hints where one worker fits (most questions end here)."""
