@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler.decisions import WorkerPlacement
+from paddlecloud.scheduler.decisions import WorkerPlacement, trainer_at
 from paddlecloud.scheduler.pool import ALL, NodePool, cache_first, how_many
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
@@ -122,7 +122,7 @@ class Allocation:
     def _take(self, job: JobRequest, i: int, first: int, k: int = 1) -> list[WorkerPlacement]:
         t, name = job.trainer, self.pool.names[i]
         gpus = self.pool.take(i, t.cpu_m, t.memory, t.gpu, t.gpu, k)
-        return [WorkerPlacement("trainer", first + j, name, got) for j, got in enumerate(gpus)]
+        return [trainer_at(first + j, name, got) for j, got in enumerate(gpus)]
 
     def shrink(self, job: JobRequest, to: int) -> None:
         """Release trainers above ``to`` (highest index first)."""
@@ -251,7 +251,7 @@ class Allocation:
         held, t, pool = self._held(job.key), job.trainer, self.pool
         if slot is None:
             gpus = pool.take_one(node, t.cpu_m, t.memory, t.gpu)
-            held.append(WorkerPlacement("trainer", len(held), pool.names[node], gpus))
+            held.append(trainer_at(len(held), pool.names[node], gpus))
         else:
             pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)
             held.append(slot)
