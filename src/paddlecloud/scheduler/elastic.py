@@ -45,7 +45,8 @@ from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, compress
+from operator import attrgetter
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
@@ -88,6 +89,9 @@ SERVICE_EXPONENT = 3.0
 #: so a long adaptive job (yolov3) is demoted and shrunk later (every job adaptive, mean avg JCT at
 #: load 1.0 / 1.5: scale 1 2,904 / 3,828 s, 2 2,957 / 3,886, 3 2,895 / 3,736, 4 2,892 / 3,771)
 ADAPTIVE_SERVICE_SCALE = 3.0
+
+
+_key, _node = attrgetter("key"), attrgetter("node")
 
 
 def service(job: JobRequest) -> float:
@@ -145,7 +149,8 @@ class ElasticPolicy:
         return job.hi if self.elastic else job.trainers
 
     def order(self, job: JobRequest) -> tuple[int, int, float, str]:
-        attained, queue = service(job), 0  # tiresias_queue, inline: this runs once per job
+        # service and tiresias_queue, inline: this runs once per job
+        attained, queue = service(job) if job.batches else job.attained, 0
         for limit in self.thresholds:
             if attained < limit:
                 break
@@ -263,13 +268,13 @@ class _Cycle:
         self.order = FairOrder([*snap.running, *snap.queue], policy.order, self._counts, capacity(snap.nodes))
         self.jobs = self.order.jobs
         #: each job's position in ``jobs``
-        self.rank = {j.key: i for i, j in enumerate(self.jobs)}
+        keys = list(map(_key, self.jobs))
+        self.rank = dict(zip(keys, range(len(keys)), strict=True))
         self.preempted: set[str] = set()
         self.admitted: dict[str, list[WorkerPlacement]] = {}
         #: running jobs not preempted, in the policy's order (and their ranks)
-        was, jobs = self.was_running, self.jobs
-        self.live_ranks = [i for i, j in enumerate(jobs) if j.key in was]
-        self.live = [jobs[i] for i in self.live_ranks]
+        self.live_ranks = list(compress(range(len(keys)), map(self.was_running.__contains__, keys)))
+        self.live = list(map(self.jobs.__getitem__, self.live_ranks))
         self._running, self._running_ranks = list(self.live), list(self.live_ranks)
         self.never_fits = NeverFits(snap.nodes)
         # Within a cycle, room only shrinks for later jobs (admissions consume; fewer jobs are later in
@@ -609,7 +614,7 @@ def emit(
     for job in snap.queue:
         if job.key in admitted:
             trainers = alloc.trainers[job.key]
-            nodes = [trainers[0].node] if len(trainers) == 1 else sorted({p.node for p in trainers})
+            nodes = [trainers[0].node] if len(trainers) == 1 else sorted(set(map(_node, trainers)))
             msg = f"admitted with {len(trainers)} trainers on {', '.join(nodes)}"
             batch = job.batch(len(trainers))
             msg += f", global batch {batch}" if batch else ""
