@@ -180,7 +180,8 @@ class Allocation:
             return None
         if slot is not None:
             return pool.index[slot.node] if self._free(job, slot) else None
-        sole = pool.sole_fit(c, m, g)  # the only node with room: every rule below picks it
+        hinted = len(pool.hints) > pool.cut  # (else no hint is live: neither look below finds one)
+        sole = pool.sole_fit(c, m, g) if hinted else None  # the only node with room: every rule picks it
         if sole is not None:
             return sole
         if job.cache_nodes:
@@ -196,7 +197,7 @@ class Allocation:
             i = index[last]
             if c <= cpu[i] and m <= mem[i] and g <= gpu[i]:
                 return i
-        node = pool.newest_hint(c, m, g)
+        node = pool.newest_hint(c, m, g) if hinted else None
         if node is None:
             node = pool.first_fit(c, m, g)
         if node is None:
