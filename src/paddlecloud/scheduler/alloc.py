@@ -50,10 +50,13 @@ class Allocation:
     @classmethod
     def of(cls, snap: Snapshot) -> Allocation:
         alloc = cls(NodePool(snap.nodes))
+        jobs, was, trainers = alloc.jobs, alloc._was, alloc.trainers
         for job in snap.running:
-            alloc.jobs[job.key] = job
-            alloc._was[job.key] = [p for p in job.placement if p.role == "trainer"]
-            alloc.trainers[job.key] = list(alloc._was[job.key])
+            key, placement = job.key, job.placement
+            jobs[key] = job
+            mine = [p for p in placement if p.role == "trainer"]
+            was[key] = mine
+            trainers[key] = mine.copy()
         return alloc
 
     @property
