@@ -133,7 +133,7 @@ class Allocation:
         n = len(self.trainers.get(key, ()))
         if n <= to:
             return
-        held = self._held(key)
+        held = self.trainers[key] if self._saved is None else self._held(key)  # (it holds n > 0)
         if n == to + 1:  # the common step: one trainer
             p, t, pool = held.pop(), job.trainer, self.pool
             pool.give_one(pool.index[p.node], t.cpu_m, t.memory, t.gpu, p.gpus)
@@ -159,7 +159,7 @@ class Allocation:
 
     def blocked(self, job: JobRequest) -> bool:
         """``job`` cannot grow now because the place its next trainer must return to is taken."""
-        slot = self._slot(job)
+        slot = self._slot(job) if job.key in self._was else None
         return slot is not None and not self._free(job, slot)
 
     def spot(self, job: JobRequest) -> Spot | None:
