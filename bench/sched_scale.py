@@ -9,7 +9,14 @@ round also considers every running one for a batch-only resize. The column after
 with the opt-in goodput share, the adaptive jobs one claimant of the top-up
 (``ElasticPolicy(fair_p=0.5, fair_group=True)``).
 
-    .venv/bin/python bench/sched_scale.py [--runs 5] [--sweep]
+These are *cold* rounds: the snapshot's running jobs sit at random counts, so one round moves
+thousands of trainers. The last lines are the *steady state* a live server sees (not the goal's
+figure): the cold round's plan carried out on the snapshot's books (``scheduler.apply``, the
+simulator's code), then ``--rounds`` rounds :data:`STEP_S` apart, ``--churn`` random running jobs
+ending and as many new ones (attained 0, adaptive as above in the half-adaptive case) arriving
+before each; each round is timed as the cold ones are, the median over rounds printed.
+
+    .venv/bin/python bench/sched_scale.py [--runs 5] [--sweep] [--rounds 5] [--churn 20]
 """
 
 from __future__ import annotations
