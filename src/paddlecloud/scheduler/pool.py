@@ -11,6 +11,12 @@ node was), so a what-if admission costs what it touches, not a copy of the clust
 position is ``stamp[i]``; positions below ``cut`` were dropped): the elastic policies place a single
 trainer on the newest hint with room first.
 
+Shortcuts that give the same answers for less: :meth:`NodePool.first_fit` remembers its node per
+worker shape until some node gains room (lower nodes still have none; the node itself is checked);
+:meth:`NodePool.newest_hint` does not scan the buckets when the recent-hint look covered every live
+hint; :meth:`NodePool.sole_fit` answers "the newest hint" when the free totals leave room for one
+worker on one node at most (the top-up's moves: a donor frees exactly what the taker needs).
+
 Needs are passed as three ints ``(c, m, g)``: cpu millicores, memory bytes, GPUs.
 """
 
