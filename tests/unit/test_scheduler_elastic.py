@@ -611,3 +611,50 @@ def test_policy_by_name(name: str, kind: type, fields: dict[str, Any]) -> None:
     p = policy(name)
     assert type(p) is kind and p.name == name
     assert {k: getattr(p, k) for k in fields} == fields
+
+
+def test_a_round_runs_with_the_garbage_collector_paused_and_restores_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+
+    from paddlecloud.scheduler import elastic as module
+
+    seen: list[bool] = []
+    minimums = module._Cycle.minimums
+
+    def spy(self: Any) -> None:
+        seen.append(gc.isenabled())
+        minimums(self)
+
+    monkeypatch.setattr(module._Cycle, "minimums", spy)
+    s = snap([gnode("a", 4)], queue=[job("q", 2)])
+    assert gc.isenabled()
+    policy("elastic").schedule(s)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()  # the caller's choice stands
+    try:
+        policy("elastic").schedule(s)
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+
+    def boom(self: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(module._Cycle, "minimums", boom)
+    with pytest.raises(RuntimeError):
+        policy("elastic").schedule(s)
+    assert gc.isenabled()
+
+
+def test_trainer_at_is_the_placement_the_dataclass_makes() -> None:
+    import pickle
+
+    from paddlecloud.scheduler.decisions import trainer_at
+
+    fast, made = trainer_at(3, "n1", (0, 2)), WorkerPlacement("trainer", 3, "n1", (0, 2))
+    assert fast == made and hash(fast) == hash(made) and repr(fast) == repr(made)
+    assert dataclasses.asdict(fast) == dataclasses.asdict(made) and pickle.loads(pickle.dumps(fast)) == made
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.node = "n2"  # type: ignore[misc]

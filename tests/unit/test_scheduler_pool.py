@@ -44,6 +44,8 @@ def _check(pool: NodePool) -> None:
         can = [how_many(pool.cpu[i], pool.mem[i], pool.gpu[i], c, m, g) for i in range(n)]
         for want in (1, 3, 10, 40):
             assert pool.holds(c, m, g, want) == (sum(can) >= want)
+        sole = pool.sole_fit(c, m, g)
+        assert sole is None or (room == [sole] and sole == pool.hints[-1])
         keyed = sorted(room, key=lambda i, c=c, m=m, g=g: (_rank(pool.keys[i], c, m, g, 5)[0], i))
         got = pool.gang(c, m, g, 5, lambda k, c=c, m=m, g=g: _rank(k, c, m, g, 5))
         assert [i for i, _ in got] == keyed[: len(got)]
@@ -66,7 +68,7 @@ def _state(pool: NodePool) -> tuple[object, ...]:
 
 def _change(rng: random.Random, pool: NodePool) -> None:
     c, m, g = rng.choice(SHAPES)
-    op = rng.randrange(4)
+    op = rng.randrange(6)
     if op == 0:
         i = pool.first_fit(c, m, g)
         if i is not None:
@@ -74,6 +76,13 @@ def _change(rng: random.Random, pool: NodePool) -> None:
     elif op == 1:
         i = rng.randrange(len(pool.names))
         pool.give(i, c, m, g, [tuple(range(100 + i, 100 + i + g))], hint=rng.random() < 0.8)
+    elif op == 4:
+        i = pool.newest_hint(c, m, g)
+        if i is not None:
+            pool.take_one(i, c, m, g)
+    elif op == 5:
+        i = rng.randrange(len(pool.names))
+        pool.give_one(i, c, m, g, tuple(range(200 + i, 200 + i + g)))
     elif op == 2:
         i = rng.randrange(len(pool.names))
         pool.bounce(i, min(g, len(pool.gpus[i])))
@@ -140,3 +149,55 @@ def test_bounce_is_taking_and_giving_back(exact: tuple[int, ...]) -> None:
         stepwise.give(0, 1000, GI, 2, [got], hint=True)
     at_once.bounce(0, 0 if exact else 2, exact)
     assert _state(stepwise) == _state(at_once)
+
+
+def test_one_worker_steps_are_the_general_ones() -> None:
+    node = NodeState("n", Resources(8000, 8 * GI, 8), Resources(), (3, 1, 4, 0, 5, 2, 6, 7))
+    general, one = NodePool((node,)), NodePool((node,))
+    for g in (1, 2, 0):
+        (got,) = general.take(0, 1000, GI, g, g)
+        assert one.take_one(0, 1000, GI, g) == got
+        assert _state(general) == _state(one)
+    for gpus in ((9,), (), (4, 0)):
+        general.give(0, 1000, GI, len(gpus), [gpus], hint=True)
+        one.give_one(0, 1000, GI, len(gpus), gpus)
+        assert _state(general) == _state(one)
+
+
+def test_sole_fit_answers_only_when_one_node_can_have_room() -> None:
+    full = Resources(8000, 8 * GI, 8)
+    nodes = tuple(NodeState(f"n{i}", full, full, ()) for i in range(4))
+    pool = NodePool(nodes)
+    assert pool.sole_fit(1000, GI, 1) is None  # no hint yet
+    pool.give(2, 1000, GI, 1, [(5,)], hint=True)
+    assert pool.sole_fit(1000, GI, 1) == 2 == pool.first_fit(1000, GI, 1)
+    assert pool.sole_fit(2000, GI, 1) is None  # it has no room there
+    pool.give(0, 1000, GI, 1, [(6,)], hint=False)  # room on two nodes: the totals cannot tell
+    assert pool.sole_fit(1000, GI, 1) is None
+    over = NodeState("x", full, Resources(9000, 8 * GI, 8), ())  # overcommitted: totals mislead
+    pool = NodePool((*nodes, over))
+    pool.give(1, 1000, GI, 1, [(5,)], hint=True)
+    pool.give(3, 1000, GI, 1, [(5,)], hint=False)
+    assert pool.tcpu < 2 * 1000 and pool.sole_fit(1000, GI, 1) is None
+
+
+def test_first_fit_remembers_only_while_no_node_got_room() -> None:
+    full, half = Resources(8000, 8 * GI, 8), Resources(4000, 4 * GI, 4)
+    pool = NodePool(tuple(NodeState(f"n{i}", full, half if i == 2 else full, ()) for i in range(4)))
+    assert pool.first_fit(1000, GI, 1) == 2
+    pool.take(2, 1000, GI, 1, 0, 3)
+    assert pool.first_fit(1000, GI, 1) == 2  # still room there, none elsewhere
+    pool.give(0, 1000, GI, 1, [()])  # a lower node got room
+    assert pool.first_fit(1000, GI, 1) == 0
+    pool.take(0, 1000, GI, 1, 0)
+    pool.take(2, 1000, GI, 1, 0)
+    assert pool.first_fit(1000, GI, 1) is None
+
+
+def test_newest_hint_looks_past_the_recent_ones() -> None:
+    full = Resources(8000, 8 * GI, 8)
+    pool = NodePool(tuple(NodeState(f"n{i}", full, full, ()) for i in range(20)))
+    assert pool.newest_hint(1000, GI, 1) is None  # no hint at all
+    pool.give(0, 1000, GI, 1, [(5,)], hint=True)
+    pool.hint(list(range(1, 20)))  # newer hints, on nodes without room
+    assert len(pool.hints) > 16 and pool.newest_hint(1000, GI, 1) == 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler.decisions import WorkerPlacement
+from paddlecloud.scheduler.decisions import WorkerPlacement, trainer_at
 from paddlecloud.scheduler.pool import ALL, NodePool, cache_first, how_many
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
@@ -50,10 +50,13 @@ class Allocation:
     @classmethod
     def of(cls, snap: Snapshot) -> Allocation:
         alloc = cls(NodePool(snap.nodes))
+        jobs, was, trainers = alloc.jobs, alloc._was, alloc.trainers
         for job in snap.running:
-            alloc.jobs[job.key] = job
-            alloc._was[job.key] = [p for p in job.placement if p.role == "trainer"]
-            alloc.trainers[job.key] = list(alloc._was[job.key])
+            key, placement = job.key, job.placement
+            jobs[key] = job
+            mine = [p for p in placement if p.role == "trainer"]
+            was[key] = mine
+            trainers[key] = mine.copy()
         return alloc
 
     @property
@@ -93,7 +96,10 @@ class Allocation:
             old = self.trainers.get(key)
             saved[key] = old
             self.trainers[key] = [] if old is None else list(old)
-        return self.trainers.setdefault(key, [])
+        held = self.trainers.get(key)
+        if held is None:
+            held = self.trainers[key] = []
+        return held
 
     def _joined(self, job: JobRequest) -> None:
         if job.key not in self.jobs:
@@ -119,22 +125,24 @@ class Allocation:
     def _take(self, job: JobRequest, i: int, first: int, k: int = 1) -> list[WorkerPlacement]:
         t, name = job.trainer, self.pool.names[i]
         gpus = self.pool.take(i, t.cpu_m, t.memory, t.gpu, t.gpu, k)
-        return [WorkerPlacement("trainer", first + j, name, got) for j, got in enumerate(gpus)]
+        return [trainer_at(first + j, name, got) for j, got in enumerate(gpus)]
 
     def shrink(self, job: JobRequest, to: int) -> None:
         """Release trainers above ``to`` (highest index first)."""
-        n = self.count(job.key)
+        key = job.key
+        n = len(self.trainers.get(key, ()))
         if n <= to:
             return
-        held = self._held(job.key)
+        held = self.trainers[key] if self._saved is None else self._held(key)  # (it holds n > 0)
         if n == to + 1:  # the common step: one trainer
-            p, t = held.pop(), job.trainer
-            self.pool.give(self.pool.index[p.node], t.cpu_m, t.memory, t.gpu, [p.gpus], hint=True)
+            p, t, pool = held.pop(), job.trainer, self.pool
+            pool.give_one(pool.index[p.node], t.cpu_m, t.memory, t.gpu, p.gpus)
         else:
             gone = held[to:]
             del held[to:]
             self._give_back(job, gone[::-1])
-        self._changed(job.key)
+        if self.changed is not None:
+            self.changed.append(key)
 
     def _slot(self, job: JobRequest) -> WorkerPlacement | None:
         """The trainer ``job`` ran at the snapshot with its next index, if it is below that count: a
@@ -151,7 +159,7 @@ class Allocation:
 
     def blocked(self, job: JobRequest) -> bool:
         """``job`` cannot grow now because the place its next trainer must return to is taken."""
-        slot = self._slot(job)
+        slot = self._slot(job) if job.key in self._was else None
         return slot is not None and not self._free(job, slot)
 
     def spot(self, job: JobRequest) -> Spot | None:
@@ -164,22 +172,35 @@ class Allocation:
 
     def _spot(self, job: JobRequest, slot: WorkerPlacement | None) -> int | None:
         t = job.trainer
-        c, m, g = t.cpu_m, t.memory, t.gpu
+        if not self.pool.total_fits(t.cpu_m, t.memory, t.gpu):
+            return None
+        return self._where(job, slot, t.cpu_m, t.memory, t.gpu)
+
+    def _where(self, job: JobRequest, slot: WorkerPlacement | None, c: int, m: int, g: int) -> int | None:
+        """:meth:`_spot` once the free total is known to hold one trainer ``(c, m, g)`` of ``job``."""
         pool = self.pool
-        if not pool.total_fits(c, m, g) or self._full.get((c, m, g)) == pool.roomier:
+        if self._full.get((c, m, g)) == pool.roomier:
             return None
         if slot is not None:
             return pool.index[slot.node] if self._free(job, slot) else None
+        hinted = len(pool.hints) > pool.cut  # (else no hint is live: neither look below finds one)
+        sole = pool.sole_fit(c, m, g) if hinted else None  # the only node with room: every rule picks it
+        if sole is not None:
+            return sole
         if job.cache_nodes:
             cached = self._cache_spot(job, c, m, g)
             if cached is not None:
                 return cached
         index, cpu, mem, gpu = pool.index, pool.cpu, pool.mem, pool.gpu
+        last = None
         for p in self.trainers.get(job.key, ()):
-            i = index[p.node]
+            if p.node == last:  # trainers of a node mostly sit together: one look at it is enough
+                continue
+            last = p.node
+            i = index[last]
             if c <= cpu[i] and m <= mem[i] and g <= gpu[i]:
                 return i
-        node = pool.newest_hint(c, m, g)
+        node = pool.newest_hint(c, m, g) if hinted else None
         if node is None:
             node = pool.first_fit(c, m, g)
         if node is None:
@@ -207,12 +228,13 @@ class Allocation:
         """Add ``n`` trainers, all or none; nodes the job already uses first, then the fullest fit."""
         if n <= 0:
             return True
-        t = job.trainer
-        if not self.pool.total_fits(t.cpu_m * n, t.memory * n, t.gpu * n):
+        t, pool = job.trainer, self.pool
+        c, m, g = t.cpu_m, t.memory, t.gpu
+        if c * n > pool.tcpu or m * n > pool.tmem or g * n > pool.tgpu:  # not pool.total_fits
             return False
         if n == 1:  # the common elastic step
-            slot = self._slot(job)
-            node = self._spot(job, slot)
+            slot = self._slot(job) if job.key in self._was else None
+            node = self._where(job, slot, c, m, g)
             if node is None:
                 return False
             self._add(job, node, slot)
@@ -230,17 +252,17 @@ class Allocation:
         self._add(job, *spot)
 
     def _add(self, job: JobRequest, node: int, slot: WorkerPlacement | None) -> None:
-        held = self._held(job.key)
+        held, t, pool = self._held(job.key), job.trainer, self.pool
         if slot is None:
-            t = job.trainer
-            (gpus,) = self.pool.take(node, t.cpu_m, t.memory, t.gpu, t.gpu)
-            held.append(WorkerPlacement("trainer", len(held), self.pool.names[node], gpus))
+            gpus = pool.take_one(node, t.cpu_m, t.memory, t.gpu)
+            held.append(trainer_at(len(held), pool.names[node], gpus))
         else:
-            t = job.trainer
-            self.pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)
+            pool.take_exact(node, t.cpu_m, t.memory, t.gpu, slot.gpus)
             held.append(slot)
-        self._joined(job)
-        self._changed(job.key)
+        if job.key not in self.jobs:
+            self._joined(job)
+        if self.changed is not None:
+            self.changed.append(job.key)
 
     def _grow_many(self, job: JobRequest, n: int) -> bool:
         held = self._held(job.key)

@@ -41,16 +41,19 @@ about what it changes; see bench/sched_scale.py.
 
 from __future__ import annotations
 
+import gc
 import heapq
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, compress
+from operator import attrgetter
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
 from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
-from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held, started
+from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held
 from paddlecloud.scheduler.goodfair import Claim, share
 from paddlecloud.scheduler.placement import NeverFits, cache_note
 from paddlecloud.scheduler.quota import QuotaLedger
@@ -89,6 +92,9 @@ SERVICE_EXPONENT = 3.0
 #: so a long adaptive job (yolov3) is demoted and shrunk later (every job adaptive, mean avg JCT at
 #: load 1.0 / 1.5: scale 1 2,904 / 3,828 s, 2 2,957 / 3,886, 3 2,895 / 3,736, 4 2,892 / 3,771)
 ADAPTIVE_SERVICE_SCALE = 3.0
+
+
+_key, _node = attrgetter("key"), attrgetter("node")
 
 
 def service(job: JobRequest) -> float:
@@ -155,9 +161,19 @@ class ElasticPolicy:
         return job.hi if self.elastic else job.trainers
 
     def order(self, job: JobRequest) -> tuple[int, int, float, str]:
-        return (-job.priority, tiresias_queue(service(job), self.thresholds), job.submitted_at, job.key)
+        # service and tiresias_queue, inline: this runs once per job
+        attained, queue = service(job) if job.batches else job.attained, 0
+        for limit in self.thresholds:
+            if attained < limit:
+                break
+            queue += 1
+        return (-job.priority, queue, job.submitted_at, job.key)
 
     def schedule(self, snap: Snapshot) -> Plan:
+        with _collector_paused():
+            return self._schedule(snap)
+
+    def _schedule(self, snap: Snapshot) -> Plan:
         cycle = _Cycle(self, snap)
         cycle.minimums()
         if self.grow and self.elastic:
@@ -167,6 +183,24 @@ class ElasticPolicy:
         emit(cycle.plan, snap, cycle.alloc, cycle.admitted, cycle.preempted,
              self.resize_cooldown if self.elastic else None)  # fmt: skip
         return cycle.plan
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for one round. A round allocates tens of thousands of
+    small objects (placements, keys, heap entries) and frees them by reference counting, but each
+    700 allocations start a collection that walks the snapshot's objects again (about a tenth of a
+    round at 5,000 jobs); it creates no garbage cycles worth collecting meanwhile. The collector is
+    turned back on after the round; a round that finds it off (another round under way in another
+    thread, or the caller's choice) leaves it as it is."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @dataclass
@@ -180,12 +214,18 @@ class _Shrinkable:
     heap: list[tuple[int, str, int]] = field(default_factory=list)
 
     def sync(self, alloc: Allocation) -> None:
-        changed, trainers = alloc.changed or [], alloc.trainers
+        changed, trainers, jobs, heap, rank = (
+            alloc.changed or [],
+            alloc.trainers,
+            alloc.jobs,
+            self.heap,
+            self.rank,
+        )
         for key in changed:
-            job = alloc.jobs.get(key)
-            n = len(trainers.get(key, ()))
-            if job is not None and n > job.lo:
-                heapq.heappush(self.heap, (-self.rank[key], key, n))
+            job = jobs.get(key)
+            # above its min (``job.lo``, inline: this runs for every change)
+            if job is not None and len(trainers.get(key, ())) > (job.min_trainers or job.trainers):
+                heapq.heappush(heap, (-rank[key], key, len(trainers[key])))
         changed.clear()
 
     def pop(self, alloc: Allocation) -> JobRequest | None:
@@ -239,12 +279,14 @@ class _Cycle:
         self.was_running = {j.key for j in snap.running}
         self.order = FairOrder([*snap.running, *snap.queue], policy.order, self._counts, capacity(snap.nodes))
         self.jobs = self.order.jobs
-        self.rank = {j.key: i for i, j in enumerate(self.jobs)} if self.order.fair else self.order.rank
+        #: each job's position in ``jobs``
+        keys = list(map(_key, self.jobs))
+        self.rank = dict(zip(keys, range(len(keys)), strict=True))
         self.preempted: set[str] = set()
         self.admitted: dict[str, list[WorkerPlacement]] = {}
         #: running jobs not preempted, in the policy's order (and their ranks)
-        self.live = [j for j in self.jobs if j.key in self.was_running]
-        self.live_ranks = [self.rank[j.key] for j in self.live]
+        self.live_ranks = list(compress(range(len(keys)), map(self.was_running.__contains__, keys)))
+        self.live = list(map(self.jobs.__getitem__, self.live_ranks))
         self._running, self._running_ranks = list(self.live), list(self.live_ranks)
         self.never_fits = NeverFits(snap.nodes)
         # Within a cycle, room only shrinks for later jobs (admissions consume; fewer jobs are later in
@@ -254,8 +296,11 @@ class _Cycle:
         self._ahead: list[Vec] = []
 
     def _counts(self, job: JobRequest) -> Vec:
-        """What a job counts towards its user's share: what it holds, or its minimum if waiting."""
-        return held(job) if job.key in self.was_running else started(job, self.policy.lo(job))
+        """What a job counts towards its user's share: what it holds, or its minimum if waiting
+        (``held`` / ``started``, inline: this runs once per job)."""
+        n = job.running if job.key in self.was_running else self.policy.lo(job)
+        t, p, k = job.trainer, job.pserver, job.pservers
+        return (t.cpu_m * n + p.cpu_m * k, t.memory * n + p.memory * k, t.gpu * n + p.gpu * k)
 
     def _held_ahead(self, position: int) -> Vec:
         """What the jobs running at the snapshot ahead of ``position`` hold (for the wait reasons)."""
@@ -280,7 +325,7 @@ class _Cycle:
             self.plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
             return
         need = self.policy.lo(job)
-        over = self.ledger.problem(job, need, pservers=True)
+        over = self.ledger.problem(job, need, pservers=True) if self.ledger.quotas else None
         if over:  # waits without holding up other users' jobs
             self.plan.wait.append(Wait(job.key, WaitReason.QUOTA_EXCEEDED, over))
             return
@@ -289,7 +334,8 @@ class _Cycle:
         if self.failed and need >= self.failed.get(shape, 1 << 30):
             self.plan.wait.append(self._why(job))
             return
-        placed = self._direct(job, need)  # it fits as things are: no what-if needed
+        # it fits as things are: no what-if needed
+        placed = self._direct(job, need) if job.pservers else ([] if self.alloc.grow(job, need) else None)
         victims: list[JobRequest] = []
         if placed is None:
             trial = self._admit(job, need)
@@ -299,7 +345,8 @@ class _Cycle:
                 return
             placed, victims = trial
         self.admitted[job.key] = placed
-        self.ledger.charge(job, need, pservers=True)
+        if self.ledger.quotas:  # (else charging changes nothing)
+            self.ledger.charge(job, need, pservers=True)
         for v in victims:
             self.ledger.credit(v, v.running, pservers=True)
             self.preempted.add(v.key)
@@ -397,7 +444,7 @@ class _Cycle:
         """In priority / least-served order, bring every job up to the count its user asked for,
         taking trainers back from jobs later in that order (down to their min) when nothing is free."""
         alloc, ledger, jobs, lo, hi = self.alloc, self.ledger, self.jobs, self.policy.lo, self.policy.hi
-        trainers, limited = alloc.trainers, bool(ledger.quotas)
+        trainers, limited, pool = alloc.trainers, bool(ledger.quotas), alloc.pool
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
         fair = self.policy.fair_p is not None  # adaptive jobs neither take nor give here: fair()
         group = _Group.of(self, fair and self.policy.fair_group)
@@ -417,11 +464,16 @@ class _Cycle:
             if job.key in self.admitted:
                 n, had = self._place_whole(job, n, target), n
                 group.add(job, n - had)
+            t = job.trainer
+            c, m, g = t.cpu_m, t.memory, t.gpu
+            # (the ledger and the group, off, change nothing: they are not called then)
             while n < target and not (limited and ledger.problem(job, 1)):
-                if alloc.grow(job, 1):
-                    ledger.charge(job, 1)
+                if c <= pool.tcpu and m <= pool.tmem and g <= pool.tgpu and alloc.grow(job, 1):
+                    if limited:
+                        ledger.charge(job, 1)
                     n += 1
-                    group.add(job, 1)
+                    if group.on:
+                        group.add(job, 1)
                     continue
                 if alloc.blocked(job):  # its next trainer can only go back where it ran: taken
                     break
@@ -434,8 +486,10 @@ class _Cycle:
                     break
                 donor = jobs[last]
                 alloc.shrink(donor, len(trainers[donor.key]) - 1)
-                ledger.credit(donor, 1)
-                group.add(donor, -1)
+                if limited:
+                    ledger.credit(donor, 1)
+                if group.on:
+                    group.add(donor, -1)
 
     def _place_whole(self, job: JobRequest, n: int, target: int) -> int:
         """Place a job admitted this cycle (at ``n`` trainers) anew with as many trainers up to
@@ -517,9 +571,9 @@ class _Cycle:
         heap: list[tuple[float, int, str]] = []
         for i, job in enumerate(self.jobs):
             n, t = len(trainers.get(job.key, ())), job.trainer
-            if n == 0 or job.key in self.preempted or n >= hi(job):
+            if n == 0 or not pool.total_fits(t.cpu_m, t.memory, t.gpu):  # free capacity only shrinks
                 continue
-            if not pool.total_fits(t.cpu_m, t.memory, t.gpu):  # free capacity only shrinks from here
+            if job.key in self.preempted or n >= hi(job):
                 continue
             fresh = job.key in self.admitted
             if not fresh and self.snap.now - job.resized_at < self.policy.resize_cooldown:
@@ -577,7 +631,7 @@ def emit(
     for job in snap.queue:
         if job.key in admitted:
             trainers = alloc.trainers[job.key]
-            nodes = sorted({p.node for p in trainers})
+            nodes = [trainers[0].node] if len(trainers) == 1 else sorted(set(map(_node, trainers)))
             msg = f"admitted with {len(trainers)} trainers on {', '.join(nodes)}"
             batch = job.batch(len(trainers))
             msg += f", global batch {batch}" if batch else ""

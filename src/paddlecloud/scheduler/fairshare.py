@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState
@@ -90,11 +91,15 @@ class FairOrder:
         base: Mapping[str, Vec] | None = None,
     ) -> None:
         plain = sorted(jobs, key=key)
-        self.rank = {j.key: i for i, j in enumerate(plain)}
-        users = {j.user for j in plain}
-        self.fair = len(users) > 1
+        self._plain = plain
+        self.fair = bool(plain) and any(j.user != plain[0].user for j in plain)
         self.jobs = _interleave(plain, demand, cap, base or {}) if self.fair else plain
         self._ahead: dict[str, int] | None = None
+
+    @cached_property
+    def rank(self) -> dict[str, int]:
+        """Each job's position in the policy's own order (before users are interleaved)."""
+        return {j.key: i for i, j in enumerate(self._plain)}
 
     def ahead(self, job: JobRequest) -> int:
         """How many jobs of other users are ahead of ``job`` that the policy's own order puts

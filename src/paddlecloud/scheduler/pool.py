@@ -11,6 +11,12 @@ node was), so a what-if admission costs what it touches, not a copy of the clust
 position is ``stamp[i]``; positions below ``cut`` were dropped): the elastic policies place a single
 trainer on the newest hint with room first.
 
+Shortcuts that give the same answers for less: :meth:`NodePool.first_fit` remembers its node per
+worker shape until some node gains room (lower nodes still have none; the node itself is checked);
+:meth:`NodePool.newest_hint` does not scan the buckets when the recent-hint look covered every live
+hint; :meth:`NodePool.sole_fit` answers "the newest hint" when the free totals leave room for one
+worker on one node at most (the top-up's moves: a donor frees exactly what the taker needs).
+
 Needs are passed as three ints ``(c, m, g)``: cpu millicores, memory bytes, GPUs.
 """
 
@@ -72,6 +78,8 @@ class NodePool:
         #: free GPU indices per node; lists are replaced, never changed in place (the journal keeps them)
         self.gpus = [list(n.free_gpus) for n in nodes]
         self.tcpu, self.tmem, self.tgpu = sum(self.cpu), sum(self.mem), sum(self.gpu)
+        #: some node has less than nothing free (the totals then say less about single nodes)
+        self.overdrawn = min((*self.cpu, *self.mem, *self.gpu), default=0) < 0
         self.hints: list[int] = []
         self.stamp = [-1] * len(nodes)
         self.cut = 0
@@ -89,6 +97,8 @@ class NodePool:
             self.keys.append(key)
             self.buckets.setdefault(key, _Bucket([], [])).nodes.append(i)
         self._log: list[_Saved] | None = None
+        #: :meth:`first_fit`'s last answer per worker shape, with ``roomier`` when it was found
+        self._first: dict[tuple[int, int, int], tuple[int, int]] = {}
         self._hint_mark = 0
 
     # ------------------------------------------------------------------------------------ reading
@@ -104,11 +114,18 @@ class NodePool:
 
     def first_fit(self, c: int, m: int, g: int) -> int | None:
         """The lowest-numbered node where one worker of ``(c, m, g)`` fits."""
+        seen = self._first.get((c, m, g))
+        if seen is not None and seen[1] == self.roomier:  # no node got room since: the lower ones still
+            i = seen[0]  # have none, and node i is still the first if it still has room
+            if c <= self.cpu[i] and m <= self.mem[i] and g <= self.gpu[i]:
+                return i
         self.sync()
         best = None
         for (fc, fm, fg, _), b in self.buckets.items():
             if c <= fc and m <= fm and g <= fg and (best is None or b.nodes[0] < best):
                 best = b.nodes[0]
+        if best is not None:
+            self._first[c, m, g] = (best, self.roomier)
         return best
 
     def newest_hint(self, c: int, m: int, g: int) -> int | None:
@@ -117,12 +134,26 @@ class NodePool:
         if recent is not None:
             return recent
         hints = self.hints
+        if len(hints) - self.cut <= _HINT_SCAN:  # every live hint was just checked: none fits
+            return None
         self.sync()
         best = -1
         for (fc, fm, fg, _), b in self.buckets.items():
             if c <= fc and m <= fm and g <= fg and b.stamps and b.stamps[-1] > best:
                 best = b.stamps[-1]
         return hints[best] if best >= self.cut else None
+
+    def sole_fit(self, c: int, m: int, g: int) -> int | None:
+        """The newest hint's node if one worker of ``(c, m, g)`` fits there and the free totals leave
+        room for it on one node at most (so no other node has room); None: not known so."""
+        hints = self.hints
+        if self.overdrawn or len(hints) <= self.cut:
+            return None
+        if (g and self.tgpu < 2 * g) or (c and self.tcpu < 2 * c) or (m and self.tmem < 2 * m):
+            i = hints[-1]
+            if c <= self.cpu[i] and m <= self.mem[i] and g <= self.gpu[i]:
+                return i
+        return None
 
     def _recent_fit(self, c: int, m: int, g: int) -> int | None:
         """The newest of the last few hints where one worker fits (most questions end here)."""
@@ -173,16 +204,25 @@ class NodePool:
     def take(self, i: int, c: int, m: int, g: int, ngpus: int, k: int = 1) -> list[tuple[int, ...]]:
         """Subtract ``k`` workers from node ``i``; each gets the next ``ngpus`` free GPU indices."""
         held = self.gpus[i]
-        got: list[tuple[int, ...]] = [()] * k
-        if ngpus:
-            got = (
-                [tuple(held[:ngpus])]
-                if k == 1
-                else [tuple(held[j * ngpus : (j + 1) * ngpus]) for j in range(k)]
-            )
-        left = held[k * ngpus :] if ngpus else held
-        self._set(i, self.cpu[i] - c * k, self.mem[i] - m * k, self.gpu[i] - g * k, left, self.stamp[i])
+        if not ngpus:
+            self._set(i, self.cpu[i] - c * k, self.mem[i] - m * k, self.gpu[i] - g * k, held, self.stamp[i])
+            return [()] * k
+        if k == 1:  # the common step
+            self._set(i, self.cpu[i] - c, self.mem[i] - m, self.gpu[i] - g, held[ngpus:], self.stamp[i])
+            return [(held[0],) if ngpus == 1 and held else tuple(held[:ngpus])]
+        got = [tuple(held[j * ngpus : (j + 1) * ngpus]) for j in range(k)]
+        self._set(
+            i, self.cpu[i] - c * k, self.mem[i] - m * k, self.gpu[i] - g * k, held[k * ngpus :], self.stamp[i]
+        )
         return got
+
+    def take_one(self, i: int, c: int, m: int, g: int) -> tuple[int, ...]:
+        """``take(i, c, m, g, g)[0]``: one worker, with the next ``g`` free GPU indices."""
+        held = self.gpus[i]
+        self._set(
+            i, self.cpu[i] - c, self.mem[i] - m, self.gpu[i] - g, held[g:] if g else held, self.stamp[i]
+        )
+        return (held[0],) if g == 1 and held else tuple(held[:g])
 
     def take_exact(self, i: int, c: int, m: int, g: int, gpus: Sequence[int]) -> None:
         """Subtract what workers hold on node ``i``, with exactly those GPU indices."""
@@ -202,6 +242,20 @@ class NodePool:
         if any(gpus):
             held = [*held, *(x for one in gpus for x in one)]
         self._set(i, self.cpu[i] + c * k, self.mem[i] + m * k, self.gpu[i] + g * k, held, stamp)
+
+    def give_one(self, i: int, c: int, m: int, g: int, gpus: tuple[int, ...]) -> None:
+        """``give(i, c, m, g, [gpus], hint=True)``: one worker back, the node the newest hint."""
+        hints = self.hints
+        hints.append(i)
+        held = self.gpus[i]
+        self._set(
+            i,
+            self.cpu[i] + c,
+            self.mem[i] + m,
+            self.gpu[i] + g,
+            [*held, *gpus] if gpus else held,
+            len(hints) - 1,
+        )
 
     def bounce(self, i: int, ngpus: int, exact: Sequence[int] = ()) -> None:
         """What taking one worker from node ``i`` and giving it straight back leaves: its GPUs (the
