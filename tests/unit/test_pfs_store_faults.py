@@ -35,6 +35,13 @@ def _put(store: LocalDirStore, key: tuple[str, ...], data: bytes) -> None:
     store.put_small(key, [data], overwrite=False)
 
 
+def _store_with(tmp_path: Path, name: str, data: bytes) -> tuple[LocalDirStore, Path]:
+    """A store with one file ``D/name`` holding ``data``; the store and the file's real path."""
+    store = LocalDirStore(tmp_path / "store")
+    _put(store, (*D, name), data)
+    return store, tmp_path / "store" / "files" / Path(*D) / name
+
+
 def _as_nobody(tmp_path: Path, fn: Callable[[LocalDirStore, Path], Any]) -> Any:
     """Run ``fn(store, root)`` in a forked child that is an unprivileged user (root, which runs the
     tests here, passes every permission check), on a store it owns; its JSON result. The store is
@@ -116,9 +123,7 @@ def test_denied_is_a_conflict_with_a_stable_code_that_says_what_to_do() -> None:
 def test_a_file_swapped_for_a_folder_before_its_unlink_is_refused_and_the_folder_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = LocalDirStore(tmp_path / "store")
-    _put(store, (*D, "f"), b"data")
-    target = tmp_path / "store" / "files" / Path(*D) / "f"
+    store, target = _store_with(tmp_path, "f", b"data")
     real_unlink = os.unlink
 
     class Os:
@@ -142,9 +147,8 @@ def test_a_file_swapped_for_a_folder_before_its_unlink_is_refused_and_the_folder
 def test_a_move_never_overwrites_a_name_made_after_its_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = LocalDirStore(tmp_path / "store")
-    _put(store, (*D, "a"), b"moved")
-    dst = tmp_path / "store" / "files" / Path(*D) / "b"
+    store, src = _store_with(tmp_path, "a", b"moved")
+    dst = src.with_name("b")
     real = LocalDirStore._stat_at
 
     def check_then_job_writes(self: LocalDirStore, parent: int, name: str, key: tuple[str, ...]) -> Any:
@@ -158,7 +162,7 @@ def test_a_move_never_overwrites_a_name_made_after_its_check(
         store.move((*D, "a"), (*D, "b"))
     assert caught.value.kind == StorageErrorKind.EXISTS
     assert dst.read_bytes() == b"the job's own b"
-    assert (dst.parent / "a").read_bytes() == b"moved"
+    assert src.read_bytes() == b"moved"
 
 
 def _open_fds() -> int:
