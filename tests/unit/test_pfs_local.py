@@ -33,6 +33,7 @@ from paddlecloud.client import Client
 from paddlecloud.client.pfs_local import ENV_SWITCH
 from paddlecloud.controller import Platform
 from paddlecloud.core.fdpass import recv_msg, send_msg
+from paddlecloud.server import pfs_socket
 from paddlecloud.server.pfs_socket import PfsSocket
 
 pytestmark = pytest.mark.timeout(60)
@@ -119,6 +120,30 @@ def test_switched_off_uses_http(
     seen = requests_of(alice)
     fs.upload_file(src, f"{HOME}/h.bin")
     assert ("POST", "/pfs/local") not in seen and sum(m == "PUT" for m, _ in seen) == 4
+
+
+def test_a_full_socket_sends_the_transfer_over_http_instead_of_failing(
+    platform: Platform, alice: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every connection slot taken (here: none at all): the socket answers "busy" and the client
+    moves the same bytes over HTTP, both ways, instead of failing the copy."""
+    monkeypatch.setattr(pfs_socket, "MAX_CONNECTIONS", 0)
+    full = PfsSocket(platform.pfs_local)
+    full.start()
+    try:
+        data = blob(SIZE, seed=5)
+        fs = fs_of(alice)
+        seen = requests_of(alice)
+        stats = fs.upload_file(write(tmp_path / "b.bin", data), f"{HOME}/b.bin")
+        assert stats.bytes_sent == SIZE
+        assert ("POST", "/pfs/local") in seen  # the fast path was tried ...
+        assert sum(m == "PUT" for m, _ in seen) == 4  # ... and every chunk went over HTTP
+        out = tmp_path / "back.bin"
+        fs.download_file(f"{HOME}/b.bin", out)
+        assert out.read_bytes() == data
+        assert sum(p == "/pfs/local" for _, p in seen) == 2
+    finally:
+        full.stop()
 
 
 def test_grant_is_one_time_and_for_one_operation(sock: PfsSocket, alice: Client, tmp_path: Path) -> None:

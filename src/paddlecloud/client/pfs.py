@@ -28,7 +28,7 @@ from typing import Any
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError, ServerError
 from paddlecloud.api.files import FileInfo, FileList, PfsHome, StorageUsage, UploadView
-from paddlecloud.client.pfs_local import BATCH, LocalPlane
+from paddlecloud.client.pfs_local import BATCH, LocalBusy, LocalPlane
 from paddlecloud.client.session import Session, connect
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
 from paddlecloud.core.fileio import copy_range, hash_range, start_writeback
@@ -204,9 +204,11 @@ class Pfs:
         fd = os.open(local, os.O_RDONLY)
         try:
             conn = self.local.connect(upload_id=up.id)
-            if conn is not None:
+            try:
+                if conn is None:
+                    raise LocalBusy("no same-host path")
                 stats = self._upload_local(conn, fd, up, digests, progress)
-            else:
+            except LocalBusy:  # not here, or the server's socket is full: over HTTP
                 stats = self._upload_http(fd, up, digests, progress)
         finally:
             os.close(fd)
@@ -235,9 +237,6 @@ class Pfs:
         for i in up.received:  # held already (resumed): kept where my file still has the same bytes
             mine(i)
         need = [i for i in range(up.chunks) if up.received.get(i) != digests[i]]
-        for i in set(range(up.chunks)) - set(need):
-            stats.count(skipped=n(i))
-            progress(n(i))
         held: dict[int, str] = {}
 
         def on_chunk(i: int, digest: str) -> None:
@@ -251,8 +250,16 @@ class Pfs:
                 batch_conn = self.local.connect(upload_id=up.id) if start else conn
                 if batch_conn is None:
                     raise ServerError("the server's socket went away mid-upload; copy again")
-                self.local.upload(batch_conn, fd, need[start : start + BATCH], on_chunk)
+                try:
+                    self.local.upload(batch_conn, fd, need[start : start + BATCH], on_chunk)
+                except LocalBusy:  # before any chunk: the caller goes over HTTP; later: resume it
+                    if start or held:
+                        raise ServerError("the server's socket got busy mid-upload; copy again") from None
+                    raise
             list(hashing)
+        for i in set(range(up.chunks)) - set(need):  # counted once the socket took the upload
+            stats.count(skipped=n(i))
+            progress(n(i))
         bad = [i for i in need if held.get(i) != digests[i]]
         if bad:
             raise InvalidInput(
@@ -356,7 +363,10 @@ class Pfs:
         conn = self.local.connect(path=remote)
         if conn is None:
             return None
-        fd, got = self.local.open(conn)
+        try:
+            fd, got = self.local.open(conn)
+        except LocalBusy:  # the server's socket is full: this download goes over HTTP
+            return None
         if got != size:
             os.close(fd)
             raise InvalidInput(

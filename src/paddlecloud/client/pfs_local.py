@@ -22,7 +22,7 @@ from paddlecloud.api.files import LocalGrant
 from paddlecloud.client.session import Session
 from paddlecloud.core.fdpass import ProtocolError, recv_msg, send_msg
 
-__all__ = ["BATCH", "ENV_SWITCH", "LocalPlane"]
+__all__ = ["BATCH", "ENV_SWITCH", "LocalBusy", "LocalPlane"]
 
 #: ``0`` turns the fast path off for this client (every transfer over HTTP)
 ENV_SWITCH = "PADDLECLOUD_PFS_LOCAL"
@@ -30,6 +30,10 @@ ENV_SWITCH = "PADDLECLOUD_PFS_LOCAL"
 ANSWER_TIMEOUT_S = 120.0
 #: chunk indexes per upload request (a message stays far below ``fdpass.MAX_MESSAGE``)
 BATCH = 2048
+
+
+class LocalBusy(Exception):
+    """The server's socket serves as many same-host transfers as it may: this one goes over HTTP."""
 
 
 class LocalPlane:
@@ -64,7 +68,7 @@ class LocalPlane:
         digest)`` as each is held."""
         sock, grant = conn
         with sock:
-            send_msg(sock, {"op": "upload", "grant": grant, "chunks": chunks}, fds=[fd])
+            _send(sock, {"op": "upload", "grant": grant, "chunks": chunks}, [fd])
             while True:
                 msg = _answer(sock)
                 if msg.get("ok"):
@@ -75,7 +79,7 @@ class LocalPlane:
         """A read-only descriptor of the granted file and its size (the caller closes it)."""
         sock, grant = conn
         with sock:
-            send_msg(sock, {"op": "download", "grant": grant})
+            _send(sock, {"op": "download", "grant": grant}, [])
             msg, fds = _recv(sock)
             if len(fds) != 1 or not isinstance(msg.get("size"), int):
                 for fd in fds:
@@ -84,14 +88,25 @@ class LocalPlane:
             return fds[0], int(msg["size"])
 
 
+def _send(sock: socket.socket, msg: dict[str, Any], fds: list[int]) -> None:
+    """Send the request; where the server already answered and closed (busy), raise its answer."""
+    try:
+        send_msg(sock, msg, fds=fds)
+    except OSError:  # EPIPE / ECONNRESET: it spoke first
+        _answer(sock)
+        raise ServerError("the server's socket closed before the request was sent; copy again") from None
+
+
 def _recv(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
     try:
         msg, fds = recv_msg(sock)
-    except (ProtocolError, TimeoutError) as exc:
+    except (ProtocolError, OSError) as exc:  # a timeout, a reset, a torn message
         raise ServerError(f"the server's socket went away mid-transfer ({exc}); copy again") from None
     if "error" in msg:
         for fd in fds:
             os.close(fd)
+        if msg.get("busy") is True:
+            raise LocalBusy(str(msg["error"]))
         raise error_from_body(int(msg.get("status", 500)), msg)
     return msg, fds
 

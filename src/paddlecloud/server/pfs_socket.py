@@ -2,7 +2,8 @@
 (``POST /api/v1/pfs/local``) and hands over, or receives, an open file (docs/data.md).
 
     listen on an abstract name (``@paddlecloud-pfs-<random>``: no file, nothing left behind)
-    per connection, in a thread (at most ``MAX_CONNECTIONS`` at once; more are told "busy"):
+    per connection, in a thread (at most ``MAX_CONNECTIONS`` at once; more are answered
+    {"error", "status": 503, "busy": true} at once, and the client goes over HTTP instead):
       ◀── {"op": "upload", "grant", "chunks": [i...]} + the client's file descriptor
       ──▶ {"i": i, "d": digest} per chunk held, then {"ok": true}
       ◀── {"op": "download", "grant"}
@@ -72,9 +73,10 @@ class PfsSocket:
             except OSError:
                 return  # closed by stop()
             if not self._slots.acquire(blocking=False):
-                with conn:
+                with conn, contextlib.suppress(OSError, ProtocolError):  # "busy": the client uses HTTP
                     busy = f"server busy (over {MAX_CONNECTIONS} same-host transfers); try again"
-                    _reply_error(conn, {"code": "internal", "message": busy}, 503)
+                    error = {"code": "internal", "message": busy}
+                    send_msg(conn, {"error": error, "status": 503, "busy": True})
                 continue
             threading.Thread(target=self._serve, args=(conn,), name="pfs-socket-conn", daemon=True).start()
 
