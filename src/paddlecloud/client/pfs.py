@@ -204,11 +204,11 @@ class Pfs:
         fd = os.open(local, os.O_RDONLY)
         try:
             conn = self.local.connect(upload_id=up.id)
-            try:
-                if conn is None:
-                    raise LocalBusy("no same-host path")
-                stats = self._upload_local(conn, fd, up, digests, progress)
-            except LocalBusy:  # not here, or the server's socket is full: over HTTP
+            stats: TransferStats | None = None
+            if conn is not None:
+                with contextlib.suppress(LocalBusy):  # the server's socket is full: over HTTP
+                    stats = self._upload_local(conn, fd, up, digests, progress)
+            if stats is None:  # not on the server's host, or busy
                 stats = self._upload_http(fd, up, digests, progress)
         finally:
             os.close(fd)
