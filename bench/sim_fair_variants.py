@@ -70,10 +70,13 @@ def main() -> None:
     ap.add_argument("--fair-exchange", action="store_true", help="an exchange search from the current counts")
     ap.add_argument("--fair-restart-s", type=float, help="restart-aware share: a restart's seconds")
     ap.add_argument("--fair-restart-k", type=float, default=2.0, help="restarts a move must save")
+    ap.add_argument("--fair-pack", action="store_true", help="consolidate restarting adaptive jobs")
+    ap.add_argument("--pack-all", action="store_true", help="(scratch) consolidate every elastic job")
     ap.add_argument("--profile", action="store_true", help="resizes by kind, per workload")
     ap.add_argument("--service-scale", type=float, help="ADAPTIVE_SERVICE_SCALE")
     ap.add_argument("--service-exponent", type=float, help="SERVICE_EXPONENT")
     args = ap.parse_args()
+    elastic_module.PACK_ALL = args.pack_all
     if args.service_scale is not None:
         elastic_module.ADAPTIVE_SERVICE_SCALE = args.service_scale
     if args.service_exponent is not None:
@@ -82,7 +85,7 @@ def main() -> None:
         fair_p=None if args.fair_p == "none" else float(args.fair_p), fair_weight=args.fair_weight,
         fair_restart=args.fair_restart, fair_cooldown=args.fair_cooldown, fair_group=args.fair_group,
         fair_free=not args.no_fair_free, fair_exchange=args.fair_exchange,
-        fair_restart_s=args.fair_restart_s, fair_restart_k=args.fair_restart_k,
+        fair_restart_s=args.fair_restart_s, fair_restart_k=args.fair_restart_k, fair_pack=args.fair_pack,
     )  # fmt: skip
     files = [str(DATA / FOLDERS[args.load] / f"workload-{k}.csv") for k in args.workloads]
     spec = RunSpec(files, ["elastic"], adaptive_fraction=args.fraction)

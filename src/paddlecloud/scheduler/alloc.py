@@ -247,6 +247,15 @@ class Allocation:
             return False
         return self._grow_many(job, n)
 
+    def place_at(self, job: JobRequest, spots: list[tuple[int, int]]) -> None:
+        """Add ``k`` trainers of ``job`` on node ``i`` for each ``(i, k)`` of ``spots``, in order (the
+        caller checked the room: ``consolidate.py`` after releasing the job's trainers)."""
+        held = self._held(job.key)
+        for i, k in spots:
+            held += self._take(job, i, len(held), k)
+        self._joined(job)
+        self._changed(job.key)
+
     def add_at(self, job: JobRequest, spot: Spot) -> None:
         """One more trainer of ``job`` where :meth:`spot` said it goes."""
         self._add(job, *spot)

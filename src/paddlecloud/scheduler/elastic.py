@@ -53,6 +53,7 @@ from operator import attrgetter
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
 from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.consolidate import Packer, consolidate
 from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held
 from paddlecloud.scheduler.goodfair import Claim, share
 from paddlecloud.scheduler.placement import NeverFits, cache_note
@@ -93,6 +94,9 @@ SERVICE_EXPONENT = 3.0
 #: load 1.0 / 1.5: scale 1 2,904 / 3,828 s, 2 2,957 / 3,886, 3 2,895 / 3,736, 4 2,892 / 3,771)
 ADAPTIVE_SERVICE_SCALE = 3.0
 
+
+PACK_ALL = False
+PACK_GROW = True
 
 _key, _node = attrgetter("key"), attrgetter("node")
 
@@ -153,6 +157,9 @@ class ElasticPolicy:
     #: 1.0 / 1.5): 2,569 / 3,552 s against 2,620 / 3,621 (bench/README.md)
     fair_restart_s: float | None = None
     fair_restart_k: float = 2.0
+    #: consolidation (:mod:`consolidate`): an adaptive job whose count changes this cycle, or that is
+    #: admitted in it (it restarts anyway), is placed on the fewest nodes the free capacity allows
+    fair_pack: bool = False
 
     def lo(self, job: JobRequest) -> int:
         return job.lo if self.elastic else job.trainers
@@ -180,6 +187,8 @@ class ElasticPolicy:
             cycle.top_up()
             cycle.fair()
             cycle.grow()
+        if self.fair_pack:
+            cycle.pack()
         emit(cycle.plan, snap, cycle.alloc, cycle.admitted, cycle.preempted,
              self.resize_cooldown if self.elastic else None)  # fmt: skip
         return cycle.plan
@@ -293,6 +302,8 @@ class _Cycle:
         # the order to take from), so once a shape failed at some count every later need as large fails
         self.failed: dict[tuple[int, ...], int] = {}
         self.soft = _Shrinkable(self.rank)
+        #: ``fair_pack``: adaptive jobs grow only onto as few nodes as their count needs
+        self.packer = Packer(self.alloc, _per_node(snap)) if policy.fair_pack and PACK_GROW else None
         self._ahead: list[Vec] = []
 
     def _counts(self, job: JobRequest) -> Vec:
@@ -468,7 +479,7 @@ class _Cycle:
             c, m, g = t.cpu_m, t.memory, t.gpu
             # (the ledger and the group, off, change nothing: they are not called then)
             while n < target and not (limited and ledger.problem(job, 1)):
-                if c <= pool.tcpu and m <= pool.tmem and g <= pool.tgpu and alloc.grow(job, 1):
+                if c <= pool.tcpu and m <= pool.tmem and g <= pool.tgpu and self._grow1(job):
                     if limited:
                         ledger.charge(job, 1)
                     n += 1
@@ -558,7 +569,7 @@ class _Cycle:
             j, n, target = by_key[key], alloc.count(key), counts[key]
             if n < target and key in self.admitted:
                 n = self._place_whole(j, n, target)
-            while n < target and not ledger.problem(j, 1) and alloc.grow(j, 1):
+            while n < target and not ledger.problem(j, 1) and self._grow1(j):
                 ledger.charge(j, 1)
                 n += 1
 
@@ -586,14 +597,35 @@ class _Cycle:
             job = self.jobs[i]
             if job.trainer in exhausted or ledger.problem(job, 1):
                 continue
-            if not alloc.grow(job, 1):
-                if not alloc.blocked(job):
+            if not self._grow1(job):
+                if not alloc.blocked(job) and not (self.packer and job.batches):
                     exhausted.add(job.trainer)  # no node can host one more trainer of this shape
                 continue
             ledger.charge(job, 1)
             n = alloc.count(key)
             if n < hi(job) and job.rate(n + 1) > job.rate(n):
                 heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, key))
+
+    def _grow1(self, job: JobRequest) -> bool:
+        """One more trainer for ``job`` (:meth:`Allocation.grow`; an adaptive job with ``fair_pack``
+        only on as few nodes as its new count needs: :class:`consolidate.Packer`)."""
+        if self.packer is not None and job.batches:
+            return self.packer.grow(job)
+        return self.alloc.grow(job, 1)
+
+    # ----------------------------------------------------------------------- step 5: consolidate
+
+    def pack(self) -> None:
+        """The adaptive jobs that restart this cycle (admitted, or at a new count) on the fewest
+        nodes (:func:`consolidate.consolidate`)."""
+        alloc, running = self.alloc, {j.key: j.running for j in self.snap.running}
+        jobs = [
+            j
+            for j in self.jobs
+            if (PACK_ALL or j.batches) and j.key not in self.preempted and alloc.count(j.key)
+            and (j.key in self.admitted or alloc.count(j.key) != running.get(j.key))
+        ]
+        consolidate(alloc, jobs)
 
     # ---------------------------------------------------------------------------------- reasons
 
@@ -655,6 +687,11 @@ def emit(
             batch = job.batch(n)
             msg = f"global batch {job.batch_size} -> {batch} on {n} trainers (its gradient noise scale moved)"
             plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
+
+
+def _per_node(snap: Snapshot) -> int:
+    """The most GPUs a node of the snapshot has (0: no GPU nodes)."""
+    return max((n.capacity.gpu for n in snap.nodes), default=0)
 
 
 def _stale(job: JobRequest, n: int) -> bool:
