@@ -72,11 +72,18 @@ def main() -> None:
     ap.add_argument("--fair-restart-k", type=float, default=2.0, help="restarts a move must save")
     ap.add_argument("--fair-pack", action="store_true", help="consolidate restarting adaptive jobs")
     ap.add_argument("--pack-all", action="store_true", help="(scratch) consolidate every elastic job")
+    ap.add_argument("--no-pack-end", action="store_true", help="(scratch) no consolidation step")
+    ap.add_argument("--no-pack-move", action="store_true", help="(scratch) grow without re-placing")
+    ap.add_argument("--pack-small", action="store_true", help="(scratch) bound only jobs within one node")
     ap.add_argument("--profile", action="store_true", help="resizes by kind, per workload")
     ap.add_argument("--service-scale", type=float, help="ADAPTIVE_SERVICE_SCALE")
     ap.add_argument("--service-exponent", type=float, help="SERVICE_EXPONENT")
     args = ap.parse_args()
     elastic_module.PACK_ALL = args.pack_all
+    from paddlecloud.scheduler import consolidate as cmod
+    cmod.MOVE = not args.no_pack_move
+    cmod.SMALL_ONLY = args.pack_small
+    elastic_module.PACK_END = not args.no_pack_end
     if args.service_scale is not None:
         elastic_module.ADAPTIVE_SERVICE_SCALE = args.service_scale
     if args.service_exponent is not None:

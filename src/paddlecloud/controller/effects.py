@@ -9,7 +9,10 @@ Order within a cycle (the plan was computed assuming it):
      or grows relied on the capacity being freed: they wait (``PreemptionInProgress``) and are
      returned to the reconciler, which holds them out of the queue until the preempted jobs have
      stopped;
-  2. ``Resize`` shrinks: the highest trainers are retired gracefully (in the background);
+  2. ``Resize`` shrinks: the highest trainers are retired gracefully (in the background); a
+     ``Resize`` that places trainers the job keeps elsewhere (``ElasticPolicy.fair_pack`` re-places
+     a growing job on fewer nodes: it restarts anyway) retires them from the lowest moved one up,
+     and step 5 adds them again where the plan put them;
   3. ``Wait``: the job's reason and message; an event only when the reason changes;
   4. ``Admit``: Starting, worker rows and an event, committed *before* the backend starts anything;
   5. ``Resize`` grows: new trainers are added to the running job.
@@ -80,14 +83,22 @@ def apply_plan(ctx: Context, s: Session, plan: Plan, rows: dict[str, JobRow]) ->
         except Exception as exc:  # what it holds is freed all the same: the plan counted on it
             fail_job(ctx, rows[p.job], FailReason.STOP_FAILED, "stopping the job to preempt it", exc)
     s.commit()
-    grows = []
+    grows, before = [], {}
     for r in plan.resize:
-        if r.trainers < len(trainer_names(rows[r.job])):
+        row = rows[r.job]
+        moved = _first_moved(row, r)
+        if moved is not None:  # trainers it keeps move: retire from the first moved one, add again
             try:
-                _shrink(ctx, rows[r.job], r)
+                before[r.job] = _retire_from(ctx, row, moved)
+                grows.append(r)
+            except Exception as exc:  # as a shrink's
+                backend_trouble(ctx, row, FailReason.STOP_FAILED, "retiring a trainer", exc)
+        elif r.trainers < len(trainer_names(row)):
+            try:
+                _shrink(ctx, row, r)
             except Exception as exc:  # as for a preemption: the plan counted on what it gives back
                 # (an engine unreachable for now: the job keeps its trainers, the next plan decides)
-                backend_trouble(ctx, rows[r.job], FailReason.STOP_FAILED, "retiring a trainer", exc)
+                backend_trouble(ctx, row, FailReason.STOP_FAILED, "retiring a trainer", exc)
         else:
             grows.append(r)
     waits, held = list(plan.wait), frozenset[str]()
@@ -102,7 +113,7 @@ def apply_plan(ctx: Context, s: Session, plan: Plan, rows: dict[str, JobRow]) ->
     for a in admits:
         _admit(ctx, s, rows[a.job], a)
     for r in grows:
-        _grow(ctx, rows[r.job], r)
+        _grow(ctx, rows[r.job], r, before.get(r.job))
     s.commit()
     return held
 
@@ -183,7 +194,29 @@ def _shrink(ctx: Context, row: JobRow, r: Resize) -> None:
     _record_resize(ctx, row, r, before)
 
 
-def _grow(ctx: Context, row: JobRow, r: Resize) -> None:
+def _first_moved(row: JobRow, r: Resize) -> int | None:
+    """The lowest index of a trainer the job keeps that ``r`` places on another node or other GPUs
+    (``consolidate.py``: a job that restarts anyway re-placed on fewer nodes); None: none moves."""
+    now = {
+        p["index"]: (p["node"], tuple(p["gpus"])) for p in row.placement or [] if p["role"] == "trainer"
+    }
+    moved = [p.index for p in r.placement if p.index in now and now[p.index] != (p.node, p.gpus)]
+    return min(moved, default=None)
+
+
+def _retire_from(ctx: Context, row: JobRow, index: int) -> int:
+    """Retire the job's trainers from ``index`` up (the highest first, as a shrink does); the
+    placement keeps the others. Returns how many trainers it had."""
+    key, have = job_key(row.user, row.name), len(trainer_names(row))
+    for _ in range(have - index):
+        ctx.backend.remove_trainer(key, ctx.config.shrink_grace)
+    row.placement = [p for p in row.placement or [] if p["role"] != "trainer" or p["index"] < index]
+    return have
+
+
+def _grow(ctx: Context, row: JobRow, r: Resize, before: int | None = None) -> None:
+    """Add the trainers of ``r`` the job does not have (``before``: its count before a move retired
+    some of them, for the event)."""
     key = job_key(row.user, row.name)
     have = trainer_names(row)
     added = [p for p in r.placement if f"trainer-{p.index}" not in have]
@@ -202,7 +235,7 @@ def _grow(ctx: Context, row: JobRow, r: Resize) -> None:
         r = Resize(r.job, len(kept), tuple(kept), note, _batch_for(ctx, row, r, len(kept)))
     for p in done:
         _pending_worker(row, p)
-    _record_resize(ctx, row, r, len(have))
+    _record_resize(ctx, row, r, len(have) if before is None else before)
 
 
 def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int) -> None:

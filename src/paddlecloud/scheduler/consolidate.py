@@ -25,6 +25,8 @@ from paddlecloud.scheduler.alloc import Allocation
 from paddlecloud.scheduler.pool import ALL, NodePool
 from paddlecloud.scheduler.snapshot import JobRequest
 
+MOVE = True
+SMALL_ONLY = False
 __all__ = ["Packer", "consolidate", "fewest_nodes", "spread"]
 
 
@@ -91,11 +93,15 @@ class Packer:
         alloc = self.alloc
         n = alloc.count(job.key)
         limit = self.bound(job, n + 1)
+        if SMALL_ONLY and limit > 1:
+            return alloc.grow(job, 1)
         alloc.begin()
         if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
             alloc.commit()
             return True
         alloc.rollback()
+        if not MOVE:
+            return False
         t = job.trainer
         alloc.begin()
         alloc.shrink(job, 0)

@@ -97,6 +97,7 @@ ADAPTIVE_SERVICE_SCALE = 3.0
 
 PACK_ALL = False
 PACK_GROW = True
+PACK_END = True
 
 _key, _node = attrgetter("key"), attrgetter("node")
 
@@ -187,7 +188,7 @@ class ElasticPolicy:
             cycle.top_up()
             cycle.fair()
             cycle.grow()
-        if self.fair_pack:
+        if self.fair_pack and PACK_END:
             cycle.pack()
         emit(cycle.plan, snap, cycle.alloc, cycle.admitted, cycle.preempted,
              self.resize_cooldown if self.elastic else None)  # fmt: skip
@@ -598,7 +599,7 @@ class _Cycle:
             if job.trainer in exhausted or ledger.problem(job, 1):
                 continue
             if not self._grow1(job):
-                if not alloc.blocked(job) and not (self.packer and job.batches):
+                if not alloc.blocked(job) and not (self.packer and (PACK_ALL or job.batches)):
                     exhausted.add(job.trainer)  # no node can host one more trainer of this shape
                 continue
             ledger.charge(job, 1)
@@ -609,7 +610,7 @@ class _Cycle:
     def _grow1(self, job: JobRequest) -> bool:
         """One more trainer for ``job`` (:meth:`Allocation.grow`; an adaptive job with ``fair_pack``
         only on as few nodes as its new count needs: :class:`consolidate.Packer`)."""
-        if self.packer is not None and job.batches:
+        if self.packer is not None and (PACK_ALL or job.batches):
             return self.packer.grow(job)
         return self.alloc.grow(job, 1)
 
