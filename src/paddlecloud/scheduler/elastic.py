@@ -52,8 +52,8 @@ from operator import attrgetter
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
-from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.scheduler.consolidate import Packer, consolidate
+from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held
 from paddlecloud.scheduler.goodfair import Claim, share
 from paddlecloud.scheduler.placement import NeverFits, cache_note
