@@ -89,9 +89,8 @@ def test_a_resize_that_moves_kept_trainers_retires_and_adds_them_again(
         }
         assert all(w.state == WorkerState.PENDING for w in row.workers if w.index >= moved)
     engine = world.engine.jobs["alice/job"]
-    live = {
-        w.name: w.node for w in engine.workers.values() if w.role == "trainer" and w.state != WorkerState.STOPPED
-    }
+    trainers = [w for w in engine.workers.values() if w.role == "trainer"]
+    live = {w.name: w.node for w in trainers if w.state != WorkerState.STOPPED}
     assert live == {f"trainer-{i}": "mem-1" for i in range(3)}
     events = [e.message for e in alice.job("job").events if e.reason == "Resized"]
     assert events[-1].startswith("trainers 2 -> 3")
