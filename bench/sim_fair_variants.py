@@ -8,7 +8,7 @@ JCT, the mean, and the mean JCT per application: the variant table of bench/READ
 
     nice -n 10 .venv/bin/python bench/sim_fair_variants.py [--load 1.0] [--fraction 1] [--fair-p 0.5]
         [--fair-weight 2] [--fair-restart 0.9] [--fair-cooldown 0] [--fair-group]
-        [--no-fair-free] [--fair-exchange] [--fair-restart-s 30 [--fair-restart-k 2]] [--profile]
+        [--no-fair-free] [--fair-exchange] [--fair-restart-s 30 [--fair-restart-k 2]] [--pack] [--profile]
         [--workloads 1 2 ...]
 
 With a fraction below 1 it also prints the fixed-batch jobs' summed JCT against the same jobs under
@@ -70,20 +70,11 @@ def main() -> None:
     ap.add_argument("--fair-exchange", action="store_true", help="an exchange search from the current counts")
     ap.add_argument("--fair-restart-s", type=float, help="restart-aware share: a restart's seconds")
     ap.add_argument("--fair-restart-k", type=float, default=2.0, help="restarts a move must save")
-    ap.add_argument("--fair-pack", action="store_true", help="consolidate restarting adaptive jobs")
-    ap.add_argument("--pack-all", action="store_true", help="(scratch) consolidate every elastic job")
-    ap.add_argument("--no-pack-end", action="store_true", help="(scratch) no consolidation step")
-    ap.add_argument("--no-pack-move", action="store_true", help="(scratch) grow without re-placing")
-    ap.add_argument("--pack-small", action="store_true", help="(scratch) bound only jobs within one node")
+    ap.add_argument("--pack", action="store_true", help="packed placement for growing jobs")
     ap.add_argument("--profile", action="store_true", help="resizes by kind, per workload")
     ap.add_argument("--service-scale", type=float, help="ADAPTIVE_SERVICE_SCALE")
     ap.add_argument("--service-exponent", type=float, help="SERVICE_EXPONENT")
     args = ap.parse_args()
-    elastic_module.PACK_ALL = args.pack_all
-    from paddlecloud.scheduler import consolidate as cmod
-    cmod.MOVE = not args.no_pack_move
-    cmod.SMALL_ONLY = args.pack_small
-    elastic_module.PACK_END = not args.no_pack_end
     if args.service_scale is not None:
         elastic_module.ADAPTIVE_SERVICE_SCALE = args.service_scale
     if args.service_exponent is not None:
@@ -92,7 +83,7 @@ def main() -> None:
         fair_p=None if args.fair_p == "none" else float(args.fair_p), fair_weight=args.fair_weight,
         fair_restart=args.fair_restart, fair_cooldown=args.fair_cooldown, fair_group=args.fair_group,
         fair_free=not args.no_fair_free, fair_exchange=args.fair_exchange,
-        fair_restart_s=args.fair_restart_s, fair_restart_k=args.fair_restart_k, fair_pack=args.fair_pack,
+        fair_restart_s=args.fair_restart_s, fair_restart_k=args.fair_restart_k, pack=args.pack,
     )  # fmt: skip
     files = [str(DATA / FOLDERS[args.load] / f"workload-{k}.csv") for k in args.workloads]
     spec = RunSpec(files, ["elastic"], adaptive_fraction=args.fraction)

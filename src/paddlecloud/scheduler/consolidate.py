@@ -1,20 +1,25 @@
-"""Consolidation: an adaptive job that restarts anyway this cycle is placed on the fewest nodes.
+"""Packed placement for growing jobs (``ElasticPolicy.pack``): never more nodes than the count needs.
 
-A job's goodput table (``JobRequest.speedup``) is measured or modelled on a packed placement, but a
-job grown one trainer at a time lands wherever a trainer fits (beside its own, else the node that got
-room back last) and, after shrinks and grows of its neighbours, ends up spread over more nodes than
-its count needs; every node more costs it the gradient exchange between nodes (the Pollux profiles:
-yolov3 on 4 GPUs runs 41 samples/s over 2 nodes against 72 on one). A resize restarts every trainer
-of the job anyway (the simulator's and the live DDP group's restart), so moving the trainers it keeps
-costs nothing more: :func:`consolidate` re-places each such job whose count changed this cycle (or
-that was admitted in it) on the fewest nodes the free capacity allows, if that is fewer than where it
-ended up. One node that holds every trainer: the one that fits them most tightly (it leaves the
-roomier nodes whole for others); else the nodes with the most room first.
+A job's speed-up table (``JobRequest.speedup``, a goodput table for an adaptive job) is measured or
+modelled on a packed placement, but a job grown one trainer at a time lands wherever a trainer fits
+(beside its own, else the node that got room back last) and, on a busy cluster, ends up spread over
+more nodes than its count needs; every node more costs it the gradient exchange between nodes (the
+Pollux profiles: yolov3 on 2 GPUs runs 29 samples/s over 2 nodes against 47 on one). Growing a job
+that trains as one group (no pservers: a DDP / torch elastic group) restarts all its trainers
+anyway, so moving the ones it keeps costs nothing more. So with ``pack``:
 
-Data flow: ``elastic._Cycle`` after its steps (``ElasticPolicy.fair_pack``) -> :func:`consolidate`
-(the cycle's :class:`~paddlecloud.scheduler.alloc.Allocation`, the jobs to look at) -> trials on the
-allocation: release the job's trainers, choose the nodes (:func:`fewest_nodes`), place them there
-(``Allocation.place_at``); committed if the job spans fewer nodes, else rolled back. Pure.
+* :class:`Packer`: one more trainer goes beside the job's own if the job then spans no more nodes
+  than its new count needs (:meth:`Packer.bound`: ``ceil(n x GPUs per trainer / GPUs per node)``);
+  else the whole job is re-placed on the fewest nodes (:func:`fewest_nodes`) if that is few enough;
+  else it gets no trainer (the trainer stays free for another job). Jobs with pservers, whose
+  trainers do not restart when one joins, and jobs without GPUs grow as before;
+* :func:`consolidate`: after the cycle's steps, each job admitted or resized in it (it restarts
+  anyway) is re-placed on fewer nodes if the free capacity allows it, the largest first.
+
+The live controller carries a move out as a retire-and-add of the trainers from the lowest moved
+index up (``controller/effects.py``). Data flow: ``elastic._Cycle`` -> these, on the cycle's
+:class:`~paddlecloud.scheduler.alloc.Allocation`, in trials (release the job's trainers, choose the
+nodes, ``Allocation.place_at``; committed or rolled back). Pure.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from paddlecloud.scheduler.alloc import Allocation
 from paddlecloud.scheduler.pool import ALL, NodePool
 from paddlecloud.scheduler.snapshot import JobRequest
 
-MOVE = True
-SMALL_ONLY = False
-__all__ = ["Packer", "consolidate", "fewest_nodes", "spread"]
+__all__ = ["Packer", "consolidate", "fewest_nodes", "packs", "spread"]
+
+
+def packs(job: JobRequest) -> bool:
+    """Whether ``job`` is placed packed when it grows: GPU trainers, no pservers."""
+    return job.trainer.gpu > 0 and job.pservers == 0
 
 
 def spread(alloc: Allocation, key: str) -> int:
@@ -54,61 +62,51 @@ def fewest_nodes(pool: NodePool, c: int, m: int, g: int, n: int) -> list[tuple[i
     return out
 
 
+def _replace(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
+    """Re-place ``job`` with ``n`` trainers on the fewest nodes if that is at most ``limit``."""
+    t = job.trainer
+    alloc.begin()
+    alloc.shrink(job, 0)
+    spots = fewest_nodes(alloc.pool, t.cpu_m, t.memory, t.gpu, n)
+    if spots is None or len(spots) > limit:
+        alloc.rollback()
+        return False
+    alloc.place_at(job, spots)
+    alloc.commit()
+    return True
+
+
+class Packer:
+    """One more trainer for a job, never on more nodes than its new count needs (module doc)."""
+
+    def __init__(self, alloc: Allocation, gpus_per_node: int) -> None:
+        #: the most GPUs a node of the cluster has
+        self.alloc, self.gpus_per_node = alloc, gpus_per_node
+
+    def bound(self, job: JobRequest, n: int) -> int:
+        """The fewest nodes ``n`` trainers of ``job`` need, packed."""
+        per = self.gpus_per_node // job.trainer.gpu if job.trainer.gpu else 0
+        return -(-n // per) if per > 0 else n
+
+    def grow(self, job: JobRequest) -> bool:
+        """Add one trainer to ``job`` (see the class); whether it got one."""
+        alloc = self.alloc
+        n = alloc.count(job.key)
+        limit = self.bound(job, n + 1)
+        alloc.begin()
+        if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
+            alloc.commit()
+            return True
+        alloc.rollback()
+        return _replace(alloc, job, n + 1, limit)
+
+
 def consolidate(alloc: Allocation, jobs: Iterable[JobRequest]) -> list[str]:
     """Re-place each of ``jobs`` (those restarting this cycle) on fewer nodes where the free capacity
     allows it, the largest first; the keys of those moved."""
     moved: list[str] = []
     for job in sorted(jobs, key=lambda j: (-alloc.count(j.key), j.key)):
         n, before = alloc.count(job.key), spread(alloc, job.key)
-        if n <= 1 or before <= 1:
-            continue
-        t = job.trainer
-        alloc.begin()
-        alloc.shrink(job, 0)
-        spots = fewest_nodes(alloc.pool, t.cpu_m, t.memory, t.gpu, n)
-        if spots is None or len(spots) >= before:
-            alloc.rollback()
-            continue
-        alloc.place_at(job, spots)
-        alloc.commit()
-        moved.append(job.key)
+        if n > 1 and before > 1 and _replace(alloc, job, n, before - 1):
+            moved.append(job.key)
     return moved
-
-
-class Packer:
-    """One more trainer for an adaptive job, never on more nodes than its new count needs: beside
-    its own trainers where there is room, else the whole job re-placed on the fewest nodes (it
-    restarts anyway when it grows); neither: no trainer (it stays for another job)."""
-
-    def __init__(self, alloc: Allocation, gpus_per_node: int) -> None:
-        #: the most GPUs a node has (0: no GPU nodes, no bound)
-        self.alloc, self.gpus_per_node = alloc, gpus_per_node
-
-    def bound(self, job: JobRequest, n: int) -> int:
-        """The fewest nodes ``n`` trainers of ``job`` need, packed (``n`` for a job without GPUs)."""
-        per = self.gpus_per_node // job.trainer.gpu if job.trainer.gpu else 0
-        return -(-n // per) if per > 0 else n
-
-    def grow(self, job: JobRequest) -> bool:
-        alloc = self.alloc
-        n = alloc.count(job.key)
-        limit = self.bound(job, n + 1)
-        if SMALL_ONLY and limit > 1:
-            return alloc.grow(job, 1)
-        alloc.begin()
-        if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
-            alloc.commit()
-            return True
-        alloc.rollback()
-        if not MOVE:
-            return False
-        t = job.trainer
-        alloc.begin()
-        alloc.shrink(job, 0)
-        spots = fewest_nodes(alloc.pool, t.cpu_m, t.memory, t.gpu, n + 1)
-        if spots is None or len(spots) > limit:
-            alloc.rollback()
-            return False
-        alloc.place_at(job, spots)
-        alloc.commit()
-        return True

@@ -52,7 +52,7 @@ from operator import attrgetter
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
-from paddlecloud.scheduler.consolidate import Packer, consolidate
+from paddlecloud.scheduler.consolidate import Packer, consolidate, packs
 from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held
 from paddlecloud.scheduler.goodfair import Claim, share
@@ -94,10 +94,6 @@ SERVICE_EXPONENT = 3.0
 #: load 1.0 / 1.5: scale 1 2,904 / 3,828 s, 2 2,957 / 3,886, 3 2,895 / 3,736, 4 2,892 / 3,771)
 ADAPTIVE_SERVICE_SCALE = 3.0
 
-
-PACK_ALL = False
-PACK_GROW = True
-PACK_END = True
 
 _key, _node = attrgetter("key"), attrgetter("node")
 
@@ -158,9 +154,13 @@ class ElasticPolicy:
     #: 1.0 / 1.5): 2,569 / 3,552 s against 2,620 / 3,621 (bench/README.md)
     fair_restart_s: float | None = None
     fair_restart_k: float = 2.0
-    #: consolidation (:mod:`consolidate`): an adaptive job whose count changes this cycle, or that is
-    #: admitted in it (it restarts anyway), is placed on the fewest nodes the free capacity allows
-    fair_pack: bool = False
+    #: packed placement (:mod:`consolidate`): a growing job (GPU trainers, no pservers) never spans
+    #: more nodes than its count needs (re-placed whole when that takes it: it restarts anyway, else
+    #: not grown), and a job admitted or resized in the cycle is re-placed on fewer nodes where the
+    #: free capacity allows. Off by default; it wins on every measured set (bench/README.md "Packed
+    #: placement"): with the share (``fair_group`` + ``fair_exchange`` + ``fair_restart_s``), every
+    #: job adaptive, 2,460 / 3,308 s at load 1.0 / 1.5 against 2,569 / 3,552
+    pack: bool = False
 
     def lo(self, job: JobRequest) -> int:
         return job.lo if self.elastic else job.trainers
@@ -188,7 +188,7 @@ class ElasticPolicy:
             cycle.top_up()
             cycle.fair()
             cycle.grow()
-        if self.fair_pack and PACK_END:
+        if self.pack:
             cycle.pack()
         emit(cycle.plan, snap, cycle.alloc, cycle.admitted, cycle.preempted,
              self.resize_cooldown if self.elastic else None)  # fmt: skip
@@ -303,8 +303,8 @@ class _Cycle:
         # the order to take from), so once a shape failed at some count every later need as large fails
         self.failed: dict[tuple[int, ...], int] = {}
         self.soft = _Shrinkable(self.rank)
-        #: ``fair_pack``: adaptive jobs grow only onto as few nodes as their count needs
-        self.packer = Packer(self.alloc, _per_node(snap)) if policy.fair_pack and PACK_GROW else None
+        #: ``pack``: jobs grow only onto as few nodes as their count needs
+        self.packer = Packer(self.alloc, _per_node(snap)) if policy.pack else None
         self._ahead: list[Vec] = []
 
     def _counts(self, job: JobRequest) -> Vec:
@@ -489,6 +489,8 @@ class _Cycle:
                     continue
                 if alloc.blocked(job):  # its next trainer can only go back where it ran: taken
                     break
+                if self.packer is not None and packs(job) and pool.total_fits(c, m, g):
+                    break  # room, but not on as few nodes as it needs: a donor's trainer would not help
                 while last > i and (
                     len(trainers.get(jobs[last].key, ())) <= lo(jobs[last])
                     or (fair and jobs[last].batches and not group.spare(job))
@@ -599,7 +601,7 @@ class _Cycle:
             if job.trainer in exhausted or ledger.problem(job, 1):
                 continue
             if not self._grow1(job):
-                if not alloc.blocked(job) and not (self.packer and (PACK_ALL or job.batches)):
+                if not alloc.blocked(job) and not (self.packer and packs(job)):
                     exhausted.add(job.trainer)  # no node can host one more trainer of this shape
                 continue
             ledger.charge(job, 1)
@@ -608,22 +610,24 @@ class _Cycle:
                 heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, key))
 
     def _grow1(self, job: JobRequest) -> bool:
-        """One more trainer for ``job`` (:meth:`Allocation.grow`; an adaptive job with ``fair_pack``
-        only on as few nodes as its new count needs: :class:`consolidate.Packer`)."""
-        if self.packer is not None and (PACK_ALL or job.batches):
+        """One more trainer for ``job`` (:meth:`Allocation.grow`; with ``pack`` only on as few nodes
+        as its new count needs: :class:`consolidate.Packer`)."""
+        if self.packer is not None and packs(job):
             return self.packer.grow(job)
         return self.alloc.grow(job, 1)
 
     # ----------------------------------------------------------------------- step 5: consolidate
 
     def pack(self) -> None:
-        """The adaptive jobs that restart this cycle (admitted, or at a new count) on the fewest
-        nodes (:func:`consolidate.consolidate`)."""
+        """The jobs that restart this cycle (admitted, or at a new count) on fewer nodes where the
+        free capacity allows (:func:`consolidate.consolidate`)."""
         alloc, running = self.alloc, {j.key: j.running for j in self.snap.running}
         jobs = [
             j
             for j in self.jobs
-            if (PACK_ALL or j.batches) and j.key not in self.preempted and alloc.count(j.key)
+            if packs(j)
+            and j.key not in self.preempted
+            and alloc.count(j.key)
             and (j.key in self.admitted or alloc.count(j.key) != running.get(j.key))
         ]
         consolidate(alloc, jobs)
