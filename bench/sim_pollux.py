@@ -21,12 +21,12 @@ import json
 import time
 from pathlib import Path
 
+from _pollux_data import DATA, TRACES, workload_files
+
 from paddlecloud.sim import load_result
 from paddlecloud.sim.plot import plot_series
 from paddlecloud.sim.runner import RunSpec, run, run_report
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
-FOLDERS = {0.5: "workloads-0.5", 1.0: "workloads", 1.5: "workloads-1.5"}
 POLICIES = ("fifo", "tiresias", "edl", "elastic")
 
 
@@ -39,9 +39,9 @@ def main() -> None:
     args = ap.parse_args()
     everything: dict[str, object] = {}
     for load in args.loads:
-        files = sorted(str(p) for p in (DATA / FOLDERS[load]).glob("workload-*.csv"))
+        files = [str(p) for p in workload_files(load)]
         t = time.perf_counter()
-        report = run_report(RunSpec(files, list(POLICIES)))
+        report = run_report(RunSpec(files, list(POLICIES), traces=TRACES))
         res = report.summaries
         if args.plot:
             png = args.plot.with_name(f"{args.plot.name}-load{load}.png")
