@@ -20,17 +20,17 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from _pollux_data import DATA, TRACES, workload_files
+
 from paddlecloud.sim import load_result
 from paddlecloud.sim.runner import DEFAULT_POLICY, Report, RunSpec, run_report
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
-FOLDERS = {0.5: "workloads-0.5", 1.0: "workloads", 1.5: "workloads-1.5"}
 FRACTIONS = (0.0, 0.5, 1.0)
 
 
 def one(load: float, fraction: float) -> Report:
-    files = sorted(str(p) for p in (DATA / FOLDERS[load]).glob("workload-*.csv"))
-    return run_report(RunSpec(files, [DEFAULT_POLICY], adaptive_fraction=fraction))
+    files = [str(p) for p in workload_files(load)]
+    return run_report(RunSpec(files, [DEFAULT_POLICY], adaptive_fraction=fraction, traces=TRACES))
 
 
 def fixed_ratio(half: Report, fixed: Report) -> float:

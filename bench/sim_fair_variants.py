@@ -20,16 +20,13 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
+
+from _pollux_data import LOADS, TRACES, workload_files
 
 from paddlecloud.scheduler import ElasticPolicy, Plan, Snapshot
 from paddlecloud.scheduler import elastic as elastic_module
 from paddlecloud.sim.engine import SimConfig, simulate
 from paddlecloud.sim.runner import RunSpec, _inputs, _jobs_for, choose_adaptive
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
-FOLDERS = {0.5: "workloads-0.5", 1.0: "workloads", 1.5: "workloads-1.5"}
-
 
 KINDS = ("grow", "shrink-to-admit", "shrink", "batch-only")
 
@@ -58,7 +55,7 @@ class Counted:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--load", type=float, default=1.0, choices=sorted(FOLDERS))
+    ap.add_argument("--load", type=float, default=1.0, choices=LOADS)
     ap.add_argument("--fraction", type=float, default=1.0, help="share of jobs adaptive")
     ap.add_argument("--workloads", type=int, nargs="+", default=list(range(1, 9)))
     ap.add_argument("--fair-p", default="0.5", help="a number, or 'none' for the LAS top-up")
@@ -85,8 +82,8 @@ def main() -> None:
         fair_free=not args.no_fair_free, fair_exchange=args.fair_exchange,
         fair_restart_s=args.fair_restart_s, fair_restart_k=args.fair_restart_k, pack=args.pack,
     )  # fmt: skip
-    files = [str(DATA / FOLDERS[args.load] / f"workload-{k}.csv") for k in args.workloads]
-    spec = RunSpec(files, ["elastic"], adaptive_fraction=args.fraction)
+    files = [str(p) for p in workload_files(args.load, args.workloads)]
+    spec = RunSpec(files, ["elastic"], adaptive_fraction=args.fraction, traces=TRACES)
     loads, models, cluster = _inputs(spec)
     capacity = cluster.nodes * cluster.node.gpu
     avgs: list[float] = []

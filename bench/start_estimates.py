@@ -28,13 +28,13 @@ import statistics
 import time
 from pathlib import Path
 
+from _pollux_data import DATA, workload_files
+
 from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.sim import POLLUX_CLUSTER, load_pollux, load_profiles
 from paddlecloud.sim.engine import SimConfig, simulate, widen
 from paddlecloud.sim.estimates import EstimateSpec
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
-FOLDERS = {0.5: "workloads-0.5", 1.0: "workloads", 1.5: "workloads-1.5"}
 #: label -> (simulated policy, forecast policy, durations)
 CONFIGS = {
     "ours (elastic, profiles)": ("elastic", "elastic", "profile"),
@@ -81,7 +81,7 @@ def main() -> None:
     cap = POLLUX_CLUSTER.nodes * POLLUX_CLUSTER.node.gpu
     out: dict[str, object] = {}
     for load in args.loads:
-        files = sorted((DATA / FOLDERS[load]).glob("workload-*.csv"))
+        files = workload_files(load)
         print(f"\nload {load}: {len(files)} workloads, estimate at submit vs actual, mean over the workloads")
         print(f"  {'':<28}{'start err s':>12}{'<=25%':>7}{'waited <=25%':>13}{'waited':>7}"
               f"{'end err s':>11}{'<=25%':>7}{'queued':>8}{'q err s':>10}{'<=25%':>7}{'s':>6}")  # fmt: skip

@@ -107,17 +107,27 @@ def _window(policy: str, seed: int) -> dict[str, float]:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_acceptance_edl_pending_and_utilisation_against_static(seed: int) -> None:
-    static, edl, elastic = (_window(p, seed) for p in ("fifo", "edl", "elastic"))
-    # OFF: 5 whole 60-trainer jobs fit (the report: 5, and a 6th started with 49 of its trainers)
-    assert static["running"] == 5
+    static, edl, elastic = (_window(p, seed) for p in ("pods", "edl", "elastic"))
+    # OFF as the report ran it, its pods bound one by one: 5 whole 60-trainer jobs and a 6th with part
+    # of its trainers (the report: 49 of 60)
+    assert static["running"] == 6
     assert static["report_pending_s"] > 250.0  # the report: 280 s (308 s over its ten passes)
-    # issue 14: edl pending <= 0.2 x static's (report 43 / 280 = 0.15), no utilisation given up
+    assert 0.72 <= static["report_cpu_util"] <= 0.85  # the report: 76.2 %
+    # issue 14: edl pending <= 0.2 x static's (report 43 / 280 = 0.15) at the same utilisation (+- 5 points)
     assert edl["report_pending_s"] <= 0.2 * static["report_pending_s"]
-    assert edl["report_cpu_util"] >= static["report_cpu_util"] - 0.05
+    assert abs(edl["report_cpu_util"] - static["report_cpu_util"]) <= 0.05
     assert edl["running"] == 20  # every job runs at once
     # elastic no worse than edl on either
     assert elastic["report_pending_s"] <= edl["report_pending_s"]
     assert elastic["report_cpu_util"] >= edl["report_cpu_util"]
+
+
+def test_whole_jobs_leave_the_sixth_jobs_room_idle() -> None:
+    """fifo (gang) starts only 5 OFF jobs: the room the report's 6th job partly used stays idle."""
+    whole, pods = _window("fifo", 0), _window("pods", 0)
+    assert whole["running"] == 5
+    assert pods["report_cpu_util"] - whole["report_cpu_util"] >= 0.08
+    assert whole["report_pending_s"] > pods["report_pending_s"]
 
 
 def test_runner_passes_are_seeded_workloads_measured_over_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,7 +155,7 @@ def test_runner_refuses_no_passes() -> None:
 def test_runner_gives_static_policies_the_off_jobs_and_elastic_ones_the_on_jobs() -> None:
     on, spec = edl_scenario(seed=2), RunSpec([], ["fifo"], format="edl")
     off = edl_scenario(seed=2, autoscaling=False)
-    for name in ("fifo", "fifo-backfill", "tiresias"):
+    for name in ("fifo", "fifo-backfill", "tiresias", "pods"):
         assert runner._jobs_for(name, spec, on, MODELS, EDL_CLUSTER, set()) == off
     for name in ("edl", "elastic"):
         assert runner._jobs_for(name, spec, on, MODELS, EDL_CLUSTER, set()) == on

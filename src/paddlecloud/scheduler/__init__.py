@@ -17,6 +17,7 @@ from paddlecloud.scheduler.edl import EdlPolicy
 from paddlecloud.scheduler.elastic import TIRESIAS_THRESHOLDS, ElasticPolicy
 from paddlecloud.scheduler.fifo import FifoPolicy
 from paddlecloud.scheduler.placement import never_placeable
+from paddlecloud.scheduler.pods import PodsPolicy
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState, Snapshot
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "JobRequest",
     "NodeState",
     "Plan",
+    "PodsPolicy",
     "Policy",
     "Preempt",
     "Resize",
@@ -52,13 +54,16 @@ class Policy(Protocol):
 
 
 def policy(name: str) -> Policy:
-    """Construct a policy by name: ``fifo``, ``fifo-backfill``, ``tiresias``, ``edl``, ``elastic``."""
+    """Construct a policy by name: ``fifo``, ``fifo-backfill``, ``tiresias``, ``edl``, ``elastic``, and
+    ``pods`` (a baseline for the simulator: workers bound one by one without a gang, see pods.py;
+    ``up --policy`` does not offer it)."""
     policies: dict[str, Policy] = {
         "fifo": FifoPolicy(),
         "fifo-backfill": FifoPolicy(backfill=True, name="fifo-backfill"),
         "tiresias": ElasticPolicy(name="tiresias", elastic=False, grow=False, thresholds=TIRESIAS_THRESHOLDS),
         "edl": EdlPolicy(),
         "elastic": ElasticPolicy(),
+        "pods": PodsPolicy(),
     }
     if name not in policies:
         raise ValueError(f"unknown scheduling policy {name!r} (known: {', '.join(policies)})")

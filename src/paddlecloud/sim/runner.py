@@ -83,7 +83,7 @@ def speedup_model(fmt: str, gpus_per_node: int = 4) -> str:
             f"synthetic near-linear CPU model (no measured profile): n trainers process "
             f"n x {m.per_trainer:g} / (1 + {m.contention:g} x (n - 1)) samples/s whatever the nodes, "
             f"{m.work_samples:,.0f} samples per job; the EDL report's jobs (10 pservers of 4 CPU, "
-            f"trainers of 5 CPU): static policies (fifo, fifo-backfill, tiresias) run each at a fixed "
+            f"trainers of 5 CPU): static policies (fifo, fifo-backfill, tiresias, pods) run each at a fixed "
             f"{m.trainer_cap} trainers (autoscaling OFF), edl and elastic at 2..{m.trainer_cap} (ON); "
             f"{EDL_ROUND_S:g} s rounds; report_pending_s and report_cpu_util are measured over the "
             f"report's window, to {EDL_WINDOW_AFTER_LAST_S:g} s after the last submission"
