@@ -94,3 +94,32 @@ def test_a_resize_that_moves_kept_trainers_retires_and_adds_them_again(
     assert live == {f"trainer-{i}": "mem-1" for i in range(3)}
     events = [e.message for e in alice.job("job").events if e.reason == "Resized"]
     assert events[-1].startswith("trainers 2 -> 3")
+
+
+def test_a_move_at_the_same_count_is_a_resized_event_not_a_rebatch(
+    world: MemoryWorld, tmp_path: Path
+) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "train.py").write_text("print('unused')\n")
+    alice = world.client("alice")
+    world.submit(alice, "job", package, trainers={"count": 1, "cpu": "1"})
+    world.tick()
+    ctx = world.platform.ctx
+    with ctx.session() as s:
+        row = s.scalar(select(JobRow).where(JobRow.user == "alice", JobRow.name == "job"))
+        assert row is not None
+        zero = next(p for p in row.placement or [] if p["role"] == "trainer")
+        other = "mem-1" if zero["node"] == "mem-0" else "mem-0"
+        there = (WorkerPlacement("trainer", 0, other, ()),)
+        apply_plan(ctx, s, Plan(1, resize=[Resize("alice/job", 1, there, "moved")]), {"alice/job": row})
+        assert _trainers(row) == [(0, other)]
+    events = [e.message for e in alice.job("job").events if e.reason == "Resized"]
+    assert events == ["trainers 1 moved: moved"]
+    registry = ctx.metrics.registry
+    assert (
+        registry.get_sample_value(
+            "paddlecloud_scheduler_decisions_total", {"kind": "resize", "reason": "Move"}
+        )
+        == 1
+    )

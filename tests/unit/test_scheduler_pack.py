@@ -9,6 +9,7 @@ from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import ElasticPolicy, JobRequest, NodeState, Plan, Snapshot, WorkerPlacement
 from paddlecloud.scheduler.alloc import Allocation
 from paddlecloud.scheduler.consolidate import Packer, consolidate, fewest_nodes, packs
+from paddlecloud.scheduler.elastic import emit
 from paddlecloud.scheduler.pool import NodePool
 
 GI = 2**30
@@ -122,3 +123,19 @@ def test_jobs_with_pservers_or_without_gpus_grow_as_before() -> None:
 
 def test_pack_is_off_by_default() -> None:
     assert ElasticPolicy().pack is False
+
+
+def test_a_job_moved_at_the_same_count_gets_a_resize_with_its_new_placement() -> None:
+    # a re-placed job whose count ends where it began must still be told where its trainers are:
+    # without the Resize it would stay where it was while others were given its GPUs
+    a = job("A", 2)
+    snap, where = cluster({"A": 1, "B": 3}, {"A": 1, "C": 3}, {})
+    snap = running(snap, where, a, job("B", 3, lo=3, hi=3), job("C", 3, lo=3, hi=3))
+    alloc = Allocation.of(snap)
+    consolidate(alloc, [snap.running[0]])
+    plan = Plan(1)
+    emit(plan, snap, alloc, {}, set())
+    assert [(r.job, r.trainers, [p.node for p in r.placement]) for r in plan.resize] == [
+        ("A", 2, ["n2", "n2"])
+    ]
+    assert "moved to n2" in plan.resize[0].message

@@ -197,9 +197,7 @@ def _shrink(ctx: Context, row: JobRow, r: Resize) -> None:
 def _first_moved(row: JobRow, r: Resize) -> int | None:
     """The lowest index of a trainer the job keeps that ``r`` places on another node or other GPUs
     (``consolidate.py``: a job that restarts anyway re-placed on fewer nodes); None: none moves."""
-    now = {
-        p["index"]: (p["node"], tuple(p["gpus"])) for p in row.placement or [] if p["role"] == "trainer"
-    }
+    now = {p["index"]: (p["node"], tuple(p["gpus"])) for p in row.placement or [] if p["role"] == "trainer"}
     moved = [p.index for p in r.placement if p.index in now and now[p.index] != (p.node, p.gpus)]
     return min(moved, default=None)
 
@@ -235,14 +233,18 @@ def _grow(ctx: Context, row: JobRow, r: Resize, before: int | None = None) -> No
         r = Resize(r.job, len(kept), tuple(kept), note, _batch_for(ctx, row, r, len(kept)))
     for p in done:
         _pending_worker(row, p)
-    _record_resize(ctx, row, r, len(have) if before is None else before)
+    _record_resize(ctx, row, r, len(have) if before is None else before, moved=before is not None)
 
 
-def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int) -> None:
+def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int, moved: bool = False) -> None:
     pservers = [p for p in row.placement or [] if p["role"] != "trainer"]
     row.placement = pservers + [_as_json(p) for p in r.placement]
     now = ctx.clock.now()
-    if r.trainers == before:  # a new batch on the same trainers: its BatchSize event says it
+    if moved and r.trainers == before:  # the same count on other nodes (restarted)
+        row.resized_at = now
+        ctx.event(row, "Normal", "Resized", f"trainers {before} moved: {r.message}")
+        ctx.metrics.decision("resize", "Move")
+    elif r.trainers == before:  # a new batch on the same trainers: its BatchSize event says it
         # applied live at a step boundary (no restart): it does not start the grow cooldown
         ctx.metrics.decision("resize", "Rebatch")
     else:

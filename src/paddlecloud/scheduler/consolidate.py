@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from paddlecloud.scheduler.alloc import Allocation
-from paddlecloud.scheduler.pool import ALL, NodePool
+from paddlecloud.scheduler.pool import NodePool, how_many
 from paddlecloud.scheduler.snapshot import JobRequest
 
 __all__ = ["Packer", "consolidate", "fewest_nodes", "packs", "spread"]
@@ -46,13 +46,20 @@ def spread(alloc: Allocation, key: str) -> int:
 def fewest_nodes(pool: NodePool, c: int, m: int, g: int, n: int) -> list[tuple[int, int]] | None:
     """Where ``n`` workers of ``(c, m, g)`` go on the fewest nodes of ``pool``: ``(node, workers)``;
     one node if one holds them all (the tightest such, then the lowest number), else the roomiest
-    first. None if they do not fit."""
-    room = pool.gang(c, m, g, ALL)  # roomiest first, then by node number
+    first (then by number). None if they do not fit. Reads the pool's buckets, not its nodes."""
+    if not pool.total_fits(c * n, m * n, g * n):
+        return None
+    pool.sync()
+    whole: tuple[int, int] | None = None
+    for (fc, fm, fg, _), b in pool.buckets.items():
+        k = how_many(fc, fm, fg, c, m, g)
+        if k >= n and b.nodes and (whole is None or (k, b.nodes[0]) < whole):
+            whole = (k, b.nodes[0])
+    if whole is not None:
+        return [(whole[1], n)]
+    room = pool.gang(c, m, g, n)  # roomiest first, then by node number
     if sum(k for _, k in room) < n:
         return None
-    whole = [(k, i) for i, k in room if k >= n]
-    if whole:
-        return [(min(whole)[1], n)]
     out: list[tuple[int, int]] = []
     for i, k in room:
         out.append((i, min(k, n)))
@@ -62,9 +69,25 @@ def fewest_nodes(pool: NodePool, c: int, m: int, g: int, n: int) -> list[tuple[i
     return out
 
 
+def _may_fit(pool: NodePool, c: int, m: int, g: int, n: int, limit: int, own: int) -> bool:
+    """Whether ``n`` workers of ``(c, m, g)`` might fit on ``limit`` nodes once ``own`` of them are
+    given back: the ``limit`` roomiest nodes' room plus ``own`` (each bucket read once; False only
+    where they surely do not: a failing re-place skipped without a trial)."""
+    pool.sync()
+    takes: list[int] = []
+    for (fc, fm, fg, _), b in pool.buckets.items():
+        k = how_many(fc, fm, fg, c, m, g)
+        if k > 0:
+            takes += [k] * min(len(b.nodes), limit)
+    takes.sort(reverse=True)
+    return sum(takes[:limit]) + own >= n
+
+
 def _replace(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
     """Re-place ``job`` with ``n`` trainers on the fewest nodes if that is at most ``limit``."""
     t = job.trainer
+    if not _may_fit(alloc.pool, t.cpu_m, t.memory, t.gpu, n, limit, alloc.count(job.key)):
+        return False
     alloc.begin()
     alloc.shrink(job, 0)
     spots = fewest_nodes(alloc.pool, t.cpu_m, t.memory, t.gpu, n)

@@ -688,6 +688,10 @@ def emit(
             if job.cache_nodes and n > job.running:  # where the new trainers went
                 msg += f"; {cache_note(job.cache_nodes, alloc.trainers[job.key][job.running :])}"
             plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
+        elif n and not alloc.as_it_ran(job):  # the same count elsewhere (``pack`` re-placed it)
+            trainers = alloc.trainers[job.key]
+            msg = f"{n} trainers moved to {', '.join(sorted(set(map(_node, trainers))))} (fewer nodes)"
+            plan.resize.append(Resize(job.key, n, tuple(trainers), msg, job.batch(n)))
         elif rebatch_after is not None and _stale(job, n) and snap.now - job.rebatched_at >= rebatch_after:
             batch = job.batch(n)
             msg = f"global batch {job.batch_size} -> {batch} on {n} trainers (its gradient noise scale moved)"
