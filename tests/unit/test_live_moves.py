@@ -13,6 +13,7 @@ from memory_platform import MemoryWorld
 from sqlalchemy import select
 
 from paddlecloud.backends.base import NodeInfo
+from paddlecloud.client import Client
 from paddlecloud.controller.effects import apply_plan
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
@@ -36,18 +37,24 @@ def _trainers(row: JobRow) -> list[tuple[int, str]]:
     return sorted((p["index"], p["node"]) for p in row.placement or [] if p["role"] == "trainer")
 
 
-def test_a_resize_that_moves_kept_trainers_retires_and_adds_them_again(
-    world: MemoryWorld, tmp_path: Path
-) -> None:
-    """Trainers 0 and 1 on mem-0 and mem-1, grown to 3 all on mem-1: trainer-0 moves, so both
-    trainers it had are retired (the highest first) and all three added on mem-1; the job's
-    placement, its workers and the Resized event say so."""
+def _one_trainer(world: MemoryWorld, tmp_path: Path) -> Client:
+    """alice's job ``job`` admitted with one trainer (a fixed count: only the plans below resize it)."""
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "train.py").write_text("print('unused')\n")
     alice = world.client("alice")
     world.submit(alice, "job", package, trainers={"count": 1, "cpu": "1"})
     world.tick()
+    return alice
+
+
+def test_a_resize_that_moves_kept_trainers_retires_and_adds_them_again(
+    world: MemoryWorld, tmp_path: Path
+) -> None:
+    """Trainers 0 and 1 on mem-0 and mem-1, grown to 3 all on mem-1: trainer-0 moves, so both
+    trainers it had are retired (the highest first) and all three added on mem-1; the job's
+    placement, its workers and the Resized event say so."""
+    alice = _one_trainer(world, tmp_path)
     ctx = world.platform.ctx
     calls: list[tuple[str, Any]] = []
     backend = ctx.backend
@@ -99,12 +106,9 @@ def test_a_resize_that_moves_kept_trainers_retires_and_adds_them_again(
 def test_a_move_at_the_same_count_is_a_resized_event_not_a_rebatch(
     world: MemoryWorld, tmp_path: Path
 ) -> None:
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "train.py").write_text("print('unused')\n")
-    alice = world.client("alice")
-    world.submit(alice, "job", package, trainers={"count": 1, "cpu": "1"})
-    world.tick()
+    """trainer-0 moved to the other node at one trainer: a Resized event ("moved") and a ``Move``
+    decision, not the batch-only resize a Resize to the same count would otherwise be."""
+    alice = _one_trainer(world, tmp_path)
     ctx = world.platform.ctx
     with ctx.session() as s:
         row = s.scalar(select(JobRow).where(JobRow.user == "alice", JobRow.name == "job"))
