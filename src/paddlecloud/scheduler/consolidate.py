@@ -116,6 +116,8 @@ class Packer:
         alloc = self.alloc
         n = alloc.count(job.key)
         limit = self.bound(job, n + 1)
+        if spread(alloc, job.key) < limit:  # one node more is still within it: no trial needed
+            return alloc.grow(job, 1) or _replace(alloc, job, n + 1, limit)
         alloc.begin()
         if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
             alloc.commit()
