@@ -485,6 +485,11 @@ class _Cycle:
                 if last <= i:
                     break
                 donor = jobs[last]
+                if not limited and not group.on:  # what the donor can spare, all at once if that is the same
+                    k = min(target - n, len(trainers[donor.key]) - lo(donor))
+                    if alloc.hand_over(donor, job, k):
+                        n += k
+                        continue
                 alloc.shrink(donor, len(trainers[donor.key]) - 1)
                 if limited:
                     ledger.credit(donor, 1)
