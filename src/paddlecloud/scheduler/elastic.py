@@ -52,7 +52,7 @@ from operator import attrgetter
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
-from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.decisions import Plan, Preempt, Wait, WaitReason, WorkerPlacement, admit_of, resize_of
 from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held
 from paddlecloud.scheduler.goodfair import Claim, share
 from paddlecloud.scheduler.placement import NeverFits, cache_note
@@ -642,7 +642,7 @@ def emit(
             msg += f", global batch {batch}" if batch else ""
             if job.cache_nodes:
                 msg += f"; {cache_note(job.cache_nodes, trainers)}"
-            plan.admit.append(Admit(job.key, (*admitted[job.key], *trainers), msg, batch))
+            plan.admit.append(admit_of(job.key, (*admitted[job.key], *trainers), msg, batch))
     for job in snap.running:
         if job.key in preempted:
             plan.preempt.append(Preempt(job.key, "preempted for a job ahead of it (priority / least served)"))
@@ -655,11 +655,11 @@ def emit(
             msg += f", global batch {batch}" if batch else ""
             if job.cache_nodes and n > job.running:  # where the new trainers went
                 msg += f"; {cache_note(job.cache_nodes, alloc.trainers[job.key][job.running :])}"
-            plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
+            plan.resize.append(resize_of(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
         elif rebatch_after is not None and _stale(job, n) and snap.now - job.rebatched_at >= rebatch_after:
             batch = job.batch(n)
             msg = f"global batch {job.batch_size} -> {batch} on {n} trainers (its gradient noise scale moved)"
-            plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
+            plan.resize.append(resize_of(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
 
 
 def _stale(job: JobRequest, n: int) -> bool:
