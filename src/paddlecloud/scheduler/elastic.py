@@ -443,14 +443,15 @@ class _Cycle:
     def top_up(self) -> None:
         """In priority / least-served order, bring every job up to the count its user asked for,
         taking trainers back from jobs later in that order (down to their min) when nothing is free."""
-        alloc, ledger, jobs, lo, hi = self.alloc, self.ledger, self.jobs, self.policy.lo, self.policy.hi
+        alloc, ledger, jobs, hi = self.alloc, self.ledger, self.jobs, self.policy.hi
         trainers, limited, pool = alloc.trainers, bool(ledger.quotas), alloc.pool
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
         fair = self.policy.fair_p is not None  # adaptive jobs neither take nor give here: fair()
         group = _Group.of(self, fair and self.policy.fair_group)
+        preempted, admitted = self.preempted, self.admitted
         for i, job in enumerate(jobs):
             n = len(trainers.get(job.key, ()))
-            if n == 0 or job.key in self.preempted:
+            if n == 0 or job.key in preempted:
                 continue
             if fair and job.batches:
                 if not group.on:
@@ -459,9 +460,11 @@ class _Cycle:
                 target = min(hi(job), n + group.reserved - group.held)
             elif n >= job.trainers:  # the target is <= trainers
                 continue
-            else:
-                target = min(job.trainers, hi(job))
-            if job.key in self.admitted:
+            else:  # min(trainers, hi(job)), inline (this runs for every job below its count)
+                target = max(job.max_trainers or job.trainers, job.min_trainers or job.trainers)
+                if job.trainers < target:
+                    target = job.trainers
+            if job.key in admitted:
                 n, had = self._place_whole(job, n, target), n
                 group.add(job, n - had)
             t = job.trainer
@@ -477,16 +480,17 @@ class _Cycle:
                     continue
                 if alloc.blocked(job):  # its next trainer can only go back where it ran: taken
                     break
-                while last > i and (
-                    len(trainers.get(jobs[last].key, ())) <= lo(jobs[last])
-                    or (fair and jobs[last].batches and not group.spare(job))
-                ):
+                spare = 0  # what the donor holds above its min (``lo``, inline: this runs for every look)
+                while last > i:
+                    donor = jobs[last]
+                    spare = len(trainers.get(donor.key, ())) - (donor.min_trainers or donor.trainers)
+                    if spare > 0 and not (fair and donor.batches and not group.spare(job)):
+                        break
                     last -= 1
                 if last <= i:
                     break
-                donor = jobs[last]
                 if not limited and not group.on:  # what the donor can spare, all at once if that is the same
-                    k = min(target - n, len(trainers[donor.key]) - lo(donor))
+                    k = min(target - n, spare)
                     if alloc.hand_over(donor, job, k):
                         n += k
                         continue
