@@ -637,33 +637,39 @@ def emit(
     (seconds since its last resize of any kind: ``rebatched_at``), an adaptive job kept at its count
     whose best batch moved by :data:`REBATCH_RATIO` or more from the one it runs at gets it: a
     Resize to the same trainers."""
+    held = alloc.trainers
     for job in snap.queue:
-        if job.key in admitted:
-            trainers = alloc.trainers[job.key]
-            nodes = [trainers[0].node] if len(trainers) == 1 else sorted(set(map(_node, trainers)))
-            msg = f"admitted with {len(trainers)} trainers on {', '.join(nodes)}"
-            batch = job.batch(len(trainers))
+        key = job.key
+        if key in admitted:
+            trainers = held[key]
+            k = len(trainers)
+            nodes = [trainers[0].node] if k == 1 else sorted(set(map(_node, trainers)))
+            msg = f"admitted with {k} trainers on {', '.join(nodes)}"
+            batch = job.batch(k)
             msg += f", global batch {batch}" if batch else ""
             if job.cache_nodes:
                 msg += f"; {cache_note(job.cache_nodes, trainers)}"
-            plan.admit.append(admit_of(job.key, (*admitted[job.key], *trainers), msg, batch))
+            pservers = admitted[key]
+            placement = (*pservers, *trainers) if pservers else tuple(trainers)
+            plan.admit.append(admit_of(key, placement, msg, batch))
     for job in snap.running:
-        if job.key in preempted:
-            plan.preempt.append(Preempt(job.key, "preempted for a job ahead of it (priority / least served)"))
+        key = job.key
+        if key in preempted:
+            plan.preempt.append(Preempt(key, "preempted for a job ahead of it (priority / least served)"))
             continue
-        n = alloc.count(job.key)
+        n = len(held.get(key, ()))
         if n != job.running:
             verb = "grown" if n > job.running else "shrunk"
             msg = f"{verb} from {job.running} to {n} trainers"
             batch = job.batch(n)
             msg += f", global batch {batch}" if batch else ""
             if job.cache_nodes and n > job.running:  # where the new trainers went
-                msg += f"; {cache_note(job.cache_nodes, alloc.trainers[job.key][job.running :])}"
-            plan.resize.append(resize_of(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
+                msg += f"; {cache_note(job.cache_nodes, held[key][job.running :])}"
+            plan.resize.append(resize_of(key, n, tuple(held[key]), msg, batch))
         elif rebatch_after is not None and _stale(job, n) and snap.now - job.rebatched_at >= rebatch_after:
             batch = job.batch(n)
             msg = f"global batch {job.batch_size} -> {batch} on {n} trainers (its gradient noise scale moved)"
-            plan.resize.append(resize_of(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
+            plan.resize.append(resize_of(key, n, tuple(held[key]), msg, batch))
 
 
 def _stale(job: JobRequest, n: int) -> bool:
