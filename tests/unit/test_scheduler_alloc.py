@@ -95,9 +95,13 @@ def _walk(seed: int) -> tuple[int, int]:
             for alloc in (quick, slow):
                 _one_at_a_time(alloc, donor, taker, k)
         assert _state(quick) == _state(slow)
-        full = rng.random() < 0.8  # mostly nothing free, as when the top-up moves trainers
-        _fill(quick, snap, full)
-        _fill(slow, snap, full)
+        full = rng.random() < 0.7  # mostly nothing free, as when the top-up moves trainers
+        freed = rng.choice(snap.running)  # else a trainer freed: room on some node
+        for alloc in (quick, slow):
+            if full:
+                _fill(alloc, snap, True)
+            elif alloc.count(freed.key) > 1:
+                alloc.shrink(freed, alloc.count(freed.key) - 1)
     return moved, refused
 
 
