@@ -32,7 +32,11 @@ def _snapshot(rng: random.Random) -> Snapshot:
         t = rng.choice(SHAPES)
         placement: list[WorkerPlacement] = []
         for _ in range(rng.randrange(1, 6)):
-            room = [n for n in names if free[n][0] >= t.cpu_m and free[n][1] >= t.memory and len(free[n][2]) >= t.gpu]
+            room = [
+                n
+                for n in names
+                if free[n][0] >= t.cpu_m and free[n][1] >= t.memory and len(free[n][2]) >= t.gpu
+            ]
             if not room:
                 break
             n = rng.choice(room)

@@ -162,7 +162,9 @@ def test_priority_still_comes_first(name: str) -> None:
     assert sorted(a.job for a in plan.admit) == ["alice/urgent", "bob/b01"]
 
 
-def _head_by_head(jobs: list[JobRequest], base: dict[str, tuple[int, int, int]], cap: tuple[int, int, int]) -> list[str]:
+def _head_by_head(
+    jobs: list[JobRequest], base: dict[str, tuple[int, int, int]], cap: tuple[int, int, int]
+) -> list[str]:
     """The order as the module docstring defines it, step by step: among the jobs of the highest
     priority left, the head of each user (by ``plain``); the one whose user has the smallest dominant
     share goes next (ties: the head first by ``plain``), and counts towards that share from then on."""

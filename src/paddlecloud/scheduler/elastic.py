@@ -52,7 +52,15 @@ from operator import attrgetter
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
-from paddlecloud.scheduler.decisions import Plan, Preempt, Wait, WaitReason, WorkerPlacement, admit_of, resize_of
+from paddlecloud.scheduler.decisions import (
+    Plan,
+    Preempt,
+    Wait,
+    WaitReason,
+    WorkerPlacement,
+    admit_of,
+    resize_of,
+)
 from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held
 from paddlecloud.scheduler.goodfair import Claim, share
 from paddlecloud.scheduler.placement import NeverFits, cache_note
