@@ -9,6 +9,7 @@ capacity, GPU list and hint stamp, the hints, the counters, each job's trainers)
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -128,15 +129,33 @@ def test_hand_over_covers_both_answers() -> None:
     assert sum(m for m, _ in walks) >= 100 and sum(r for _, r in walks) >= 100
 
 
-def test_hand_over_refuses_inside_a_trial() -> None:
+@pytest.mark.parametrize("case", ["trial", "overdrawn"])
+def test_hand_over_refuses_inside_a_trial_or_with_a_node_overdrawn(case: str) -> None:
+    """Inside a trial the journal must see each step; with a node holding less than nothing the free
+    totals no longer say that one node at most has room. Refused, nothing done, where the same move
+    is taken without the trial / with the node not counted as overdrawn."""
     snap = _snapshot(random.Random(3))
-    alloc = Allocation.of(snap)
-    for job in snap.running:
-        while alloc.grow(job, 1):
-            pass
-    donor, taker = snap.running[0], snap.running[1]
-    alloc.begin()
+    if case == "overdrawn":
+        n = snap.nodes[-1]
+        over = dataclasses.replace(n, allocated=dataclasses.replace(n.allocated, cpu_m=NODE.cpu_m + 1000))
+        snap = dataclasses.replace(snap, nodes=(*snap.nodes[:-1], over))
+
+    def filled() -> Allocation:
+        alloc = Allocation.of(snap)
+        _fill(alloc, snap, True)
+        return alloc
+
+    def control(donor: JobRequest, taker: JobRequest) -> bool:
+        alloc = filled()
+        alloc.pool.overdrawn = False
+        return alloc.hand_over(donor, taker, 1)
+
+    pairs = [(d, t) for d in snap.running for t in snap.running if d is not t and d.trainer == t.trainer]
+    donor, taker = next((d, t) for d, t in pairs if control(d, t))
+    alloc = filled()
+    assert alloc.pool.overdrawn == (case == "overdrawn")
+    if case == "trial":
+        alloc.begin()
     before = _state(alloc)
     assert not alloc.hand_over(donor, taker, 1)
     assert _state(alloc) == before
-    alloc.rollback()

@@ -36,7 +36,9 @@
 
 Cost: what-if admissions run as journaled trials on the cycle's node pool (no copies), and the
 elastic jobs that could give a trainer back wait in a heap kept across admissions, so a cycle costs
-about what it changes; see bench/sched_scale.py.
+about what it changes; the top-up moves what one donor can spare to its taker in one step
+(``Allocation.hand_over``) when that leaves what moving them one at a time leaves; see
+bench/sched_scale.py.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ Shortcuts that give the same answers for less: :meth:`NodePool.first_fit` rememb
 worker shape until some node gains room (lower nodes still have none; the node itself is checked);
 :meth:`NodePool.newest_hint` does not scan the buckets when the recent-hint look covered every live
 hint; :meth:`NodePool.sole_fit` answers "the newest hint" when the free totals leave room for one
-worker on one node at most (the top-up's moves: a donor frees exactly what the taker needs).
+worker on one node at most (the top-up's moves: a donor frees exactly what the taker needs);
+:meth:`NodePool.swap_one` is such a move, a worker given back and one of its shape taken there, in
+one step.
 
 Needs are passed as three ints ``(c, m, g)``: cpu millicores, memory bytes, GPUs.
 """
