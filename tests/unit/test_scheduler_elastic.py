@@ -648,13 +648,20 @@ def test_a_round_runs_with_the_garbage_collector_paused_and_restores_it(
     assert gc.isenabled()
 
 
-def test_trainer_at_is_the_placement_the_dataclass_makes() -> None:
+@pytest.mark.parametrize("which", ["trainer_at", "admit_of", "resize_of"])
+def test_fast_constructors_make_what_the_dataclass_makes(which: str) -> None:
     import pickle
 
-    from paddlecloud.scheduler.decisions import trainer_at
+    from paddlecloud.scheduler.decisions import Admit, Resize, admit_of, resize_of, trainer_at
 
-    fast, made = trainer_at(3, "n1", (0, 2)), WorkerPlacement("trainer", 3, "n1", (0, 2))
+    p = (WorkerPlacement("trainer", 0, "n1", (0, 2)),)
+    fast, made = {
+        "trainer_at": lambda: (trainer_at(3, "n1", (0, 2)), WorkerPlacement("trainer", 3, "n1", (0, 2))),
+        "admit_of": lambda: (admit_of("j1", p, "admitted", 64), Admit("j1", p, "admitted", 64)),
+        "resize_of": lambda: (resize_of("j1", 1, p, "grown", 0), Resize("j1", 1, p, "grown", 0)),
+    }[which]()
+    assert type(fast) is type(made) and vars(fast) == vars(made) and list(vars(fast)) == list(vars(made))
     assert fast == made and hash(fast) == hash(made) and repr(fast) == repr(made)
     assert dataclasses.asdict(fast) == dataclasses.asdict(made) and pickle.loads(pickle.dumps(fast)) == made
     with pytest.raises(dataclasses.FrozenInstanceError):
-        fast.node = "n2"  # type: ignore[misc]
+        fast.job = "n2"  # type: ignore[union-attr]

@@ -160,3 +160,49 @@ def test_priority_still_comes_first(name: str) -> None:
     queue = [*CONTENDED, job("alice", "urgent", 20, prio=1)]
     plan = schedule(name, (node(2),), queue)
     assert sorted(a.job for a in plan.admit) == ["alice/urgent", "bob/b01"]
+
+
+def _head_by_head(
+    jobs: list[JobRequest], base: dict[str, tuple[int, int, int]], cap: tuple[int, int, int]
+) -> list[str]:
+    """The order as the module docstring defines it, step by step: among the jobs of the highest
+    priority left, the head of each user (by ``plain``); the one whose user has the smallest dominant
+    share goes next (ties: the head first by ``plain``), and counts towards that share from then on."""
+    used = {u: list(v) for u, v in base.items()}
+    left, out = sorted(jobs, key=plain), []
+    while left:
+        top = max(j.priority for j in left)
+        heads: dict[str, JobRequest] = {}
+        for j in left:
+            if j.priority == top:
+                heads.setdefault(j.user, j)
+
+        def share(j: JobRequest) -> float:
+            acc = used.get(j.user, [0, 0, 0])
+            return max(a / c for a, c in zip(acc, cap, strict=True) if c)
+
+        nxt = min(heads.values(), key=lambda j: (share(j), left.index(j)))
+        acc = used.setdefault(nxt.user, [0, 0, 0])
+        for d, x in enumerate(demand(nxt)):
+            acc[d] += x
+        left.remove(nxt)
+        out.append(nxt.key)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_fair_order_is_taking_the_head_of_the_smallest_share(seed: int) -> None:
+    """Random jobs of a few users, priorities and sizes (shares often tie): the order is the one its
+    definition gives, one head at a time."""
+    import random
+
+    rng = random.Random(seed)
+    users = ["a", "b", "c", "d"][: rng.randrange(2, 5)]
+    prios = (0,) if seed % 2 else (0, 1, 2)
+    jobs = [
+        job(rng.choice(users), f"{i}", rng.randrange(20), prio=rng.choice(prios), gpus=rng.choice((1, 1, 2)))
+        for i in range(rng.randrange(5, 40))
+    ]
+    base = {u: (0, 0, rng.randrange(3)) for u in users if rng.random() < 0.5}
+    cap = (64000, 256 * GI, 8)
+    assert [j.key for j in FairOrder(jobs, plain, demand, cap, base).jobs] == _head_by_head(jobs, base, cap)

@@ -201,3 +201,25 @@ def test_newest_hint_looks_past_the_recent_ones() -> None:
     pool.give(0, 1000, GI, 1, [(5,)], hint=True)
     pool.hint(list(range(1, 20)))  # newer hints, on nodes without room
     assert len(pool.hints) > 16 and pool.newest_hint(1000, GI, 1) == 0
+
+
+@pytest.mark.parametrize("free", [(), (2,), (2, 6)])
+@pytest.mark.parametrize("trial", [False, True])
+def test_swap_one_is_giving_one_back_and_taking_one(free: tuple[int, ...], trial: bool) -> None:
+    """On a node with ``free`` GPUs left: the same free capacity, GPU list, hints, stamps and
+    ``roomier`` as ``give_one`` then ``take_one``, and the same after a rollback of either."""
+    used = 8 - len(free)
+    node = NodeState("n", Resources(8000, 8 * GI, 8), Resources(1000 * used, GI * used, used), free)
+    for g, gpus in ((1, (5,)), (2, (4, 0)), (0, ())):
+        stepwise, at_once = NodePool((node,)), NodePool((node,))
+        if trial:
+            stepwise.begin()
+            at_once.begin()
+        stepwise.give_one(0, 1000, GI, g, gpus)
+        got = stepwise.take_one(0, 1000, GI, g)
+        assert at_once.swap_one(0, 1000, GI, g, gpus) == got
+        assert (_state(stepwise), stepwise.roomier) == (_state(at_once), at_once.roomier)
+        if trial:
+            stepwise.rollback()
+            at_once.rollback()
+            assert (_state(stepwise), stepwise.roomier) == (_state(at_once), at_once.roomier)

@@ -273,6 +273,34 @@ class Allocation:
         if self.changed is not None:
             self.changed.append(job.key)
 
+    def hand_over(self, donor: JobRequest, taker: JobRequest, k: int) -> bool:
+        """Move ``k`` trainers from ``donor`` (its highest indices first) to ``taker``: what ``k``
+        times ``shrink(donor, count - 1)`` then ``grow(taker, 1)`` leave, when that is known to be
+        so; False (nothing done): do it that way. It is known when the two jobs' trainers are of one
+        shape, the free total holds none of them, no node is overdrawn, the taker has no earlier slot
+        to return to and no trial is open: each trainer given back is then the only one the free
+        totals hold, on its node, the newest hint, where :meth:`_where` puts the taker's
+        (``sole_fit``), with the first GPU indices of that node's list."""
+        t, pool = taker.trainer, self.pool
+        c, m, g = t.cpu_m, t.memory, t.gpu
+        if (
+            (c <= pool.tcpu and m <= pool.tmem and g <= pool.tgpu)
+            or (donor.trainer is not t and donor.trainer != t)
+            or pool.overdrawn
+            or self._saved is not None
+            or self.changed is not None
+            or self._slot(taker) is not None
+            or taker.key not in self.jobs
+        ):
+            return False
+        gone, held = self.trainers[donor.key], self._held(taker.key)
+        index, names, swap = pool.index, pool.names, pool.swap_one
+        for _ in range(k):
+            p = gone.pop()
+            i = index[p.node]
+            held.append(trainer_at(len(held), names[i], swap(i, c, m, g, p.gpus)))
+        return True
+
     def _grow_many(self, job: JobRequest, n: int) -> bool:
         held = self._held(job.key)
         t = job.trainer

@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["Admit", "Plan", "Preempt", "Resize", "Wait", "WaitReason", "WorkerPlacement", "trainer_at"]
+__all__ = [
+    "Admit",
+    "Plan",
+    "Preempt",
+    "Resize",
+    "Wait",
+    "WaitReason",
+    "WorkerPlacement",
+    "admit_of",
+    "resize_of",
+    "trainer_at",
+]
 
 
 class WaitReason(StrEnum):
@@ -68,6 +79,32 @@ class Resize:
     message: str
     #: adaptive-batch jobs: the global batch chosen for ``trainers`` (0: the job's own)
     batch_size: int = 0
+
+
+def admit_of(job: str, placement: tuple[WorkerPlacement, ...], message: str, batch_size: int = 0) -> Admit:
+    """``Admit(job, placement, message, batch_size)`` without the frozen dataclass's ``__init__``
+    (as :func:`trainer_at`: a round admits thousands of jobs)."""
+    a = _new(Admit)
+    d = a.__dict__
+    d["job"], d["placement"], d["message"], d["batch_size"] = job, placement, message, batch_size
+    return a
+
+
+def resize_of(
+    job: str, trainers: int, placement: tuple[WorkerPlacement, ...], message: str, batch_size: int = 0
+) -> Resize:
+    """``Resize(job, trainers, placement, message, batch_size)`` without the frozen dataclass's
+    ``__init__`` (as :func:`trainer_at`)."""
+    r = _new(Resize)
+    d = r.__dict__
+    d["job"], d["trainers"], d["placement"], d["message"], d["batch_size"] = (
+        job,
+        trainers,
+        placement,
+        message,
+        batch_size,
+    )
+    return r
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,9 @@
 
 Cost: what-if admissions run as journaled trials on the cycle's node pool (no copies), and the
 elastic jobs that could give a trainer back wait in a heap kept across admissions, so a cycle costs
-about what it changes; see bench/sched_scale.py.
+about what it changes; the top-up moves what one donor can spare to its taker in one step
+(``Allocation.hand_over``) when that leaves what moving them one at a time leaves; see
+bench/sched_scale.py.
 """
 
 from __future__ import annotations
@@ -53,7 +55,15 @@ from operator import attrgetter
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler.alloc import Allocation, tiresias_queue
 from paddlecloud.scheduler.consolidate import Packer, consolidate, packs
-from paddlecloud.scheduler.decisions import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
+from paddlecloud.scheduler.decisions import (
+    Plan,
+    Preempt,
+    Wait,
+    WaitReason,
+    WorkerPlacement,
+    admit_of,
+    resize_of,
+)
 from paddlecloud.scheduler.fairshare import FairOrder, Vec, capacity, fair_message, held
 from paddlecloud.scheduler.goodfair import Claim, share
 from paddlecloud.scheduler.placement import NeverFits, cache_note
@@ -455,14 +465,15 @@ class _Cycle:
     def top_up(self) -> None:
         """In priority / least-served order, bring every job up to the count its user asked for,
         taking trainers back from jobs later in that order (down to their min) when nothing is free."""
-        alloc, ledger, jobs, lo, hi = self.alloc, self.ledger, self.jobs, self.policy.lo, self.policy.hi
+        alloc, ledger, jobs, hi = self.alloc, self.ledger, self.jobs, self.policy.hi
         trainers, limited, pool = alloc.trainers, bool(ledger.quotas), alloc.pool
         last = len(jobs) - 1  # donors are taken from the end of the order; counts only go down
         fair = self.policy.fair_p is not None  # adaptive jobs neither take nor give here: fair()
         group = _Group.of(self, fair and self.policy.fair_group)
+        preempted, admitted, packer = self.preempted, self.admitted, self.packer
         for i, job in enumerate(jobs):
             n = len(trainers.get(job.key, ()))
-            if n == 0 or job.key in self.preempted:
+            if n == 0 or job.key in preempted:
                 continue
             if fair and job.batches:
                 if not group.on:
@@ -471,9 +482,11 @@ class _Cycle:
                 target = min(hi(job), n + group.reserved - group.held)
             elif n >= job.trainers:  # the target is <= trainers
                 continue
-            else:
-                target = min(job.trainers, hi(job))
-            if job.key in self.admitted:
+            else:  # min(trainers, hi(job)), inline (this runs for every job below its count)
+                target = max(job.max_trainers or job.trainers, job.min_trainers or job.trainers)
+                if job.trainers < target:
+                    target = job.trainers
+            if job.key in admitted:
                 n, had = self._place_whole(job, n, target), n
                 group.add(job, n - had)
             t = job.trainer
@@ -489,16 +502,23 @@ class _Cycle:
                     continue
                 if alloc.blocked(job):  # its next trainer can only go back where it ran: taken
                     break
-                if self.packer is not None and packs(job) and pool.total_fits(c, m, g):
+                if packer is not None and packs(job) and pool.total_fits(c, m, g):
                     break  # room, but not on as few nodes as it needs: a donor's trainer would not help
-                while last > i and (
-                    len(trainers.get(jobs[last].key, ())) <= lo(jobs[last])
-                    or (fair and jobs[last].batches and not group.spare(job))
-                ):
+                spare = 0  # what the donor holds above its min (``lo``, inline: this runs for every look)
+                while last > i:
+                    donor = jobs[last]
+                    spare = len(trainers.get(donor.key, ())) - (donor.min_trainers or donor.trainers)
+                    if spare > 0 and not (fair and donor.batches and not group.spare(job)):
+                        break
                     last -= 1
                 if last <= i:
                     break
-                donor = jobs[last]
+                if not limited and not group.on and not (packer is not None and packs(job)):
+                    # what the donor can spare, all at once if that is the same (not packed: one at a time)
+                    k = min(target - n, spare)
+                    if alloc.hand_over(donor, job, k):
+                        n += k
+                        continue
                 alloc.shrink(donor, len(trainers[donor.key]) - 1)
                 if limited:
                     ledger.credit(donor, 1)
@@ -665,37 +685,43 @@ def emit(
     (seconds since its last resize of any kind: ``rebatched_at``), an adaptive job kept at its count
     whose best batch moved by :data:`REBATCH_RATIO` or more from the one it runs at gets it: a
     Resize to the same trainers."""
+    held = alloc.trainers
     for job in snap.queue:
-        if job.key in admitted:
-            trainers = alloc.trainers[job.key]
-            nodes = [trainers[0].node] if len(trainers) == 1 else sorted(set(map(_node, trainers)))
-            msg = f"admitted with {len(trainers)} trainers on {', '.join(nodes)}"
-            batch = job.batch(len(trainers))
+        key = job.key
+        if key in admitted:
+            trainers = held[key]
+            k = len(trainers)
+            nodes = [trainers[0].node] if k == 1 else sorted(set(map(_node, trainers)))
+            msg = f"admitted with {k} trainers on {', '.join(nodes)}"
+            batch = job.batch(k)
             msg += f", global batch {batch}" if batch else ""
             if job.cache_nodes:
                 msg += f"; {cache_note(job.cache_nodes, trainers)}"
-            plan.admit.append(Admit(job.key, (*admitted[job.key], *trainers), msg, batch))
+            pservers = admitted[key]
+            placement = (*pservers, *trainers) if pservers else tuple(trainers)
+            plan.admit.append(admit_of(key, placement, msg, batch))
     for job in snap.running:
-        if job.key in preempted:
-            plan.preempt.append(Preempt(job.key, "preempted for a job ahead of it (priority / least served)"))
+        key = job.key
+        if key in preempted:
+            plan.preempt.append(Preempt(key, "preempted for a job ahead of it (priority / least served)"))
             continue
-        n = alloc.count(job.key)
+        n = len(held.get(key, ()))
         if n != job.running:
             verb = "grown" if n > job.running else "shrunk"
             msg = f"{verb} from {job.running} to {n} trainers"
             batch = job.batch(n)
             msg += f", global batch {batch}" if batch else ""
             if job.cache_nodes and n > job.running:  # where the new trainers went
-                msg += f"; {cache_note(job.cache_nodes, alloc.trainers[job.key][job.running :])}"
-            plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
+                msg += f"; {cache_note(job.cache_nodes, held[key][job.running :])}"
+            plan.resize.append(resize_of(key, n, tuple(held[key]), msg, batch))
         elif n and not alloc.as_it_ran(job):  # the same count elsewhere (``pack`` re-placed it)
-            trainers = alloc.trainers[job.key]
+            trainers = held[key]
             msg = f"{n} trainers moved to {', '.join(sorted(set(map(_node, trainers))))} (fewer nodes)"
-            plan.resize.append(Resize(job.key, n, tuple(trainers), msg, job.batch(n)))
+            plan.resize.append(resize_of(key, n, tuple(trainers), msg, job.batch(n)))
         elif rebatch_after is not None and _stale(job, n) and snap.now - job.rebatched_at >= rebatch_after:
             batch = job.batch(n)
             msg = f"global batch {job.batch_size} -> {batch} on {n} trainers (its gradient noise scale moved)"
-            plan.resize.append(Resize(job.key, n, tuple(alloc.trainers[job.key]), msg, batch))
+            plan.resize.append(resize_of(key, n, tuple(held[key]), msg, batch))
 
 
 def _per_node(snap: Snapshot) -> int:

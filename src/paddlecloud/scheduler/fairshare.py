@@ -118,9 +118,10 @@ def _interleave(
     comes first in ``plain``) is merging the users' own sequences, each already in order by (share
     before the job, position): so it is one sort by (priority, that share, position)."""
     used = {u: list(v) for u, v in base.items()}
-    keys: list[tuple[int, float, int]] = []
+    shares: list[float] = []
     c0, c1, c2 = cap
-    for i, job in enumerate(plain):
+    first, mixed = plain[0].priority if plain else 0, False
+    for job in plain:
         acc = used.get(job.user)
         if acc is None:
             acc = used[job.user] = [0, 0, 0]
@@ -130,11 +131,18 @@ def _interleave(
             share = a1 / c1
         if c2 and a2 / c2 > share:
             share = a2 / c2
-        keys.append((-job.priority, share, i))
+        shares.append(share)
+        if job.priority != first:
+            mixed = True
         c, m, g = demand(job)
         acc[0], acc[1], acc[2] = a0 + c, a1 + m, a2 + g
-    keys.sort()
-    return [plain[k[2]] for k in keys]
+    # sorting positions by share is stable (ties keep their order), so it sorts by (share, position);
+    # a second stable sort by priority then sorts by (priority, share, position): the same order as
+    # the tuples', with the sort comparing floats (and ints) alone
+    at = sorted(range(len(plain)), key=shares.__getitem__)
+    if mixed:
+        at.sort(key=[-j.priority for j in plain].__getitem__)
+    return [plain[i] for i in at]
 
 
 def _overtakers(order: Sequence[JobRequest], rank: Mapping[str, int]) -> dict[str, int]:

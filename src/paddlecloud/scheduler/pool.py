@@ -15,7 +15,9 @@ Shortcuts that give the same answers for less: :meth:`NodePool.first_fit` rememb
 worker shape until some node gains room (lower nodes still have none; the node itself is checked);
 :meth:`NodePool.newest_hint` does not scan the buckets when the recent-hint look covered every live
 hint; :meth:`NodePool.sole_fit` answers "the newest hint" when the free totals leave room for one
-worker on one node at most (the top-up's moves: a donor frees exactly what the taker needs).
+worker on one node at most (the top-up's moves: a donor frees exactly what the taker needs);
+:meth:`NodePool.swap_one` is such a move, a worker given back and one of its shape taken there, in
+one step.
 
 Needs are passed as three ints ``(c, m, g)``: cpu millicores, memory bytes, GPUs.
 """
@@ -256,6 +258,30 @@ class NodePool:
             [*held, *gpus] if gpus else held,
             len(hints) - 1,
         )
+
+    def swap_one(self, i: int, c: int, m: int, g: int, gpus: tuple[int, ...]) -> tuple[int, ...]:
+        """``give_one(i, c, m, g, gpus)`` then ``take_one(i, c, m, g)`` in one step: a worker given
+        back to node ``i`` (the newest hint) and one of the same shape taken there at once (the
+        top-up's move from a donor to a taker); the GPU indices taken. Free capacity is unchanged,
+        the node's GPU list and stamp change, ``roomier`` counts the give."""
+        hints = self.hints
+        hints.append(i)
+        held = self.gpus[i]
+        if gpus:
+            held = [*held, *gpus]
+        log = self._log
+        if log is not None:  # the two steps' entries: a rollback passes through the same states
+            cpu, mem, gpu = self.cpu[i], self.mem[i], self.gpu[i]
+            log.append((i, cpu, mem, gpu, self.gpus[i], self.stamp[i]))
+            log.append((i, cpu + c, mem + m, gpu + g, held, len(hints) - 1))
+        if c > 0 or m > 0 or g > 0:
+            self.roomier += 1
+        self.gpus[i] = held[g:] if g else held
+        self.stamp[i] = len(hints) - 1
+        if not self._is_dirty[i]:
+            self._is_dirty[i] = True
+            self._dirty.append(i)
+        return (held[0],) if g == 1 and held else tuple(held[:g])
 
     def bounce(self, i: int, ngpus: int, exact: Sequence[int] = ()) -> None:
         """What taking one worker from node ``i`` and giving it straight back leaves: its GPUs (the
