@@ -280,11 +280,13 @@ def test_a_job_whose_trainers_are_done_is_never_grown_while_it_stops(
     assert {w.name for w in done.workers} == {"pserver-0", "trainer-0"}
 
 
+@pytest.mark.parametrize("name", ["elastic", "goodput"])
 def test_live_snapshot_gives_the_same_plan_to_the_simulator_policy(
-    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+    name: str, platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
 ) -> None:
     """The live loop's own snapshot, handed to the policy the simulator constructs, yields the same plan."""
-    platform = platform_factory(nodes=CPU4, policy="elastic")
+    platform = platform_factory(nodes=CPU4, policy=name)
+    assert platform.reconciler.policy.name == name
     alice = _alice(platform, asgi)
     pkg = make_package(WORKER)
     _submit(alice, pkg, "a", 30.0, count=2, min=1, max=3)
@@ -294,19 +296,21 @@ def test_live_snapshot_gives_the_same_plan_to_the_simulator_policy(
     assert platform.reconciler.last is not None
     snap, live_plan = platform.reconciler.last
     assert isinstance(snap, Snapshot) and len(snap.queue) == 3
-    assert make_policy("elastic").schedule(snap) == live_plan
+    assert make_policy(name).schedule(snap) == live_plan
     assert {a.job for a in live_plan.admit} == {"alice/a", "alice/b"}
     assert [(w.job, str(w.reason)) for w in live_plan.wait] == [("alice/c", "InsufficientResources")]
 
 
+@pytest.mark.parametrize("name", ["elastic", "goodput"])
 def test_live_snapshot_with_adaptive_jobs_gives_the_same_plan_to_the_simulator_policy(
-    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+    name: str, platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
 ) -> None:
     """Adaptive-batch jobs as the live loop will describe them (goodput table from the fitted step
     times and the reported noise scale): the live loop's policy and the one the simulator constructs
     decide the same, batches included, for a waiting adaptive job and for a running one whose best
     batch moved (a batch-only resize)."""
-    platform = platform_factory(nodes=CPU4, policy="elastic")
+    platform = platform_factory(nodes=CPU4, policy=name)
+    assert platform.reconciler.policy.name == name
     alice = _alice(platform, asgi)
     pkg = make_package(WORKER)
     _submit(alice, pkg, "a", 30.0, count=2, min=1, max=3)
@@ -325,7 +329,7 @@ def test_live_snapshot_with_adaptive_jobs_gives_the_same_plan_to_the_simulator_p
 
     waiting = dataclasses.replace(snap, queue=tuple(adaptive(j) for j in snap.queue))
     live_plan = platform.reconciler.policy.schedule(waiting)
-    assert make_policy("elastic").schedule(waiting) == live_plan
+    assert make_policy(name).schedule(waiting) == live_plan
     admit = next(a for a in live_plan.admit if a.job == "alice/a")
     trainers = sum(p.role == "trainer" for p in admit.placement)
     assert (
@@ -340,6 +344,6 @@ def test_live_snapshot_with_adaptive_jobs_gives_the_same_plan_to_the_simulator_p
         snap, running=tuple(adaptive(stale if j.key == "alice/a" else j, 16) for j in snap.running)
     )
     live_plan = platform.reconciler.policy.schedule(moved)
-    assert make_policy("elastic").schedule(moved) == live_plan
+    assert make_policy(name).schedule(moved) == live_plan
     resize = next(r for r in live_plan.resize if r.job == "alice/a")
     assert resize.batch_size == table.batch(resize.trainers) and "global batch 16 ->" in resize.message

@@ -116,4 +116,5 @@ def test_the_policy_is_named_for_the_simulator_only() -> None:
     from paddlecloud.cli import system  # up --policy does not offer the baseline
 
     params = {p.name: p for p in system.up.params}
-    assert "pods" not in params["policy"].type.choices  # type: ignore[attr-defined]
+    choices = params["policy"].type.choices  # type: ignore[attr-defined]
+    assert "pods" not in choices and {"elastic", "goodput"} <= set(choices)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["sim"]
 
 #: the live policies, and `pods`: a baseline (scheduler/pods.py) that `up --policy` does not offer
-POLICIES = ["fifo", "fifo-backfill", "tiresias", "edl", "elastic", "pods"]
+POLICIES = ["fifo", "fifo-backfill", "tiresias", "edl", "elastic", "goodput", "pods"]
 PLOT_BINS = 400
 _COLUMNS = [
     ("AVG JCT s", "avg_jct_s", ".0f"), ("MEDIAN JCT s", "median_jct_s", ".0f"),

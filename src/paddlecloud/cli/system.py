@@ -135,7 +135,7 @@ data_dir_option = click.option(
 @click.option("--node-gpu", type=click.IntRange(0, 64), help="GPUs per node (default: from nvidia-smi)")
 @click.option(
     "--policy",
-    type=click.Choice(["elastic", "tiresias", "edl", "fifo", "fifo-backfill"]),
+    type=click.Choice(["elastic", "goodput", "tiresias", "edl", "fifo", "fifo-backfill"]),
     help="scheduling policy (docs/architecture.md); default: the server's, elastic",
 )
 @click.option("--max-package-size", default="100Mi", show_default=True, help="largest job package accepted")

@@ -70,7 +70,7 @@ class PlatformConfig:
     data_dir: Path
     #: SQLAlchemy URL; default: SQLite in WAL mode at ``<data_dir>/paddlecloud.db``.
     database_url: str | None = None
-    #: scheduling policy (``scheduler.policy``): elastic, tiresias, edl, fifo, fifo-backfill
+    #: scheduling policy (``scheduler.policy``): elastic, goodput, tiresias, edl, fifo, fifo-backfill
     policy: str = DEFAULT_POLICY
     max_package_bytes: int = 100 * 2**20
     #: the largest request body other than a PFS upload (``up --max-request-size``): job specs,

@@ -169,7 +169,7 @@ class ElasticPolicy:
     #: not grown), and a job admitted or resized in the cycle is re-placed on fewer nodes where the
     #: free capacity allows. Off by default; it wins on every measured set (bench/README.md "Packed
     #: placement"): with the share (``fair_group`` + ``fair_exchange`` + ``fair_restart_s``), every
-    #: job adaptive, 2,460 / 3,308 s at load 1.0 / 1.5 against 2,569 / 3,552
+    #: job adaptive, 2,482 / 3,346 s at load 1.0 / 1.5 against 2,569 / 3,552 (the ``goodput`` policy)
     pack: bool = False
 
     def lo(self, job: JobRequest) -> int:

@@ -53,7 +53,7 @@ __all__ = [
     "speedup_model",
 ]
 
-ELASTIC_POLICIES = ("elastic", "edl")
+ELASTIC_POLICIES = ("elastic", "goodput", "edl")
 Summary = dict[str, float]
 
 _PROFILE_RULE = (
