@@ -7,7 +7,8 @@ jobs (every other one) adaptive-batch: each carries a goodput table (``scheduler
 noise scales, a fitted step-time model) and runs at a batch that is not its table's best, so the
 round also considers every running one for a batch-only resize. The column after it is the same
 with the opt-in goodput share, the adaptive jobs one claimant of the top-up
-(``ElasticPolicy(fair_p=0.5, fair_group=True)``).
+(``ElasticPolicy(fair_p=0.5, fair_group=True)``), and the last the ``goodput`` policy (that share,
+restart-aware, with packed placement) on the same snapshot.
 
 These are *cold* rounds: the snapshot's running jobs sit at random counts, so one round moves
 thousands of trainers. The last lines are the *steady state* a live server sees (not the goal's
@@ -212,17 +213,22 @@ def main() -> None:
         return
     print(f"one scheduling round, ms (median of {args.runs}; goal: 1,250 x 8 GPUs, 5,000 jobs <= 100 ms)")
     head = "".join(f"{name:>15}" for name in POLICIES)
-    print(f"  {'nodes':>5} {'jobs':>5} {'running':>7}{head}{'elastic, half adaptive':>24}{'group share':>13}")
+    print(
+        f"  {'nodes':>5} {'jobs':>5} {'running':>7}{head}{'elastic, half adaptive':>24}"
+        f"{'group share':>13}{'goodput':>9}"
+    )
     for nodes, jobs in TOGETHER + (SWEEP if args.sweep else ()):
         snap = build(nodes, jobs)
         cells = "".join(f"{timed(name, snap, args.runs) * 1000:15.1f}" for name in POLICIES)
         half = timed("elastic", adaptive_half(snap), args.runs) * 1000
         group = timed(GROUP_SHARE, adaptive_half(snap), args.runs) * 1000
-        print(f"  {nodes:5d} {jobs:5d} {len(snap.running):7d}{cells}{half:24.1f}{group:13.1f}")
+        good = timed(policy("goodput"), adaptive_half(snap), args.runs) * 1000
+        print(f"  {nodes:5d} {jobs:5d} {len(snap.running):7d}{cells}{half:24.1f}{group:13.1f}{good:9.1f}")
     snap = build(*TOGETHER[-1])
     cpu = {name: cpu_ms(policy(name), snap, args.runs) for name in POLICIES}
     cpu["elastic, half adaptive"] = cpu_ms(policy("elastic"), adaptive_half(snap), args.runs)
     cpu["group share, half adaptive"] = cpu_ms(GROUP_SHARE, adaptive_half(snap), args.runs)
+    cpu["goodput, half adaptive"] = cpu_ms(policy("goodput"), adaptive_half(snap), args.runs)
     print(
         f"  cpu ms at {TOGETHER[-1][0]} x 8 / {TOGETHER[-1][1]} jobs (min of {args.runs}): "
         + ", ".join(f"{k} {v:.0f}" for k, v in cpu.items())
@@ -233,8 +239,13 @@ def main() -> None:
         f"    the cold round's plan carried out, then rounds {STEP_S:.0f} s apart, {args.churn} jobs ending"
     )
     print(f"    and {args.churn} arriving before each (a live server's round; not the goal's figure)")
-    for name, s in (("elastic", snap), ("elastic, half adaptive", adaptive_half(snap))):
-        ms, admits, resizes = steady(policy("elastic"), s, args.runs, args.rounds, args.churn)
+    half = adaptive_half(snap)
+    for name, pol, s in (
+        ("elastic", policy("elastic"), snap),
+        ("elastic, half adaptive", policy("elastic"), half),
+        ("goodput (opt-in), half adaptive", policy("goodput"), half),
+    ):
+        ms, admits, resizes = steady(pol, s, args.runs, args.rounds, args.churn)
         print(f"    {name}: {ms * 1000:.1f} ({admits:.0f} admissions, {resizes:.0f} resizes a round)")
 
 
@@ -244,6 +255,7 @@ def goal_only(runs: int) -> None:
     cases = {
         "fifo (control)": (policy("fifo"), snap),
         "elastic, half adaptive": (policy("elastic"), adaptive_half(snap)),
+        "goodput, half adaptive": (policy("goodput"), adaptive_half(snap)),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(runs):
