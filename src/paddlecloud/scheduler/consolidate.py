@@ -69,24 +69,47 @@ def fewest_nodes(pool: NodePool, c: int, m: int, g: int, n: int) -> list[tuple[i
     return out
 
 
-def _may_fit(pool: NodePool, c: int, m: int, g: int, n: int, limit: int, own: int) -> bool:
-    """Whether ``n`` workers of ``(c, m, g)`` might fit on ``limit`` nodes once ``own`` of them are
-    given back: the ``limit`` roomiest nodes' room plus ``own`` (each bucket read once; False only
-    where they surely do not: a failing re-place skipped without a trial)."""
-    pool.sync()
-    takes: list[int] = []
-    for (fc, fm, fg, _), b in pool.buckets.items():
-        k = how_many(fc, fm, fg, c, m, g)
-        if k > 0:
-            takes += [k] * min(len(b.nodes), limit)
-    takes.sort(reverse=True)
-    return sum(takes[:limit]) + own >= n
+def _fits_on(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
+    """Whether ``n`` trainers of ``job`` go on at most ``limit`` nodes once its own are given back:
+    what :func:`fewest_nodes` answers after ``shrink(job, 0)``, without that trial. Taking the
+    roomiest nodes first uses the fewest, so they fit iff the free total holds them and the ``limit``
+    roomiest nodes take ``n`` (:meth:`NodePool.room`, the job's own nodes counted with its trainers
+    given back). An overdrawn pool (where the bucket keys say less): True, the trial decides."""
+    pool, t = alloc.pool, job.trainer
+    c, m, g = t.cpu_m, t.memory, t.gpu
+    held = alloc.trainers.get(job.key, ())
+    k = n - len(held)  # what the free total must hold beyond what the job gives back
+    if pool.overdrawn:
+        return True
+    if c * k > pool.tcpu or m * k > pool.tmem or g * k > pool.tgpu:
+        return False
+    counts = dict(pool.room(c, m, g))
+    own: dict[int, int] = {}
+    for p in held:
+        i = pool.index[p.node]
+        own[i] = own.get(i, 0) + 1
+    cpu, mem, gpu = pool.cpu, pool.mem, pool.gpu
+    for i, j in own.items():
+        if c <= cpu[i] and m <= mem[i] and g <= gpu[i]:
+            counts[how_many(cpu[i], mem[i], gpu[i], c, m, g)] -= 1
+        after = how_many(cpu[i] + c * j, mem[i] + m * j, gpu[i] + g * j, c, m, g)
+        if after > 0:
+            counts[after] = counts.get(after, 0) + 1
+    for per in sorted(counts, reverse=True):
+        nodes = min(counts[per], limit)
+        n -= per * nodes
+        limit -= nodes
+        if n <= 0:
+            return True
+        if limit == 0:
+            return False
+    return False
 
 
 def _replace(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
     """Re-place ``job`` with ``n`` trainers on the fewest nodes if that is at most ``limit``."""
     t = job.trainer
-    if not _may_fit(alloc.pool, t.cpu_m, t.memory, t.gpu, n, limit, alloc.count(job.key)):
+    if not _fits_on(alloc, job, n, limit):
         return False
     alloc.begin()
     alloc.shrink(job, 0)
@@ -97,6 +120,12 @@ def _replace(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
     alloc.place_at(job, spots)
     alloc.commit()
     return True
+
+
+def _room_beside(pool: NodePool, job: JobRequest, nodes: set[str]) -> bool:
+    """Whether one trainer of ``job`` fits on one of ``nodes`` (else one more lands elsewhere)."""
+    t, index = job.trainer, pool.index
+    return any(pool.fits_at(index[name], t.cpu_m, t.memory, t.gpu) for name in nodes)
 
 
 class Packer:
@@ -116,8 +145,11 @@ class Packer:
         alloc = self.alloc
         n = alloc.count(job.key)
         limit = self.bound(job, n + 1)
-        if spread(alloc, job.key) < limit:  # one node more is still within it: no trial needed
+        nodes = {p.node for p in alloc.trainers.get(job.key, ())}
+        if len(nodes) < limit:  # one node more is still within it: no trial needed
             return alloc.grow(job, 1) or _replace(alloc, job, n + 1, limit)
+        if not _room_beside(alloc.pool, job, nodes):  # it would take a node more: the trial fails
+            return _replace(alloc, job, n + 1, limit)
         alloc.begin()
         if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
             alloc.commit()
