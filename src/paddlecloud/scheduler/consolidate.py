@@ -69,32 +69,43 @@ def fewest_nodes(pool: NodePool, c: int, m: int, g: int, n: int) -> list[tuple[i
     return out
 
 
-def _fits_on(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
-    """Whether ``n`` trainers of ``job`` go on at most ``limit`` nodes once its own are given back:
-    what :func:`fewest_nodes` answers after ``shrink(job, 0)``, without that trial. Taking the
-    roomiest nodes first uses the fewest, so they fit iff the free total holds them and the ``limit``
-    roomiest nodes take ``n`` (:meth:`NodePool.room`, the job's own nodes counted with its trainers
-    given back). An overdrawn pool (where the bucket keys say less): True, the trial decides."""
+def _own(alloc: Allocation, key: str) -> dict[int, int]:
+    """The nodes the trainers of ``key`` use (pool index, in order of first use) and how many each."""
+    index, own = alloc.pool.index, {}
+    last, i = None, -1
+    for p in alloc.trainers.get(key, ()):
+        if p.node != last:  # trainers of a node mostly sit together
+            last, i = p.node, index[p.node]
+        own[i] = own.get(i, 0) + 1
+    return own
+
+
+def _fits_on(alloc: Allocation, job: JobRequest, n: int, limit: int, own: dict[int, int]) -> bool:
+    """Whether ``n`` trainers of ``job`` (on ``own``: :func:`_own`) go on at most ``limit`` nodes
+    once its own are given back: what :func:`fewest_nodes` answers after ``shrink(job, 0)``, without
+    that trial. Taking the roomiest nodes first uses the fewest, so they fit iff the free total holds
+    them and the ``limit`` roomiest nodes take ``n`` (:meth:`NodePool.room`; a node of the job's
+    takes what it takes now plus the trainers it gives back). An overdrawn pool (its bucket keys
+    say less): True, the trial decides."""
     pool, t = alloc.pool, job.trainer
     c, m, g = t.cpu_m, t.memory, t.gpu
-    held = alloc.trainers.get(job.key, ())
-    k = n - len(held)  # what the free total must hold beyond what the job gives back
+    k = n - sum(own.values())  # what the free total must hold beyond what the job gives back
     if pool.overdrawn:
         return True
     if c * k > pool.tcpu or m * k > pool.tmem or g * k > pool.tgpu:
         return False
-    counts = dict(pool.room(c, m, g))
-    own: dict[int, int] = {}
-    for p in held:
-        i = pool.index[p.node]
-        own[i] = own.get(i, 0) + 1
-    cpu, mem, gpu = pool.cpu, pool.mem, pool.gpu
+    room, cpu, mem, gpu = pool.room(c, m, g), pool.cpu, pool.mem, pool.gpu
+    if limit == 1:  # the roomiest node: another, or one of the job's with its trainers back
+        best = room[0][0] if room else 0
+        for i, j in own.items():
+            best = max(best, how_many(cpu[i], mem[i], gpu[i], c, m, g) + j)
+        return best >= n
+    counts = dict(room)
     for i, j in own.items():
-        if c <= cpu[i] and m <= mem[i] and g <= gpu[i]:
-            counts[how_many(cpu[i], mem[i], gpu[i], c, m, g)] -= 1
-        after = how_many(cpu[i] + c * j, mem[i] + m * j, gpu[i] + g * j, c, m, g)
-        if after > 0:
-            counts[after] = counts.get(after, 0) + 1
+        now = how_many(cpu[i], mem[i], gpu[i], c, m, g)
+        if now:
+            counts[now] -= 1
+        counts[now + j] = counts.get(now + j, 0) + 1
     for per in sorted(counts, reverse=True):
         nodes = min(counts[per], limit)
         n -= per * nodes
@@ -106,10 +117,10 @@ def _fits_on(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
     return False
 
 
-def _replace(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
+def _replace(alloc: Allocation, job: JobRequest, n: int, limit: int, own: dict[int, int] | None = None) -> bool:
     """Re-place ``job`` with ``n`` trainers on the fewest nodes if that is at most ``limit``."""
     t = job.trainer
-    if not _fits_on(alloc, job, n, limit):
+    if not _fits_on(alloc, job, n, limit, _own(alloc, job.key) if own is None else own):
         return False
     alloc.begin()
     alloc.shrink(job, 0)
@@ -120,12 +131,6 @@ def _replace(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
     alloc.place_at(job, spots)
     alloc.commit()
     return True
-
-
-def _room_beside(pool: NodePool, job: JobRequest, nodes: set[str]) -> bool:
-    """Whether one trainer of ``job`` fits on one of ``nodes`` (else one more lands elsewhere)."""
-    t, index = job.trainer, pool.index
-    return any(pool.fits_at(index[name], t.cpu_m, t.memory, t.gpu) for name in nodes)
 
 
 class Packer:
@@ -143,19 +148,20 @@ class Packer:
     def grow(self, job: JobRequest) -> bool:
         """Add one trainer to ``job`` (see the class); whether it got one."""
         alloc = self.alloc
-        n = alloc.count(job.key)
+        own = _own(alloc, job.key)
+        n = sum(own.values())
         limit = self.bound(job, n + 1)
-        nodes = {p.node for p in alloc.trainers.get(job.key, ())}
-        if len(nodes) < limit:  # one node more is still within it: no trial needed
-            return alloc.grow(job, 1) or _replace(alloc, job, n + 1, limit)
-        if not _room_beside(alloc.pool, job, nodes):  # it would take a node more: the trial fails
-            return _replace(alloc, job, n + 1, limit)
+        if len(own) < limit:  # one node more is still within it: no trial needed
+            return alloc.grow(job, 1) or _replace(alloc, job, n + 1, limit, own)
+        t, pool = job.trainer, alloc.pool
+        if not any(pool.fits_at(i, t.cpu_m, t.memory, t.gpu) for i in own):
+            return _replace(alloc, job, n + 1, limit, own)  # one more would take a node more: no trial
         alloc.begin()
         if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
             alloc.commit()
             return True
         alloc.rollback()
-        return _replace(alloc, job, n + 1, limit)
+        return _replace(alloc, job, n + 1, limit, own)
 
 
 def consolidate(alloc: Allocation, jobs: Iterable[JobRequest]) -> list[str]:
