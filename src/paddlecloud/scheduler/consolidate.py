@@ -71,7 +71,7 @@ def fewest_nodes(pool: NodePool, c: int, m: int, g: int, n: int) -> list[tuple[i
 
 def _own(alloc: Allocation, key: str) -> dict[int, int]:
     """The nodes the trainers of ``key`` use (pool index, in order of first use) and how many each."""
-    index, own = alloc.pool.index, {}
+    index, own = alloc.pool.index, dict[int, int]()
     last, i = None, -1
     for p in alloc.trainers.get(key, ()):
         if p.node != last:  # trainers of a node mostly sit together
@@ -117,7 +117,9 @@ def _fits_on(alloc: Allocation, job: JobRequest, n: int, limit: int, own: dict[i
     return False
 
 
-def _replace(alloc: Allocation, job: JobRequest, n: int, limit: int, own: dict[int, int] | None = None) -> bool:
+def _replace(
+    alloc: Allocation, job: JobRequest, n: int, limit: int, own: dict[int, int] | None = None
+) -> bool:
     """Re-place ``job`` with ``n`` trainers on the fewest nodes if that is at most ``limit``."""
     t = job.trainer
     if not _fits_on(alloc, job, n, limit, _own(alloc, job.key) if own is None else own):
@@ -150,18 +152,21 @@ class Packer:
         alloc = self.alloc
         own = _own(alloc, job.key)
         n = sum(own.values())
-        limit = self.bound(job, n + 1)
+        t = job.trainer
+        per = self.gpus_per_node // t.gpu if t.gpu else 0
+        limit = -(-(n + 1) // per) if per > 0 else n + 1  # self.bound(job, n + 1), inline
         if len(own) < limit:  # one node more is still within it: no trial needed
             return alloc.grow(job, 1) or _replace(alloc, job, n + 1, limit, own)
-        t, pool = job.trainer, alloc.pool
-        if not any(pool.fits_at(i, t.cpu_m, t.memory, t.gpu) for i in own):
-            return _replace(alloc, job, n + 1, limit, own)  # one more would take a node more: no trial
-        alloc.begin()
-        if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
-            alloc.commit()
-            return True
-        alloc.rollback()
-        return _replace(alloc, job, n + 1, limit, own)
+        cpu, mem, gpu, c, m, g = alloc.pool.cpu, alloc.pool.mem, alloc.pool.gpu, t.cpu_m, t.memory, t.gpu
+        for i in own:
+            if c <= cpu[i] and m <= mem[i] and g <= gpu[i]:  # one more may go beside its own: try it
+                alloc.begin()
+                if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
+                    alloc.commit()
+                    return True
+                alloc.rollback()
+                break
+        return _replace(alloc, job, n + 1, limit, own)  # (none: one more would take a node more)
 
 
 def consolidate(alloc: Allocation, jobs: Iterable[JobRequest]) -> list[str]:

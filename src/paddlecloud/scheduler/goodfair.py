@@ -186,9 +186,7 @@ def _best_give(values: list[float], n: int, lo: int) -> tuple[float, int]:
     return best, steps
 
 
-def _exchange(
-    claims: Sequence[Claim], steps: _Steps, counts: list[int], order: list[str]
-) -> None:
+def _exchange(claims: Sequence[Claim], steps: _Steps, counts: list[int], order: list[str]) -> None:
     """Move trainers between claims of one per-trainer need: the one that gains most per trainer
     (its best step up, ``_best_step``) from the one that loses least per trainer (its best step
     down: giving several trainers pays its restart once), ``min`` of the two steps at a time, while
@@ -197,26 +195,28 @@ def _exchange(
     for i, c in enumerate(claims):
         if c.hi > c.lo:
             by_need.setdefault(c.need, []).append(i)
+    up, down, values = steps.up, steps.down, steps.values
+    pop, push = heapq.heappop, heapq.heappush
     for members in by_need.values():
         takers: list[tuple[float, int]] = []
         givers: list[tuple[float, int, int]] = []
         for i in members:
-            gain, k = steps.up(i, counts[i])
+            gain, k = up(i, counts[i])
             if k:
                 takers.append((-gain, i))
-            loss, k = steps.down(i, counts[i])
+            loss, k = down(i, counts[i])
             if k:
                 givers.append((loss, i, counts[i]))
         heapq.heapify(takers)
         heapq.heapify(givers)
         while takers and givers:
-            _, i = heapq.heappop(takers)
-            _, up = steps.up(i, counts[i])
-            if not up:
+            _, i = pop(takers)
+            _, rise = up(i, counts[i])
+            if not rise:
                 continue
             j, own = -1, None
             while givers and j < 0:
-                entry = heapq.heappop(givers)
+                entry = pop(givers)
                 if entry[2] != counts[entry[1]]:  # stale: it gave or took since
                     continue
                 if entry[1] == i:  # the taker's own entry: put back afterwards
@@ -224,21 +224,21 @@ def _exchange(
                     continue
                 j = entry[1]
             if own is not None:
-                heapq.heappush(givers, own)
+                push(givers, own)
             if j < 0:
                 continue
-            _, down = steps.down(j, counts[j])
-            m = min(up, down)
-            gain = steps.values[i][counts[i] + m] - steps.values[i][counts[i]]
-            loss = steps.values[j][counts[j]] - steps.values[j][counts[j] - m]
+            _, fall = down(j, counts[j])
+            m = min(rise, fall)
+            gain = values[i][counts[i] + m] - values[i][counts[i]]
+            loss = values[j][counts[j]] - values[j][counts[j] - m]
             if gain > loss:
                 counts[i] += m
                 counts[j] -= m
                 order += [claims[i].key] * m
-                gain, k = steps.up(i, counts[i])
+                gain, k = up(i, counts[i])
                 if k:
-                    heapq.heappush(takers, (-gain, i))
+                    push(takers, (-gain, i))
             for x in (i, j):
-                loss, k = steps.down(x, counts[x])
+                loss, k = down(x, counts[x])
                 if k:
-                    heapq.heappush(givers, (loss, x, counts[x]))
+                    push(givers, (loss, x, counts[x]))
