@@ -16,6 +16,12 @@ anyway, so moving the ones it keeps costs nothing more. So with ``pack``:
 * :func:`consolidate`: after the cycle's steps, each job admitted or resized in it (it restarts
   anyway) is re-placed on fewer nodes if the free capacity allows it, the largest first.
 
+A re-place that must fail is not tried: :func:`_fits_on` counts, from the pool's buckets
+(:meth:`~paddlecloud.scheduler.pool.NodePool.room`), whether the ``limit`` roomiest nodes would take
+the job once its trainers are given back, which is exactly when :func:`fewest_nodes` answers within
+the bound (a trial then only runs where it succeeds); nor is a grow beside the job's own trainers
+tried when none of its nodes has room for one more (the trial could only add a node).
+
 The live controller carries a move out as a retire-and-add of the trainers from the lowest moved
 index up (``controller/effects.py``). Data flow: ``elastic._Cycle`` -> these, on the cycle's
 :class:`~paddlecloud.scheduler.alloc.Allocation`, in trials (release the job's trainers, choose the

@@ -619,7 +619,7 @@ class _Cycle:
         while heap:
             _, i, key = heapq.heappop(heap)
             job = self.jobs[i]
-            if job.trainer in exhausted or ledger.problem(job, 1):
+            if (exhausted and job.trainer in exhausted) or ledger.problem(job, 1):
                 continue
             if not self._grow1(job):
                 if not alloc.blocked(job) and not (self.packer and packs(job)):

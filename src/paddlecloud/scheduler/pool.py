@@ -17,7 +17,8 @@ worker shape until some node gains room (lower nodes still have none; the node i
 hint; :meth:`NodePool.sole_fit` answers "the newest hint" when the free totals leave room for one
 worker on one node at most (the top-up's moves: a donor frees exactly what the taker needs);
 :meth:`NodePool.swap_one` is such a move, a worker given back and one of its shape taken there, in
-one step.
+one step; :meth:`NodePool.room` (how many nodes take how many workers of a shape) is kept per shape
+until some node changes bucket.
 
 Needs are passed as three ints ``(c, m, g)``: cpu millicores, memory bytes, GPUs.
 """
