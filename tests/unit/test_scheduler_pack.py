@@ -163,7 +163,8 @@ def test_the_room_count_is_each_nodes_worker_count_and_follows_changes() -> None
         snap, _ = _random_cluster(rng)
         pool = NodePool(snap.nodes)
         for _ in range(3):
-            brute = Counter(how_many(pool.cpu[i], pool.mem[i], pool.gpu[i], 1000, GI, 1) for i in range(len(pool.cpu)))
+            nodes = range(len(pool.cpu))
+            brute = Counter(how_many(pool.cpu[i], pool.mem[i], pool.gpu[i], 1000, GI, 1) for i in nodes)
             assert pool.room(1000, GI, 1) == sorted(((k, n) for k, n in brute.items() if k > 0), reverse=True)
             i = rng.randrange(len(pool.cpu))
             if pool.gpu[i] > 0:
