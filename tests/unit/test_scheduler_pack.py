@@ -4,13 +4,15 @@ needs, re-placed whole when that takes a move, not grown when nothing packed fit
 from __future__ import annotations
 
 import dataclasses
+import random
+from collections import Counter
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import ElasticPolicy, JobRequest, NodeState, Plan, Snapshot, WorkerPlacement
 from paddlecloud.scheduler.alloc import Allocation
-from paddlecloud.scheduler.consolidate import Packer, consolidate, fewest_nodes, packs
+from paddlecloud.scheduler.consolidate import Packer, _fits_on, _own, consolidate, fewest_nodes, packs
 from paddlecloud.scheduler.elastic import emit
-from paddlecloud.scheduler.pool import NodePool
+from paddlecloud.scheduler.pool import NodePool, how_many
 
 GI = 2**30
 GPU = Resources(1000, GI, 1)
@@ -139,3 +141,53 @@ def test_a_job_moved_at_the_same_count_gets_a_resize_with_its_new_placement() ->
         ("A", 2, ["n2", "n2"])
     ]
     assert "moved to n2" in plan.resize[0].message
+
+
+def _random_cluster(rng: random.Random) -> tuple[Snapshot, list[JobRequest]]:
+    """4-GPU nodes, each holding trainers of up to three of jobs a, b, c, d at random."""
+    held = []
+    for _ in range(rng.randint(2, 9)):
+        free, mine = 4, dict[str, int]()
+        for key in rng.sample("abcd", rng.randint(0, 3)):
+            mine[key] = rng.randint(0, free)
+            free -= mine[key]
+        held.append(mine)
+    snap, where = cluster(*held)
+    jobs = [job(key, len(where[key]), hi=8) for key in sorted(where) if where[key]]
+    return running(snap, where, *jobs), jobs
+
+
+def test_the_room_count_is_each_nodes_worker_count_and_follows_changes() -> None:
+    rng = random.Random(5)
+    for _ in range(200):
+        snap, _ = _random_cluster(rng)
+        pool = NodePool(snap.nodes)
+        for _ in range(3):
+            nodes = range(len(pool.cpu))
+            brute = Counter(how_many(pool.cpu[i], pool.mem[i], pool.gpu[i], 1000, GI, 1) for i in nodes)
+            assert pool.room(1000, GI, 1) == sorted(((k, n) for k, n in brute.items() if k > 0), reverse=True)
+            i = rng.randrange(len(pool.cpu))
+            if pool.gpu[i] > 0:
+                pool.take(i, 1000, GI, 1, 1)
+            else:
+                pool.give(i, 1000, GI, 1, [()])
+
+
+def test_the_re_place_pre_check_answers_what_the_trial_would() -> None:
+    """``_fits_on`` (no trial) against releasing the job and asking :func:`fewest_nodes` (the trial
+    it skips), over random clusters, counts and node bounds."""
+    rng, answers = random.Random(7), Counter[bool]()
+    for _ in range(300):
+        snap, jobs = _random_cluster(rng)
+        alloc = Allocation.of(snap)
+        for j in jobs:
+            for n in range(1, 10):
+                for limit in (1, 2, 3):
+                    alloc.begin()
+                    alloc.shrink(j, 0)
+                    spots = fewest_nodes(alloc.pool, 1000, GI, 1, n)
+                    alloc.rollback()
+                    trial = spots is not None and len(spots) <= limit
+                    assert _fits_on(alloc, j, n, limit, _own(alloc, j.key)) == trial, (j.key, n, limit)
+                    answers[trial] += 1
+    assert answers[True] > 1000 and answers[False] > 1000  # both answers were put to the test

@@ -16,6 +16,12 @@ anyway, so moving the ones it keeps costs nothing more. So with ``pack``:
 * :func:`consolidate`: after the cycle's steps, each job admitted or resized in it (it restarts
   anyway) is re-placed on fewer nodes if the free capacity allows it, the largest first.
 
+A re-place that must fail is not tried: :func:`_fits_on` counts, from the pool's buckets
+(:meth:`~paddlecloud.scheduler.pool.NodePool.room`), whether the ``limit`` roomiest nodes would take
+the job once its trainers are given back, which is exactly when :func:`fewest_nodes` answers within
+the bound (a trial then only runs where it succeeds); nor is a grow beside the job's own trainers
+tried when none of its nodes has room for one more (the trial could only add a node).
+
 The live controller carries a move out as a retire-and-add of the trainers from the lowest moved
 index up (``controller/effects.py``). Data flow: ``elastic._Cycle`` -> these, on the cycle's
 :class:`~paddlecloud.scheduler.alloc.Allocation`, in trials (release the job's trainers, choose the
@@ -69,24 +75,60 @@ def fewest_nodes(pool: NodePool, c: int, m: int, g: int, n: int) -> list[tuple[i
     return out
 
 
-def _may_fit(pool: NodePool, c: int, m: int, g: int, n: int, limit: int, own: int) -> bool:
-    """Whether ``n`` workers of ``(c, m, g)`` might fit on ``limit`` nodes once ``own`` of them are
-    given back: the ``limit`` roomiest nodes' room plus ``own`` (each bucket read once; False only
-    where they surely do not: a failing re-place skipped without a trial)."""
-    pool.sync()
-    takes: list[int] = []
-    for (fc, fm, fg, _), b in pool.buckets.items():
-        k = how_many(fc, fm, fg, c, m, g)
-        if k > 0:
-            takes += [k] * min(len(b.nodes), limit)
-    takes.sort(reverse=True)
-    return sum(takes[:limit]) + own >= n
+def _own(alloc: Allocation, key: str) -> dict[int, int]:
+    """The nodes the trainers of ``key`` use (pool index, in order of first use) and how many each."""
+    index, own = alloc.pool.index, dict[int, int]()
+    last, i = None, -1
+    for p in alloc.trainers.get(key, ()):
+        if p.node != last:  # trainers of a node mostly sit together
+            last, i = p.node, index[p.node]
+        own[i] = own.get(i, 0) + 1
+    return own
 
 
-def _replace(alloc: Allocation, job: JobRequest, n: int, limit: int) -> bool:
+def _fits_on(alloc: Allocation, job: JobRequest, n: int, limit: int, own: dict[int, int]) -> bool:
+    """Whether ``n`` trainers of ``job`` (on ``own``: :func:`_own`) go on at most ``limit`` nodes
+    once its own are given back: what :func:`fewest_nodes` answers after ``shrink(job, 0)``, without
+    that trial. Taking the roomiest nodes first uses the fewest, so they fit iff the free total holds
+    them and the ``limit`` roomiest nodes take ``n`` (:meth:`NodePool.room`; a node of the job's
+    takes what it takes now plus the trainers it gives back). An overdrawn pool (its bucket keys
+    say less): True, the trial decides."""
+    pool, t = alloc.pool, job.trainer
+    c, m, g = t.cpu_m, t.memory, t.gpu
+    k = n - sum(own.values())  # what the free total must hold beyond what the job gives back
+    if pool.overdrawn:
+        return True
+    if c * k > pool.tcpu or m * k > pool.tmem or g * k > pool.tgpu:
+        return False
+    room, cpu, mem, gpu = pool.room(c, m, g), pool.cpu, pool.mem, pool.gpu
+    if limit == 1:  # the roomiest node: another, or one of the job's with its trainers back
+        best = room[0][0] if room else 0
+        for i, j in own.items():
+            best = max(best, how_many(cpu[i], mem[i], gpu[i], c, m, g) + j)
+        return best >= n
+    counts = dict(room)
+    for i, j in own.items():
+        now = how_many(cpu[i], mem[i], gpu[i], c, m, g)
+        if now:
+            counts[now] -= 1
+        counts[now + j] = counts.get(now + j, 0) + 1
+    for per in sorted(counts, reverse=True):
+        nodes = min(counts[per], limit)
+        n -= per * nodes
+        limit -= nodes
+        if n <= 0:
+            return True
+        if limit == 0:
+            return False
+    return False
+
+
+def _replace(
+    alloc: Allocation, job: JobRequest, n: int, limit: int, own: dict[int, int] | None = None
+) -> bool:
     """Re-place ``job`` with ``n`` trainers on the fewest nodes if that is at most ``limit``."""
     t = job.trainer
-    if not _may_fit(alloc.pool, t.cpu_m, t.memory, t.gpu, n, limit, alloc.count(job.key)):
+    if not _fits_on(alloc, job, n, limit, _own(alloc, job.key) if own is None else own):
         return False
     alloc.begin()
     alloc.shrink(job, 0)
@@ -114,16 +156,23 @@ class Packer:
     def grow(self, job: JobRequest) -> bool:
         """Add one trainer to ``job`` (see the class); whether it got one."""
         alloc = self.alloc
-        n = alloc.count(job.key)
-        limit = self.bound(job, n + 1)
-        if spread(alloc, job.key) < limit:  # one node more is still within it: no trial needed
-            return alloc.grow(job, 1) or _replace(alloc, job, n + 1, limit)
-        alloc.begin()
-        if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
-            alloc.commit()
-            return True
-        alloc.rollback()
-        return _replace(alloc, job, n + 1, limit)
+        own = _own(alloc, job.key)
+        n = sum(own.values())
+        t = job.trainer
+        per = self.gpus_per_node // t.gpu if t.gpu else 0
+        limit = -(-(n + 1) // per) if per > 0 else n + 1  # self.bound(job, n + 1), inline
+        if len(own) < limit:  # one node more is still within it: no trial needed
+            return alloc.grow(job, 1) or _replace(alloc, job, n + 1, limit, own)
+        cpu, mem, gpu, c, m, g = alloc.pool.cpu, alloc.pool.mem, alloc.pool.gpu, t.cpu_m, t.memory, t.gpu
+        for i in own:
+            if c <= cpu[i] and m <= mem[i] and g <= gpu[i]:  # one more may go beside its own: try it
+                alloc.begin()
+                if alloc.grow(job, 1) and spread(alloc, job.key) <= limit:
+                    alloc.commit()
+                    return True
+                alloc.rollback()
+                break
+        return _replace(alloc, job, n + 1, limit, own)  # (none: one more would take a node more)
 
 
 def consolidate(alloc: Allocation, jobs: Iterable[JobRequest]) -> list[str]:

@@ -612,13 +612,14 @@ class _Cycle:
             fresh = job.key in self.admitted
             if not fresh and self.snap.now - job.resized_at < self.policy.resize_cooldown:
                 continue
-            if job.rate(n + 1) > job.rate(n):  # never grow a job into a slowdown
-                heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, job.key))
+            up, now = job.rate(n + 1), job.rate(n)
+            if up > now:  # never grow a job into a slowdown
+                heapq.heappush(heap, (-(up - now), i, job.key))
         exhausted: set[Resources] = set()  # in this phase free capacity only shrinks
         while heap:
             _, i, key = heapq.heappop(heap)
             job = self.jobs[i]
-            if job.trainer in exhausted or ledger.problem(job, 1):
+            if (exhausted and job.trainer in exhausted) or ledger.problem(job, 1):
                 continue
             if not self._grow1(job):
                 if not alloc.blocked(job) and not (self.packer and packs(job)):
@@ -626,8 +627,10 @@ class _Cycle:
                 continue
             ledger.charge(job, 1)
             n = alloc.count(key)
-            if n < hi(job) and job.rate(n + 1) > job.rate(n):
-                heapq.heappush(heap, (-(job.rate(n + 1) - job.rate(n)), i, key))
+            if n < hi(job):
+                up, now = job.rate(n + 1), job.rate(n)
+                if up > now:
+                    heapq.heappush(heap, (-(up - now), i, key))
 
     def _grow1(self, job: JobRequest) -> bool:
         """One more trainer for ``job`` (:meth:`Allocation.grow`; with ``pack`` only on as few nodes

@@ -95,11 +95,34 @@ def _best_step(values: list[float], n: int, hi: int) -> tuple[float, int]:
     hi``), and ``k`` (0: none gains)."""
     base = values[n]
     best, steps = 0.0, 0
-    for k in range(1, min(LOOKAHEAD, hi - n) + 1):
-        gain = (values[n + k] - base) / k
+    for k, v in enumerate(values[n + 1 : n + 1 + min(LOOKAHEAD, hi - n)], 1):
+        gain = (v - base) / k
         if gain > best:
             best, steps = gain, k
     return best, steps
+
+
+class _Steps:
+    """Each claim's best step up (:func:`_best_step` to its ``hi``) and down (:func:`_best_give` to
+    its ``lo``) from a count, worked out once per claim and count (the exchange asks again and again
+    as trainers move back and forth)."""
+
+    def __init__(self, claims: Sequence[Claim], values: list[list[float]]) -> None:
+        self.claims, self.values = claims, values
+        self._up: dict[tuple[int, int], tuple[float, int]] = {}
+        self._down: dict[tuple[int, int], tuple[float, int]] = {}
+
+    def up(self, i: int, n: int) -> tuple[float, int]:
+        got = self._up.get((i, n))
+        if got is None:
+            got = self._up[i, n] = _best_step(self.values[i], n, self.claims[i].hi)
+        return got
+
+    def down(self, i: int, n: int) -> tuple[float, int]:
+        got = self._down.get((i, n))
+        if got is None:
+            got = self._down[i, n] = _best_give(self.values[i], n, self.claims[i].lo)
+        return got
 
 
 def share(
@@ -121,9 +144,10 @@ def share(
     left = list(room)
     order: list[str] = []
     heap: list[tuple[float, int, int]] = []
+    steps = _Steps(claims, values)
     for i, c in enumerate(claims):
         if c.hi > counts[i]:
-            gain, k = _best_step(values[i], counts[i], c.hi)
+            gain, k = steps.up(i, counts[i])
             if k:
                 heap.append((-gain, i, k))
     heapq.heapify(heap)
@@ -143,28 +167,26 @@ def share(
         order += [c.key] * k
         for d in range(3):
             left[d] -= c.need[d] * k
-        gain, k = _best_step(values[i], n, c.hi)
+        gain, k = steps.up(i, n)
         if k:
             heapq.heappush(heap, (-gain, i, k))
     if start is not None:
-        _exchange(claims, values, counts, order)
+        _exchange(claims, steps, counts, order)
     return {c.key: n for c, n in zip(claims, counts, strict=True)}, order
 
 
 def _best_give(values: list[float], n: int, lo: int) -> tuple[float, int]:
     """The smallest utility loss per trainer from ``n`` down to ``n - k`` (``k <= LOOKAHEAD``,
     ``n - k >= lo``), and ``k`` (0: it can give none)."""
-    best, steps = math.inf, 0
-    for k in range(1, min(LOOKAHEAD, n - lo) + 1):
-        loss = (values[n] - values[n - k]) / k
+    best, steps, top = math.inf, 0, values[n]
+    for k, v in enumerate(reversed(values[n - min(LOOKAHEAD, n - lo) : n]), 1):
+        loss = (top - v) / k
         if loss < best:
             best, steps = loss, k
     return best, steps
 
 
-def _exchange(
-    claims: Sequence[Claim], values: list[list[float]], counts: list[int], order: list[str]
-) -> None:
+def _exchange(claims: Sequence[Claim], steps: _Steps, counts: list[int], order: list[str]) -> None:
     """Move trainers between claims of one per-trainer need: the one that gains most per trainer
     (its best step up, ``_best_step``) from the one that loses least per trainer (its best step
     down: giving several trainers pays its restart once), ``min`` of the two steps at a time, while
@@ -173,26 +195,28 @@ def _exchange(
     for i, c in enumerate(claims):
         if c.hi > c.lo:
             by_need.setdefault(c.need, []).append(i)
+    up, down, values = steps.up, steps.down, steps.values
+    pop, push = heapq.heappop, heapq.heappush
     for members in by_need.values():
         takers: list[tuple[float, int]] = []
         givers: list[tuple[float, int, int]] = []
         for i in members:
-            gain, k = _best_step(values[i], counts[i], claims[i].hi)
+            gain, k = up(i, counts[i])
             if k:
                 takers.append((-gain, i))
-            loss, k = _best_give(values[i], counts[i], claims[i].lo)
+            loss, k = down(i, counts[i])
             if k:
                 givers.append((loss, i, counts[i]))
         heapq.heapify(takers)
         heapq.heapify(givers)
         while takers and givers:
-            _, i = heapq.heappop(takers)
-            _, up = _best_step(values[i], counts[i], claims[i].hi)
-            if not up:
+            _, i = pop(takers)
+            _, rise = up(i, counts[i])
+            if not rise:
                 continue
             j, own = -1, None
             while givers and j < 0:
-                entry = heapq.heappop(givers)
+                entry = pop(givers)
                 if entry[2] != counts[entry[1]]:  # stale: it gave or took since
                     continue
                 if entry[1] == i:  # the taker's own entry: put back afterwards
@@ -200,21 +224,21 @@ def _exchange(
                     continue
                 j = entry[1]
             if own is not None:
-                heapq.heappush(givers, own)
+                push(givers, own)
             if j < 0:
                 continue
-            _, down = _best_give(values[j], counts[j], claims[j].lo)
-            m = min(up, down)
+            _, fall = down(j, counts[j])
+            m = min(rise, fall)
             gain = values[i][counts[i] + m] - values[i][counts[i]]
             loss = values[j][counts[j]] - values[j][counts[j] - m]
             if gain > loss:
                 counts[i] += m
                 counts[j] -= m
                 order += [claims[i].key] * m
-                gain, k = _best_step(values[i], counts[i], claims[i].hi)
+                gain, k = up(i, counts[i])
                 if k:
-                    heapq.heappush(takers, (-gain, i))
+                    push(takers, (-gain, i))
             for x in (i, j):
-                loss, k = _best_give(values[x], counts[x], claims[x].lo)
+                loss, k = down(x, counts[x])
                 if k:
-                    heapq.heappush(givers, (loss, x, counts[x]))
+                    push(givers, (loss, x, counts[x]))

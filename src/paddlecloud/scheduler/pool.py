@@ -17,7 +17,8 @@ worker shape until some node gains room (lower nodes still have none; the node i
 hint; :meth:`NodePool.sole_fit` answers "the newest hint" when the free totals leave room for one
 worker on one node at most (the top-up's moves: a donor frees exactly what the taker needs);
 :meth:`NodePool.swap_one` is such a move, a worker given back and one of its shape taken there, in
-one step.
+one step; :meth:`NodePool.room` (how many nodes take how many workers of a shape) is kept per shape
+until some node changes bucket.
 
 Needs are passed as three ints ``(c, m, g)``: cpu millicores, memory bytes, GPUs.
 """
@@ -102,6 +103,9 @@ class NodePool:
         #: :meth:`first_fit`'s last answer per worker shape, with ``roomier`` when it was found
         self._first: dict[tuple[int, int, int], tuple[int, int]] = {}
         self._hint_mark = 0
+        #: bumped whenever a node changes bucket (:meth:`room`'s answers are stale after it)
+        self.moves = 0
+        self._room: dict[tuple[int, int, int], tuple[int, list[tuple[int, int]]]] = {}
 
     # ------------------------------------------------------------------------------------ reading
 
@@ -179,6 +183,23 @@ class NodePool:
                 if total >= n:
                     return True
         return False
+
+    def room(self, c: int, m: int, g: int) -> list[tuple[int, int]]:
+        """How many nodes take how many workers of ``(c, m, g)``: ``(workers, nodes)``, most workers
+        first, over the nodes where one fits (those :meth:`gang` ranks). Kept per shape until some
+        node changes bucket (most asks in a row find the pool as it was)."""
+        self.sync()
+        seen = self._room.get((c, m, g))
+        if seen is not None and seen[0] == self.moves:
+            return seen[1]
+        counts: dict[int, int] = {}
+        for (fc, fm, fg, _), b in self.buckets.items():
+            if c <= fc and m <= fm and g <= fg:
+                k = how_many(fc, fm, fg, c, m, g)
+                counts[k] = counts.get(k, 0) + len(b.nodes)
+        out = sorted(counts.items(), reverse=True)
+        self._room[c, m, g] = (self.moves, out)
+        return out
 
     def gang(
         self, c: int, m: int, g: int, n: int, order: Rank | None = None, skip: Container[int] = ()
@@ -355,6 +376,7 @@ class NodePool:
         self._dirty.clear()
 
     def _move(self, i: int, old: Key, key: Key, old_stamp: int, stamp: int) -> None:
+        self.moves += 1
         b = self.buckets[old]
         del b.nodes[bisect_left(b.nodes, i)]
         if old_stamp >= 0:
