@@ -27,15 +27,12 @@ from dataclasses import dataclass
 from paddlecloud.scheduler.alloc import Allocation
 from paddlecloud.scheduler.decisions import Plan, Wait, WaitReason, WorkerPlacement
 from paddlecloud.scheduler.elastic import emit
+from paddlecloud.scheduler.fifo import queue_order
 from paddlecloud.scheduler.placement import NeverFits
 from paddlecloud.scheduler.quota import QuotaLedger
 from paddlecloud.scheduler.snapshot import JobRequest, Snapshot
 
 __all__ = ["PodsPolicy"]
-
-
-def _created(job: JobRequest) -> tuple[int, float, str]:
-    return (-job.priority, job.submitted_at, job.key)
 
 
 @dataclass(frozen=True)
@@ -48,11 +45,11 @@ class PodsPolicy:
         plan = Plan(cycle=snap.cycle)
         alloc = Allocation.of(snap)
         ledger = QuotaLedger.of(snap)
-        for job in sorted(snap.running, key=_created):
+        for job in sorted(snap.running, key=queue_order):
             _fill(alloc, ledger, job)
         never_fits = NeverFits(snap.nodes)
         admitted: dict[str, list[WorkerPlacement]] = {}
-        for job in sorted(snap.queue, key=_created):
+        for job in sorted(snap.queue, key=queue_order):
             impossible = never_fits(job)
             if impossible:
                 plan.wait.append(Wait(job.key, WaitReason.EXCEEDS_NODE_CAPACITY, impossible))
