@@ -52,8 +52,8 @@ DEFAULT_POLICY = "elastic"
 #: move pays only if it saves two 30 s restarts over the job's age (``fair_restart_s``), and a growing
 #: job never spans more nodes than its count needs (``pack``). Fixed-batch jobs are scheduled as by
 #: ``elastic`` but packed. Not the default: it wins every measured Pollux set (bench/README.md
-#: "Packed placement") but a round costs ~2.5x ``elastic``'s at 5,000 jobs (~4-8x before its
-#: re-placement trials that must fail were skipped).
+#: "Packed placement") but a cold round at 1,250 x 8 GPUs / 5,000 jobs costs ~4x ``elastic``'s
+#: (~280-320 against ~70-80 ms; ~7x before its re-placement trials that must fail were skipped).
 GOODPUT = ElasticPolicy(
     name="goodput", fair_p=0.5, fair_group=True, fair_exchange=True, fair_restart_s=30.0, pack=True
 )
