@@ -1,4 +1,4 @@
-"""A ``Resize`` that moves trainers the job keeps (``ElasticPolicy.fair_pack``: a growing job
+"""A ``Resize`` that moves trainers the job keeps (``ElasticPolicy.pack``: a growing job
 re-placed on fewer nodes) is carried out by the live controller: the trainers from the lowest moved
 index up are retired and added again where the plan put them (memory backend, manual clock)."""
 

@@ -10,7 +10,7 @@ Order within a cycle (the plan was computed assuming it):
      returned to the reconciler, which holds them out of the queue until the preempted jobs have
      stopped;
   2. ``Resize`` shrinks: the highest trainers are retired gracefully (in the background); a
-     ``Resize`` that places trainers the job keeps elsewhere (``ElasticPolicy.fair_pack`` re-places
+     ``Resize`` that places trainers the job keeps elsewhere (``ElasticPolicy.pack`` re-places
      a growing job on fewer nodes: it restarts anyway) retires them from the lowest moved one up,
      and step 5 adds them again where the plan put them;
   3. ``Wait``: the job's reason and message; an event only when the reason changes;
