@@ -208,6 +208,26 @@ data_dir_option = click.option(
     "can read every user's data); docs/security.md",
 )
 @click.option(
+    "--max-pids",
+    type=click.IntRange(16, 1_000_000),
+    default=1024,
+    show_default=True,
+    help="local and slurm backends: processes and threads one worker may have (a fork bomb stops there)",
+)
+@click.option(
+    "--max-log-size",
+    default="100Mi",
+    show_default=True,
+    help="local and slurm backends: log kept per worker run; past it the first half and the latest "
+    "part are kept and the log says what was dropped ('none': unbounded)",
+)
+@click.option(
+    "--cgroup-root",
+    metavar="CGROUP",
+    help="local backend: the cgroup (a path as /proc/self/cgroup names it) under which each worker "
+    "run gets its cgroup (default: paddlecloud/ under the server's own); docs/security.md",
+)
+@click.option(
     "--pass-env",
     multiple=True,
     metavar="NAME",

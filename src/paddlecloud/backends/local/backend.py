@@ -27,9 +27,14 @@ endpoints (at once when trainers run, else with the others); ``remove_trainer`` 
 trainer: it leaves the job's workers (so it never decides success or failure), is stopped gracefully
 in the background and stays in the status as ``Stopped`` with its log.
 
-Isolation (``LocalConfig.isolation``, ``sandbox.py``): each worker, and each environment build, runs
+Isolation (``LocalConfig.isolation``, ``isolation.py``): each worker, and each environment build, runs
 in a bubblewrap sandbox that sees only its job's files, or unconfined with ``none``; a worker's
-environment is built from a whitelist of the server's variables either way.
+environment is built from a whitelist of the server's variables either way. A sandboxed job's
+workers share a network namespace of their own (``node.netns``: ``pcj-<id>``, made before its first
+worker starts, removed when the job is done): they reach each other over its loopback and the API
+through their run's socket, nothing else. Every run is started through its monitor
+(``node.monitor``) in a cgroup with its memory, CPU and pids limits, its log bounded
+(``LocalConfig.limits``); an OOM kill is the worker's reason ``OOMKilled``.
 
 Restart policies (``launch.restarts``): a worker that fails or is lost is either started again, as
 the same worker with the current endpoints, after a backoff and in a later ``sync`` (the job goes
@@ -39,6 +44,7 @@ on), or fails the job; ``restarts.py`` keeps that bookkeeping and ``core.restart
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -48,6 +54,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from paddlecloud.backends.base import (
     BackendEvent,
@@ -62,16 +69,16 @@ from paddlecloud.backends.base import (
 )
 from paddlecloud.backends.errors import BackendError, JobRejected, NotSupported
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
+from paddlecloud.backends.local.isolation import Confiners, RunLimits, choose_all
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.nodes import NodeShape, make_nodes
 from paddlecloud.backends.local.ports import PortAllocator, is_listening
-from paddlecloud.backends.local.process import WorkerProc, kill_leftovers, stop_group, watch_exit
+from paddlecloud.backends.local.process import RunPlan, WorkerProc, kill_leftovers, stop_group, watch_exit
 from paddlecloud.backends.local.restarts import RestartBook
 from paddlecloud.backends.local.samplesets import LocalSampleSets
 from paddlecloud.backends.local.sandbox import (
     ConfinementError,
     JobJail,
-    choose,
     make_dirs,
     open_file_nofollow,
     worker_base_env,
@@ -81,6 +88,8 @@ from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.resources import Resources
+from paddlecloud.node import netns
 from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
@@ -92,6 +101,18 @@ log = logging.getLogger("paddlecloud.backends.local")
 RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store process
 _SERVER_ROLES = frozenset({"pserver", RENDEZVOUS})
 _ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
+#: what a platform helper run in the job's environment (the rendezvous store) may use
+_HELPER_NEED = Resources(cpu_m=1000, memory=2**30)
+
+
+def _api_target(url: str) -> str:
+    """HOST:PORT of the API at ``url`` ("" when it has none)."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port}"
 
 
 class Stage(StrEnum):
@@ -117,6 +138,10 @@ class LocalConfig:
     private: tuple[Path, ...] = ()
     #: cap of the environment cache (``envs.py``: least recently used, unused ones evicted); None: none
     env_cache_bytes: int | None = None
+    #: what every run gets besides its --memory and --cpu: the pids limit, the log cap
+    limits: RunLimits = field(default_factory=RunLimits)
+    #: the cgroup runs' cgroups go in (``up --cgroup-root``; None: ``paddlecloud`` under the server's)
+    cgroup_root: str | None = None
 
 
 @dataclass
@@ -178,9 +203,11 @@ class LocalBackend:
         self._lock = threading.Lock()
         self._ports = PortAllocator()
         self._pythonpath = self._install_runtime_shim(config.root / "pythonpath")
-        self._sandbox, self.isolation = choose(
-            config.isolation, self._pythonpath, gpus=self._gpu_machine, private=(config.root, *config.private)
-        )
+        self._confine: Confiners = choose_all(
+            config.isolation, self._pythonpath, gpus=self._gpu_machine,
+            private=(config.root, *config.private), cgroup_root=config.cgroup_root, limits=config.limits,
+        )  # fmt: skip
+        self._sandbox, self.isolation = self._confine.sandbox, self._confine.isolation
         self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
         #: SampleSets: a JuiceFS mount per emulated node (``samplesets.py``)
         self.samplesets = LocalSampleSets(config.root / "samplesets", [n.name for n in self._nodes])
@@ -348,7 +375,7 @@ class LocalBackend:
         shutil.rmtree(self._job_dir(key), ignore_errors=True)
 
     def confinement(self) -> Confinement:
-        return Confinement(str(self.isolation), self.isolation.sandboxed)
+        return Confinement(str(self.isolation), self._confine.confined)
 
     def close(self) -> None:
         with self._lock:
@@ -505,6 +532,29 @@ class LocalBackend:
         if job.stage == Stage.STOPPING and job.stopper is not None and not job.stopper.is_alive():
             self._finish(job)
 
+    def _netns(self, job: _Job) -> str:
+        """The job's network namespace ("" : its workers share the host's network)."""
+        if not (self._confine.network and self._sandbox is not None):
+            return ""
+        return netns.name_for(hashlib.sha256(job.launch.key.encode()).hexdigest()[:16])
+
+    def _listening(self, job: _Job, w: WorkerProc) -> bool:
+        name = self._netns(job)
+        return netns.listening(name, w.port) if name else is_listening("127.0.0.1", w.port)
+
+    def _plan(self, job: _Job, w: WorkerProc) -> RunPlan:
+        """How ``w``'s next run is kept: its role's --memory and --cpu (a platform helper: one core,
+        1 GiB), the pids limit, the job's network namespace, the API relay, the log cap."""
+        need = job.launch.resources.get(w.role) if w.command is None else _HELPER_NEED
+        cfg = self._confine
+        limits = cfg.run_limits(need.memory if need else None, need.cpu_m if need else None)
+        name = self._netns(job)
+        api = _api_target(job.launch.api.url) if name else ""
+        return RunPlan(
+            cgroups=cfg.cgroups, limits=limits, names=(job.launch.user, job.launch.name), netns=name,
+            api_target=api, max_log_bytes=cfg.limits.max_log_bytes,
+        )  # fmt: skip
+
     def _unhandled_end(self, job: _Job) -> bool:
         """A worker of a running job ended badly and no restart or failure was decided for it yet."""
         if job.failure is not None or job.stage not in (Stage.PSERVERS, Stage.TRAINERS):
@@ -523,9 +573,7 @@ class LocalBackend:
                 return
         if not self._spawn_due(job, now):
             return
-        if all(
-            w.state(now) == WorkerState.RUNNING and is_listening("127.0.0.1", w.port) for w in job.servers()
-        ):
+        if all(w.state(now) == WorkerState.RUNNING and self._listening(job, w) for w in job.servers()):
             names = ", ".join(sorted(w.name for w in job.servers()))
             job.events.append(BackendEvent("Normal", "ServersReady", f"{names} listen"))
             if self._spawn(job, job.role("trainer")):
@@ -603,6 +651,12 @@ class LocalBackend:
     def _finish(self, job: _Job) -> None:
         if job.stage != Stage.DONE:
             job.stage = Stage.DONE
+            name = self._netns(job)
+            if name:
+                try:
+                    netns.remove(name)
+                except netns.NetnsError as exc:  # left for the next job of that name to make afresh
+                    log.warning("%s: removing its network namespace failed: %s", job.launch.key, exc)
             self._ports.release(job.ports)
             self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
             self.samplesets.detach(job.launch.key)  # its mounts may be unmounted from now on
@@ -642,6 +696,8 @@ class LocalBackend:
             shim=self._pythonpath, user=job.launch.user,
         )  # fmt: skip
         jail = self._jail(job)
+        if jail is not None and self._netns(job):
+            netns.ensure(netns.JobNet(self._netns(job)))  # idempotent: made before its first worker
         now = self._now()
         for w in workers:
             if not w.cwd.exists():  # added after the package was copied for the others
@@ -651,7 +707,8 @@ class LocalBackend:
                     self._attach_sampleset(job, (w.node,))
                 w.sampleset = job.sampleset_mounts[w.node]  # bound read-only in its sandbox
             if w.command is not None:  # a platform helper: no user contract, never on GPUs
-                w.spawn(w.command, {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, now, jail)
+                env = {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}
+                w.spawn(w.command, env, now, jail, self._plan(job, w))
                 watch_exit(w, self._wake)
                 continue
             ctx = WorkerContext(
@@ -662,7 +719,7 @@ class LocalBackend:
                 membership_file=str(job.dir / "contract" / "membership.json"),
             )  # fmt: skip
             extra = {SAMPLESET_DIR_ENV: str(w.sampleset)} if w.sampleset is not None else {}
-            w.spawn(job.launch.entry, {**base, **worker_env(ctx), **extra}, now, jail)
+            w.spawn(job.launch.entry, {**base, **worker_env(ctx), **extra}, now, jail, self._plan(job, w))
             watch_exit(w, self._wake)
 
     def _statuses(self, job: _Job) -> tuple[WorkerStatus, ...]:
@@ -690,6 +747,8 @@ class LocalBackend:
                 started_at=w.started_at,
                 finished_at=w.finished_at,
                 log_path=str(w.log_path),
+                reason=w.reason,
+                message=w.message,
             )
             for w in [*job.workers.values(), *job.retired.values()]
         )
@@ -705,5 +764,6 @@ def create(setup: BackendSetup) -> LocalBackend:
     config = LocalConfig(
         root=setup.cluster_dir, nodes=settings.nodes, env_cache_bytes=settings.env_cache_bytes,
         isolation=settings.isolation, pass_env=settings.pass_env, private=(setup.data_dir,),
+        limits=settings.limits, cgroup_root=settings.cgroup_root,
     )  # fmt: skip
     return LocalBackend(config, setup.now, setup.wake)
