@@ -114,10 +114,10 @@ def test_torch_and_gpus() -> None:
     res = pod["spec"]["containers"][0]["resources"]
     assert res == {
         "requests": {"cpu": "4", "nvidia.com/gpu": "2"},
-        "limits": {"nvidia.com/gpu": "2"},
-    }  # strings, as Pods take them
+        "limits": {"cpu": "4", "nvidia.com/gpu": "2"},
+    }  # strings, as Pods take them; limits = requests
     for init in pod["spec"]["initContainers"]:
-        assert "nvidia.com/gpu" not in str(init["resources"])
+        assert init["resources"] == {"requests": {"cpu": "4"}, "limits": {"cpu": "4"}}
     assert pod["spec"]["hostname"] == "trainer-1" and pod["spec"]["subdomain"] == "fit-trainers"
 
 

@@ -57,11 +57,12 @@ def placed(settings: KubeSettings, launch: JobLaunch) -> Placed:
 
 
 def requirements(r: Resources) -> Obj:
-    """Resources of one worker as Kubernetes requests / limits (GPUs as limits)."""
-    out: Obj = {"requests": {"cpu": format_cpu(r.cpu_m), "memory": format_memory(r.memory)}}
+    """Resources of one worker as Kubernetes requests and limits, the same (QoS Guaranteed: the
+    worker is limited to what the platform's scheduler counted for it, ``pods.guaranteed``)."""
+    amounts = {"cpu": format_cpu(r.cpu_m), "memory": format_memory(r.memory)}
     if r.gpu:
-        out["limits"] = {"nvidia.com/gpu": str(r.gpu)}
-    return out
+        amounts["nvidia.com/gpu"] = str(r.gpu)
+    return {"requests": amounts, "limits": dict(amounts)}
 
 
 def _trainer(launch: JobLaunch) -> Obj:
