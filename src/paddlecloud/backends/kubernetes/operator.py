@@ -2,7 +2,8 @@
 
     kopf watch: TrainingJob event ─┐
                 Pod event (label paddlecloud.org/job) ─┼─▶ Operator.reconcile(ns, name)   (one job at a time)
-    resync thread (every resync_s, each job) ──────────┘      GET TrainingJob, LIST its Pods / Services
+    resync thread (every resync_s, each job) ──────────┘      GET TrainingJob, LIST its Pods / Services /
+                                                              NetworkPolicies (/ PodGroups)
                                                             objects.reconcile(...) ──▶ Plan (pure)
                                                             apply(Plan): finalizer, create, delete,
                                                             stop in place, /status, events, TTL
@@ -145,7 +146,11 @@ class Operator:
         pods = self.kube.list_pods(ns, selector)
         services = self.kube.call(self.kube.core.list_namespaced_service, ns, label_selector=selector)
         groups = self._podgroups(job, ns, selector)
-        plan = objects.reconcile(job, pods, services.get("items") or [], self.clock(), groups)
+        policies = self.kube.call(self.kube.networking.list_namespaced_network_policy, ns,
+                                  label_selector=selector)  # fmt: skip
+        plan = objects.reconcile(
+            job, pods, services.get("items") or [], self.clock(), groups, policies.get("items") or []
+        )
         self._apply(job, plan)
         return plan
 
@@ -211,6 +216,8 @@ class Operator:
                 self.kube.call(self.kube.core.create_namespaced_pod, ns, obj)
             elif kind == "Service":
                 self.kube.call(self.kube.core.create_namespaced_service, ns, obj)
+            elif kind == "NetworkPolicy":
+                self.kube.call(self.kube.networking.create_namespaced_network_policy, ns, obj)
             elif kind == "PodGroup":
                 self.kube.call(
                     self.kube.custom.create_namespaced_custom_object, *_VOLCANO[:2], ns, _VOLCANO[2], obj
