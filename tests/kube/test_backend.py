@@ -81,6 +81,7 @@ def test_start_creates_the_training_job_and_its_token_secret(
     backend.start(launch(trainer_range=(1, 4)))
     tj = kube.get(P, "fit", NS, group=G)
     spec, meta = tj["spec"], tj["metadata"]
+    one_gpu = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
     assert meta["labels"]["paddlecloud.org/scheduler"] == "platform"
     assert meta["annotations"]["paddlecloud.org/key"] == "alice/fit"
     assert spec["package"] == {"path": "/pfs/local/home/alice/jobs/fit/package.tar.gz"}
@@ -89,7 +90,7 @@ def test_start_creates_the_training_job_and_its_token_secret(
         "replicas": 2,
         "min": 1,
         "max": 4,
-        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}},
+        "resources": {"requests": one_gpu, "limits": one_gpu},  # limits = requests
     }
     assert spec["pserver"]["replicas"] == 1 and spec["env"] == {"LEARNING_RATE": "0.01"}
     assert kube.store.pruned == []  # everything the backend writes is in the CRD's schema

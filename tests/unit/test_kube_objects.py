@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 from kube_helpers import VARIANTS, training_job
 
-from paddlecloud.backends.kubernetes import pods
+from paddlecloud.backends.kubernetes import network, pods
 from paddlecloud.backends.kubernetes.objects import reconcile
 from paddlecloud.backends.kubernetes.spec import read_job
 from paddlecloud.core.envcontract import ApiAccess, JobFiles, WorkerContext, worker_env
@@ -20,9 +20,10 @@ K8S_VERSIONS = ("1.29", kubernetes_validate.latest_version())
 
 
 def objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every object the job would ever create: services, PodGroup, and each worker's pod."""
+    """Every object the job would ever create: its NetworkPolicy, services, PodGroup, and each
+    worker's pod."""
     job = read_job(training_job(**spec))
-    out = [*pods.services(job), pods.podgroup(job)]
+    out = [network.network_policy(job), *pods.services(job), pods.podgroup(job)]
     out += [pods.pod(job, pods.PSERVER, i, 0) for i in range(job.pserver.replicas)]
     out += [pods.pod(job, pods.TRAINER, i, 1) for i in range(job.trainers)]
     if job.elastic_torch:
@@ -114,10 +115,10 @@ def test_torch_and_gpus() -> None:
     res = pod["spec"]["containers"][0]["resources"]
     assert res == {
         "requests": {"cpu": "4", "nvidia.com/gpu": "2"},
-        "limits": {"nvidia.com/gpu": "2"},
-    }  # strings, as Pods take them
+        "limits": {"cpu": "4", "nvidia.com/gpu": "2"},
+    }  # strings, as Pods take them; limits = requests
     for init in pod["spec"]["initContainers"]:
-        assert "nvidia.com/gpu" not in str(init["resources"])
+        assert init["resources"] == {"requests": {"cpu": "4"}, "limits": {"cpu": "4"}}
     assert pod["spec"]["hostname"] == "trainer-1" and pod["spec"]["subdomain"] == "fit-trainers"
 
 
@@ -129,6 +130,7 @@ def test_elastic_torch_has_a_rendezvous_pod_the_trainers_wait_for() -> None:
     assert wait["command"][-1] == "fit-rendezvous.paddlecloud.svc:6172"
     plan = reconcile(training_job(**VARIANTS["torch-elastic"]), [], [], 0.0)
     assert [o["metadata"]["name"] for o in plan.create] == [
+        "fit",  # the NetworkPolicy
         "fit-trainers",
         "fit-rendezvous",
         "fit-rendezvous",

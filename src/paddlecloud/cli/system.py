@@ -197,6 +197,13 @@ data_dir_option = click.option(
 @click.option(
     "--kube-storage-claim", help="kubernetes: the PersistentVolumeClaim holding PFS, mounted in pods"
 )
+@click.option(
+    "--kube-egress",
+    multiple=True,
+    metavar="CIDR[:PORT[/PROTOCOL]]",
+    help="kubernetes: one more destination job pods may reach, e.g. a pip index: 10.0.0.9/32:443 "
+    "(repeatable; default: only their own job, the API and DNS; docs/kubernetes.md)",
+)
 @click.option("--api-url", help="this server's URL as workers reach it (default: http://HOST:PORT)")
 @click.option(
     "--isolation",

@@ -217,6 +217,31 @@ def _scheduling() -> Schema:
     )
 
 
+def _network() -> Schema:
+    port = _obj(
+        "a destination port",
+        {
+            "port": _int("port number", minimum=1, maximum=65535),
+            "protocol": _str("protocol", enum=["TCP", "UDP", "SCTP"], default="TCP"),
+        },
+        required=("port",),
+    )
+    rule = _obj(
+        "an IP block the pods may reach (a NetworkPolicy ipBlock)",
+        {
+            "cidr": _str("e.g. 10.0.0.9/32, 0.0.0.0/0", minLength=3),
+            "except": {"type": "array", "items": {"type": "string"}, "maxItems": 32},
+            "ports": {"type": "array", "items": port, "maxItems": 16, "description": "none: every port"},
+        },
+        required=("cidr",),
+    )
+    return _obj(
+        "the job's NetworkPolicy: its pods accept connections only from its own pods and reach only "
+        "them, the platform API (platform.api), the package URL, DNS and these destinations",
+        {"egress": {"type": "array", "items": rule, "maxItems": 64, "description": "more destinations"}},
+    )
+
+
 def _batch() -> Schema:
     def bound(desc: str) -> Schema:
         return _int(desc, minimum=1, maximum=MAX_BATCH)
@@ -296,6 +321,7 @@ def spec_schema() -> Schema:
                 "SIGTERM to SIGKILL for pods", minimum=0, maximum=3600, default=30
             ),
             "scheduling": _scheduling(),
+            "network": _network(),
             "batch": _batch(),
             "sampleset": _obj(
                 "a SampleSet of this namespace: its claim is mounted read-only at /mnt/sampleset in every "

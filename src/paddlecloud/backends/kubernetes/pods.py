@@ -29,6 +29,7 @@ __all__ = [
     "TRAINER",
     "WORKER_PORT",
     "WORKSPACE",
+    "guaranteed",
     "labels",
     "namespace",
     "owner_reference",
@@ -79,8 +80,9 @@ _RENDEZVOUS_ENTRY = (
 
 Obj = dict[str, Any]
 
-#: what the rendezvous store's pod asks for (it only hosts a TCPStore)
-_RENDEZVOUS_RESOURCES = RoleSpec(1, {"cpu": "100m", "memory": "256Mi"}, {"memory": "1Gi"})
+#: what the rendezvous store's pod asks for, and is limited to (it only hosts a TCPStore, but its
+#: install init container runs pip on the job's requirements.txt in as much)
+_RENDEZVOUS_RESOURCES = RoleSpec(1, {"cpu": "250m", "memory": "1Gi"})
 
 
 def _role_spec(job: JobView, role: str) -> RoleSpec:
@@ -217,20 +219,19 @@ def _worker_env(job: JobView, role: str, index: int, run: int) -> list[Obj]:
 # -- containers -------------------------------------------------------------------------------
 
 
+def guaranteed(spec: RoleSpec) -> dict[str, str]:
+    """A role's amounts as one map, both the requests and the limits of its containers: each
+    resource's limit where the spec gives one (Kubernetes requires it >= the request), else its
+    request. So a pod is killed or throttled at exactly what it was scheduled with (QoS
+    Guaranteed): ``--memory`` is its memory cgroup's limit, ``--cpu`` its CFS quota, GPUs and
+    ``ephemeral-storage`` likewise. Quantities are strings in the Pod API (the CRD also allows
+    integers, e.g. ``nvidia.com/gpu: 1``)."""
+    return {k: str(v) for k, v in {**spec.requests, **spec.limits}.items()}
+
+
 def _resources(spec: RoleSpec, gpus: bool = True) -> Obj:
-    # quantities are strings in the Pod API (the CRD also allows integers, e.g. nvidia.com/gpu: 1)
-    requests = {k: str(v) for k, v in spec.requests.items() if gpus or k != GPU}
-    limits = {k: str(v) for k, v in spec.limits.items() if gpus or k != GPU}
-    if gpus:
-        for key, value in spec.requests.items():
-            if "/" in key and key not in limits:  # extended resources must be limits too
-                limits[key] = str(value)
-    out: Obj = {}
-    if requests:
-        out["requests"] = requests
-    if limits:
-        out["limits"] = limits
-    return out
+    amounts = {k: v for k, v in guaranteed(spec).items() if gpus or k != GPU}
+    return {"requests": amounts, "limits": dict(amounts)} if amounts else {}
 
 
 def _package_url(job: JobView) -> str:
