@@ -239,15 +239,18 @@ class Hierarchy:
         run.limit(limits)
         return run
 
-    def collect(self) -> int:
-        """Remove the empty run folders left by runs whose end was not seen (a killed monitor, a
-        lost node); folders still holding processes stay. Returns how many went."""
+    def collect(self, older_than: float = 600.0) -> int:
+        """Remove the empty run folders made more than ``older_than`` seconds ago: left by runs whose
+        end no server saw (a server stopped for good with jobs running, a killed monitor, a lost
+        node). A folder holding processes is never removed (rmdir refuses), a young one may be a run
+        being started. Returns how many went."""
         gone = 0
+        cutoff = time.time() - older_than
         for base in self.dirs.values():
             with contextlib.suppress(OSError):
                 for entry in os.scandir(base):
-                    if entry.is_dir(follow_symlinks=False):
-                        with contextlib.suppress(OSError):
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
                             os.rmdir(entry.path)
                             gone += 1
         return gone

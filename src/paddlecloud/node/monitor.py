@@ -165,7 +165,8 @@ def _exit_like(status: int) -> int:
     """Exit the way the child did: its code, or its signal."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # the others may be ignored here: not now
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         return 128 + sig  # not reached for a deadly signal
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1

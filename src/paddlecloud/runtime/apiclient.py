@@ -29,16 +29,34 @@ from paddlecloud.runtime import contract as c
 __all__ = ["opener"]
 
 
+def _connect(path: str, timeout: float | None) -> socket.socket:
+    """A connected Unix socket to ``path``, also when the path is longer than a socket address
+    may be (through its folder's descriptor, ``/proc/self/fd/N/name``)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        if len(path.encode()) < 100:
+            sock.connect(path)
+            return sock
+        folder, name = os.path.split(path)
+        fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            sock.connect(f"/proc/self/fd/{fd}/{name}")
+        finally:
+            os.close(fd)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path: str, host: str, **kw: Any) -> None:
         super().__init__(host, **kw)
         self._path = path
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
+        self.sock = _connect(self._path, self.timeout)
 
 
 class _UnixHTTPSConnection(http.client.HTTPSConnection):
@@ -47,9 +65,7 @@ class _UnixHTTPSConnection(http.client.HTTPSConnection):
         self._path = path
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
+        sock = _connect(self._path, self.timeout)
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
 
 

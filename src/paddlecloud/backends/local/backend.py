@@ -44,7 +44,6 @@ on), or fails the job; ``restarts.py`` keeps that bookkeeping and ``core.restart
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -54,7 +53,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from paddlecloud.backends.base import (
     BackendEvent,
@@ -70,9 +68,10 @@ from paddlecloud.backends.base import (
 from paddlecloud.backends.errors import BackendError, JobRejected, NotSupported
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.isolation import Confiners, RunLimits, choose_all
+from paddlecloud.backends.local.keeper import Keeper
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.nodes import NodeShape, make_nodes
-from paddlecloud.backends.local.ports import PortAllocator, is_listening
+from paddlecloud.backends.local.ports import PortAllocator
 from paddlecloud.backends.local.process import RunPlan, WorkerProc, kill_leftovers, stop_group, watch_exit
 from paddlecloud.backends.local.restarts import RestartBook
 from paddlecloud.backends.local.samplesets import LocalSampleSets
@@ -87,9 +86,7 @@ from paddlecloud.backends.local.settings import LocalSettings
 from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
-from paddlecloud.core.phases import WorkerState
-from paddlecloud.core.resources import Resources
-from paddlecloud.node import netns
+from paddlecloud.core.phases import WorkerReason, WorkerState
 from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
@@ -101,18 +98,6 @@ log = logging.getLogger("paddlecloud.backends.local")
 RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store process
 _SERVER_ROLES = frozenset({"pserver", RENDEZVOUS})
 _ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
-#: what a platform helper run in the job's environment (the rendezvous store) may use
-_HELPER_NEED = Resources(cpu_m=1000, memory=2**30)
-
-
-def _api_target(url: str) -> str:
-    """HOST:PORT of the API at ``url`` ("" when it has none)."""
-    parts = urlsplit(url)
-    if not parts.hostname:
-        return ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{host}:{port}"
 
 
 class Stage(StrEnum):
@@ -208,7 +193,9 @@ class LocalBackend:
             private=(config.root, *config.private), cgroup_root=config.cgroup_root, limits=config.limits,
         )  # fmt: skip
         self._sandbox, self.isolation = self._confine.sandbox, self._confine.isolation
+        self._keeper = Keeper(config.root, self._confine)
         self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
+        self._collect()
         #: SampleSets: a JuiceFS mount per emulated node (``samplesets.py``)
         self.samplesets = LocalSampleSets(config.root / "samplesets", [n.name for n in self._nodes])
 
@@ -218,6 +205,7 @@ class LocalBackend:
         return self._nodes
 
     def start(self, launch: JobLaunch) -> None:
+        self._collect()
         jdir = self._job_dir(launch.key)
         if launch.attempt == 0:
             shutil.rmtree(jdir, ignore_errors=True)  # a leftover of an earlier job with the same name
@@ -532,28 +520,18 @@ class LocalBackend:
         if job.stage == Stage.STOPPING and job.stopper is not None and not job.stopper.is_alive():
             self._finish(job)
 
-    def _netns(self, job: _Job) -> str:
-        """The job's network namespace ("" : its workers share the host's network)."""
-        if not (self._confine.network and self._sandbox is not None):
-            return ""
-        return netns.name_for(hashlib.sha256(job.launch.key.encode()).hexdigest()[:16])
-
-    def _listening(self, job: _Job, w: WorkerProc) -> bool:
-        name = self._netns(job)
-        return netns.listening(name, w.port) if name else is_listening("127.0.0.1", w.port)
-
     def _plan(self, job: _Job, w: WorkerProc) -> RunPlan:
-        """How ``w``'s next run is kept: its role's --memory and --cpu (a platform helper: one core,
-        1 GiB), the pids limit, the job's network namespace, the API relay, the log cap."""
-        need = job.launch.resources.get(w.role) if w.command is None else _HELPER_NEED
-        cfg = self._confine
-        limits = cfg.run_limits(need.memory if need else None, need.cpu_m if need else None)
-        name = self._netns(job)
-        api = _api_target(job.launch.api.url) if name else ""
-        return RunPlan(
-            cgroups=cfg.cgroups, limits=limits, names=(job.launch.user, job.launch.name), netns=name,
-            api_target=api, max_log_bytes=cfg.limits.max_log_bytes,
-        )  # fmt: skip
+        """How ``w``'s next run is kept (``keeper.py``): its role's --memory and --cpu, the pids
+        limit, the job's network namespace, the API relay, the log cap."""
+        launch = job.launch
+        need = Keeper.need(launch.resources, w.role, helper=w.command is not None)
+        return self._keeper.plan(launch.key, launch.user, launch.api.url, need)
+
+    def _collect(self) -> None:
+        """What runs left that no server saw end goes (``Keeper.collect``)."""
+        with self._lock:
+            live = {k for k, j in self._jobs.items() if j.stage != Stage.DONE}
+        self._keeper.collect(live)
 
     def _unhandled_end(self, job: _Job) -> bool:
         """A worker of a running job ended badly and no restart or failure was decided for it yet."""
@@ -573,7 +551,10 @@ class LocalBackend:
                 return
         if not self._spawn_due(job, now):
             return
-        if all(w.state(now) == WorkerState.RUNNING and self._listening(job, w) for w in job.servers()):
+        key = job.launch.key
+        if all(
+            w.state(now) == WorkerState.RUNNING and self._keeper.listening(key, w.port) for w in job.servers()
+        ):
             names = ", ".join(sorted(w.name for w in job.servers()))
             job.events.append(BackendEvent("Normal", "ServersReady", f"{names} listen"))
             if self._spawn(job, job.role("trainer")):
@@ -604,7 +585,10 @@ class LocalBackend:
             return False
         outcome = job.book.on_failure(w, now)
         if isinstance(outcome, str):
-            self._fail(job, f"{outcome} (see: paddlecloud logs -w {w.name})")
+            if w.reason == WorkerReason.OOM_KILLED:  # what to change: the job's reason says it
+                self._fail(job, f"{outcome}: {w.message} (see: paddlecloud logs -w {w.name})", w.reason)
+            else:
+                self._fail(job, f"{outcome} (see: paddlecloud logs -w {w.name})")
             return False
         nxt, event = outcome
         kill_leftovers(w)  # anything the failed run left behind would hold the worker's port
@@ -651,12 +635,7 @@ class LocalBackend:
     def _finish(self, job: _Job) -> None:
         if job.stage != Stage.DONE:
             job.stage = Stage.DONE
-            name = self._netns(job)
-            if name:
-                try:
-                    netns.remove(name)
-                except netns.NetnsError as exc:  # left for the next job of that name to make afresh
-                    log.warning("%s: removing its network namespace failed: %s", job.launch.key, exc)
+            self._keeper.close_net(job.launch.key)
             self._ports.release(job.ports)
             self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
             self.samplesets.detach(job.launch.key)  # its mounts may be unmounted from now on
@@ -696,8 +675,8 @@ class LocalBackend:
             shim=self._pythonpath, user=job.launch.user,
         )  # fmt: skip
         jail = self._jail(job)
-        if jail is not None and self._netns(job):
-            netns.ensure(netns.JobNet(self._netns(job)))  # idempotent: made before its first worker
+        if jail is not None:
+            self._keeper.open_net(job.launch.key)  # made before the job's first worker
         now = self._now()
         for w in workers:
             if not w.cwd.exists():  # added after the package was copied for the others

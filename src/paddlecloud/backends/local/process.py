@@ -305,27 +305,34 @@ class WorkerProc:
         self._end_cgroup()
 
     def _end_cgroup(self) -> None:
-        """The run has ended: what its cgroup saw (OOM kills, refused forks), then nothing of it
-        is left (whatever it left behind is killed) and the cgroup goes; unless the platform is
-        stopping it (``stopped``): what is left then has its whole grace period (``stop_group``
-        ends it)."""
+        """The run has ended: what its cgroup saw (``read_cgroup``), then nothing of it is left
+        (whatever it left behind is killed) and the cgroup goes; unless the platform is stopping it
+        (``stopped``): what is left then has its whole grace period (``stop_group`` ends it)."""
+        self.read_cgroup()
+        if not self.stopped:
+            self.release_cgroup()
+
+    def read_cgroup(self) -> None:
+        """What the run's cgroup saw, as the worker's reason and message: an OOM kill that ended
+        the run (``OOMKilled``), OOM kills of some of its processes, forks refused at the pids limit."""
         cg = self.cgroup
         if cg is None:
             return
         notes = []
-        if cg.oom_kills():
+        limit = describe_memory(self.limits.memory) if self.limits.memory else "its limit"
+        oom = cg.oom_kills()
+        if oom and not self.stopped and (self.exit_code in (None, 137) or self.signal == 9):
             self.reason = WorkerReason.OOM_KILLED
-            limit = describe_memory(self.limits.memory) if self.limits.memory else "its limit"
             notes.append(f"killed for using more memory than its limit {limit} (submit --memory)")
             if self.exit_code is None:  # the kernel took the launcher itself: no status written
                 self.exit_code, self.signal = 137, 9
+        elif oom:
+            notes.append(f"{oom} of its processes were killed for using more memory than its limit {limit}")
         refused = cg.pids_refused()
         if refused:
-            limit = f" ({self.limits.pids})" if self.limits.pids else ""
-            notes.append(f"{refused} process or thread creations refused at the process limit{limit}")
+            pids = f" ({self.limits.pids})" if self.limits.pids else ""
+            notes.append(f"{refused} process or thread creations refused at the process limit{pids}")
         self.message = "; ".join(notes)
-        if not self.stopped:
-            self.release_cgroup()
 
     def release_cgroup(self) -> None:
         """Kill what is left in the run's cgroup and remove it."""
@@ -456,4 +463,5 @@ def stop_group(workers: list[WorkerProc], grace: float) -> None:
         if w.popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 w.popen.wait(timeout=5)
+        w.read_cgroup()
         w.release_cgroup()
