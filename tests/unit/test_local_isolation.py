@@ -111,7 +111,15 @@ time.sleep(300)
 """
 }
 
-SPEW = {"spew.py": "import sys, time\nline = 'x' * 99 + '\\n'\nt = time.time()\nwhile time.time() - t < 8:\n    sys.stdout.write(line * 1000)\n"}
+SPEW = {
+    "spew.py": """\
+import sys, time
+line = "x" * 99 + "\\n"
+t = time.time()
+while time.time() - t < 8:
+    sys.stdout.write(line * 1000)
+"""
+}
 
 
 def _platform(platform_factory: Callable[..., Platform], **settings: object) -> Platform:
@@ -149,8 +157,9 @@ def test_another_users_job_reaches_no_port_of_a_running_job_whose_own_workers_me
     _until(platform, alice, "a", lambda j: peer.exists())
     assert peer.read_bytes() == b"secret state"  # the job's own workers reach each other
     targets = ",".join(w.endpoint for w in job.workers)
-    bob.submit({"name": "scan", "entry": "python scan.py", "env": {"TARGETS": targets}, "trainers": {"cpu": "1"}},
-               package_dir=make_package(SCAN))  # fmt: skip
+    scan_spec = {"name": "scan", "entry": "python scan.py", "env": {"TARGETS": targets},
+                 "trainers": {"cpu": "1"}}  # fmt: skip
+    bob.submit(scan_spec, package_dir=make_package(SCAN))
     scan = _until(platform, bob, "scan", lambda j: j.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED))
     assert scan.phase == JobPhase.SUCCEEDED, scan.message
     assert json.loads((Path(scan.output_dir) / "found.json").read_text()) == []  # nothing at all
@@ -193,7 +202,8 @@ def test_a_job_writing_logs_at_full_speed_keeps_at_most_its_limit(
     limit = 2 * 2**20
     platform = _platform(platform_factory, limits=RunLimits(max_log_bytes=limit))
     alice = _client(platform, asgi, "alice")
-    alice.submit({"name": "spew", "entry": "python spew.py", "trainers": {"cpu": "1"}}, package_dir=make_package(SPEW))
+    spec = {"name": "spew", "entry": "python spew.py", "trainers": {"cpu": "1"}}
+    alice.submit(spec, package_dir=make_package(SPEW))
     job = _until(platform, alice, "spew", lambda j: j.phase == JobPhase.SUCCEEDED)
     log = Path(job.workers[0].log)
     text = log.read_text()

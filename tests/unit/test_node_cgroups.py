@@ -86,7 +86,8 @@ def test_a_host_without_usable_controllers_says_what_is_missing(tmp_path: Path) 
 
 
 def test_memory_is_described_as_users_write_it() -> None:
-    assert [describe_memory(n) for n in (512 * 2**20, 2 * 2**30, 1536, 1000)] == ["512Mi", "2Gi", "1536", "1000"]
+    sizes = (512 * 2**20, 2 * 2**30, 1536, 1000)
+    assert [describe_memory(n) for n in sizes] == ["512Mi", "2Gi", "1536", "1000"]
 
 
 # -- the kernel's side ---------------------------------------------------------------------------
@@ -127,7 +128,8 @@ def test_forks_stop_at_the_pids_limit_and_the_rest_is_killed_on_removal(real: Hi
         "    if pid == 0:\n        time.sleep(60)\n        os._exit(0)\n    kids += 1\n"
         "print(kids, flush=True)\ntime.sleep(60)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=run.join, stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", code]
+    proc = subprocess.Popen(argv, preexec_fn=run.join, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         kids = int(proc.stdout.readline())
@@ -141,7 +143,8 @@ def test_the_cpu_quota_holds_a_busy_loop_to_its_share(real: Hierarchy) -> None:
     run = real.create(f"pc-test-cpu-{os.getpid()}", Limits(cpu_m=200))
     try:
         start = time.monotonic()
-        r = _run_in(run, "import time\nt = time.time()\nwhile time.time() - t < 2: pass\nprint(time.process_time())")
+        busy = "import time\nt = time.time()\nwhile time.time() - t < 2: pass\nprint(time.process_time())"
+        r = _run_in(run, busy)
         wall = time.monotonic() - start
         assert float(r.stdout) < 0.35 * wall  # 0.2 of a core (the machine's own load only lowers it)
     finally:

@@ -42,11 +42,13 @@ def test_a_command_killed_by_a_signal_ends_the_monitor_by_the_same_signal(tmp_pa
 
 def test_a_graceful_stop_to_the_group_reaches_the_command_not_the_monitor(tmp_path: Path) -> None:
     log = tmp_path / "w.log"
-    code = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (print('term', flush=True), sys.exit(0)))\nprint('up', flush=True)\ntime.sleep(30)"
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(log), "--", sys.executable, "-c", code],
-        start_new_session=True,
-    )  # fmt: skip
+    code = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('term', flush=True), sys.exit(0)))\n"
+        "print('up', flush=True)\ntime.sleep(30)"
+    )
+    monitor_argv = [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(log), "--"]
+    proc = subprocess.Popen([*monitor_argv, sys.executable, "-c", code], start_new_session=True)
     for _ in range(300):
         if "up" in (log.read_text() if log.exists() else ""):
             break
@@ -61,7 +63,8 @@ def test_the_log_is_bounded(tmp_path: Path) -> None:
     r = _monitor("--log", str(log), "--max-log-bytes", str(MIN_LIMIT), "--", sys.executable, "-c", code)
     text = log.read_text()
     assert r.returncode == 0 and log.stat().st_size <= MIN_LIMIT
-    assert text.startswith("line 0\n") and text.endswith("line 199999\n") and "bytes" in text and "dropped" in text
+    assert text.startswith("line 0\n") and text.endswith("line 199999\n")
+    assert "bytes" in text and "dropped" in text
 
 
 def test_a_run_it_cannot_set_up_fails_with_126_and_says_why(tmp_path: Path) -> None:
@@ -73,14 +76,18 @@ def test_a_run_it_cannot_set_up_fails_with_126_and_says_why(tmp_path: Path) -> N
 
 
 def test_bad_command_lines_are_refused_with_the_usage() -> None:
-    for argv in (["--log"], ["--log", "x"], ["--bogus", "1", "--", "true"], ["--max-log-bytes", "lots", "--log", "x", "--", "y"]):
+    bad = (
+        ["--log"], ["--log", "x"], ["--bogus", "1", "--", "true"],
+        ["--max-log-bytes", "z", "--log", "x", "--", "y"],
+    )  # fmt: skip
+    for argv in bad:
         with pytest.raises(ValueError):
             monitor.parse(argv)
     assert _monitor("--log", "x").returncode == 2
 
 
 class _Api(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = json.dumps({"path": self.path, "auth": self.headers.get("Authorization")}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -105,13 +112,14 @@ def test_the_api_relay_carries_requests_from_its_socket_to_the_server(tmp_path: 
     client = (
         "import json, os, urllib.request\n"
         "from paddlecloud.runtime import apiclient\n"
-        "req = urllib.request.Request('http://platform.invalid:1/api/v1/x', headers={'Authorization': 'Bearer t'})\n"
+        "req = urllib.request.Request('http://platform.invalid:1/api/v1/x',\n"
+        "                             headers={'Authorization': 'Bearer t'})\n"
         "print(apiclient.opener().open(req, timeout=10).read().decode())\n"
     )
     env = {**os.environ, "PADDLECLOUD_API_SOCKET": str(sock)}
     r = subprocess.run(
-        [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(tmp_path / "w.log"), "--api-socket",
-         str(sock), "--api-target", f"127.0.0.1:{api}", "--", sys.executable, "-c", client],
+        [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(tmp_path / "w.log"),
+         "--api-socket", str(sock), "--api-target", f"127.0.0.1:{api}", "--", sys.executable, "-c", client],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 0, (tmp_path / "w.log").read_text()

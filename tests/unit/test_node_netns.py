@@ -14,8 +14,22 @@ import pytest
 
 from paddlecloud.node import netns
 
-SERVE = "import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); print('up', flush=True); time.sleep(60)"
-CONNECT = "import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2)\n    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)"
+SERVE = """\
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print("up", flush=True)
+time.sleep(60)
+"""
+CONNECT = """\
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+    print("connected")
+except OSError as e:
+    print("refused", e.errno)
+"""
 
 
 @pytest.fixture
