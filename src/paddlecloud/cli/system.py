@@ -229,6 +229,14 @@ data_dir_option = click.option(
     "part are kept and the log says what was dropped ('none': unbounded)",
 )
 @click.option(
+    "--resource-limits",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="local and slurm backends: keep each worker within its --memory and --cpu and --max-pids "
+    "with a cgroup (auto: where cgroups work here; on: refuse to start without; off: no limits)",
+)
+@click.option(
     "--cgroup-root",
     metavar="CGROUP",
     help="local backend: the cgroup (a path as /proc/self/cgroup names it) under which each worker "

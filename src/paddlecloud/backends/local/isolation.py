@@ -10,7 +10,8 @@
 (IsolationError); ``auto`` (the default) takes what this host offers and says, in the words ``up``
 prints, what is missing and what that means; ``none`` confines no file access and no network
 (every user trusts every other) but still keeps each run within its resources where cgroups work:
-limits take nothing from a job it asked for.
+limits take nothing from a job it asked for (``up --resource-limits off`` drops them; ``on`` refuses
+to start without them).
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ class RunLimits:
 
     max_pids: int | None = DEFAULT_MAX_PIDS
     max_log_bytes: int | None = DEFAULT_MAX_LOG_BYTES
+    #: auto | on | off (``up --resource-limits``): cgroups where they work, required, or none
+    resources: str = "auto"
 
     #: the ``up`` options these limits are made from
-    OPTIONS: ClassVar[tuple[str, ...]] = ("max_pids", "max_log_size")
+    OPTIONS: ClassVar[tuple[str, ...]] = ("max_pids", "max_log_size", "resource_limits")
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> RunLimits:
@@ -57,7 +60,11 @@ class RunLimits:
             log_bytes = quantity("memory", size, "--max-log-size")
             if log_bytes is not None and log_bytes < MIN_LIMIT:
                 raise OptionError("--max-log-size", f"{size!r}: at least {MIN_LIMIT // 1024}Ki (or 'none')")
-        return cls(max_pids=int(pids) if pids is not None else DEFAULT_MAX_PIDS, max_log_bytes=log_bytes)
+        resources = str(options.get("resource_limits") or "auto")
+        if resources not in ("auto", "on", "off"):
+            raise OptionError("--resource-limits", f"{resources!r}: expected auto, on or off")
+        pids_limit = int(pids) if pids is not None else DEFAULT_MAX_PIDS
+        return cls(max_pids=pids_limit, max_log_bytes=log_bytes, resources=resources)
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,7 @@ def _check_cgroups(root: str | None) -> tuple[Hierarchy | None, str]:
 
 def _limits_words(tree: Hierarchy | None, limits: RunLimits) -> str:
     if tree is None:
-        return "no resource limits"
+        return "no resource limits" + (" (--resource-limits off)" if limits.resources == "off" else "")
     pids = f"{limits.max_pids} processes" if limits.max_pids else "no process limit"
     return f"memory and CPU as asked, {pids} per worker (cgroup v{tree.version})"
 
@@ -123,12 +130,13 @@ def choose_all(
                     "server as root, or use --isolation auto (jobs can then connect to each other's ports)"
                 )
             missing.append(f"the network is NOT isolated ({why}): any job can connect to other jobs' ports")
-    tree, why = _check_cgroups(cgroup_root)
-    if tree is None:
-        if mode == "sandbox":
+    tree, why = (None, "--resource-limits off") if limits.resources == "off" else _check_cgroups(cgroup_root)
+    if tree is None and limits.resources != "off":
+        if mode == "sandbox" or limits.resources == "on":
+            flag = "--isolation sandbox" if mode == "sandbox" else "--resource-limits on"
             raise IsolationError(
-                f"--isolation sandbox: no resource limits can be set here: {why}; give up --cgroup-root "
-                "a delegated cgroup, or use --isolation auto (jobs may then use more than they asked for)"
+                f"{flag}: no resource limits can be set here: {why}; give up --cgroup-root a delegated "
+                "cgroup, or use --resource-limits off (jobs may then use more than they asked for)"
             )
         missing.append(f"resources are NOT limited ({why})")
     parts = [iso.detail]
