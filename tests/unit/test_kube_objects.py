@@ -86,7 +86,7 @@ def test_env_is_the_local_contract_with_dns_endpoints() -> None:
     expected.update(POD_IP=pod_ip, PADDLECLOUD_POD_IP=pod_ip, PADDLECLOUD_ENTRY="python train.py")
     expected["HOME"] = "/paddlecloud/home"  # writable for any image user
     expected["PADDLECLOUD_JOB_TOKEN"] = {"secretKeyRef": {"name": "fit-job-token", "key": "token"}}
-    assert env == expected
+    assert env == expected  # no rendezvous key: not an elastic torch job
     assert env["PADDLECLOUD_PSERVER_ENDPOINTS"] == (
         "fit-pserver-0.paddlecloud.svc:6170,fit-pserver-1.paddlecloud.svc:6170"
     )
@@ -126,6 +126,10 @@ def test_elastic_torch_has_a_rendezvous_pod_the_trainers_wait_for() -> None:
     job = read_job(training_job(**VARIANTS["torch-elastic"]))
     env = env_of(pods.pod(job, pods.TRAINER, 0, 0))
     assert env["PET_RDZV_ENDPOINT"] == "fit-rendezvous.paddlecloud.svc:6172" and env["PET_NNODES"] == "1:4"
+    # the key that signs the rendezvous state: from the job's Secret, written once with the job
+    key = {"name": "fit-job-token", "key": "rendezvous", "optional": True}
+    assert env["PADDLECLOUD_RDZV_KEY"] == {"secretKeyRef": key}
+    assert "PADDLECLOUD_RDZV_KEY" not in env_of(pods.pod(job, pods.RENDEZVOUS, 0, 0))  # the store
     wait = pods.pod(job, pods.TRAINER, 0, 0)["spec"]["initContainers"][2]
     assert wait["command"][-1] == "fit-rendezvous.paddlecloud.svc:6172"
     plan = reconcile(training_job(**VARIANTS["torch-elastic"]), [], [], 0.0)

@@ -35,6 +35,7 @@ __all__ = [
     "PSERVERS",
     "PSERVER_ENDPOINTS",
     "PUBLISH_HOST",
+    "RDZV_KEY",
     "RESTART",
     "ROLE",
     "TRAINERS",
@@ -70,6 +71,10 @@ API_CA = PREFIX + "API_CA"
 #: where a worker in a network namespace of its own reaches the API: a Unix socket that carries
 #: requests to PADDLECLOUD_API (``runtime.apiclient``); unset where PADDLECLOUD_API is reachable
 API_SOCKET = PREFIX + "API_SOCKET"
+#: elastic torch jobs: the job's secret key (hex) that signs the state of its torch rendezvous
+#: (``runtime.torchelastic``): the same for every trainer of the job, for the whole life of the job
+#: (restarts, resizes, a server restart); chosen at random by the backend when the job starts
+RDZV_KEY = PREFIX + "RDZV_KEY"
 #: the job's current membership (trainers and endpoints now), rewritten on every resize
 #: (``runtime.membership``); empty where the backend does not publish it
 MEMBERSHIP_FILE = PREFIX + "MEMBERSHIP_FILE"

@@ -41,6 +41,7 @@ __all__ = [
     "PHASES",
     "PLURAL",
     "RESTART_POLICIES",
+    "SECRET_RENDEZVOUS_KEY",
     "SHORT_NAME",
     "SINGULAR",
     "VERSION",
@@ -61,6 +62,10 @@ SINGULAR = "trainingjob"
 SHORT_NAME = "tj"
 NAME = f"{PLURAL}.{GROUP}"
 FINALIZER = f"{GROUP}/cleanup"
+
+#: the key of the job's token Secret (``tokenSecret``) that holds its rendezvous key (elastic
+#: torch: ``PADDLECLOUD_RDZV_KEY``, ``runtime.torchelastic``); key "token" holds the job token
+SECRET_RENDEZVOUS_KEY = "rendezvous"
 
 LABEL_JOB = f"{GROUP}/job"
 LABEL_USER = f"{GROUP}/user"
@@ -187,7 +192,10 @@ def _platform() -> Schema:
         "how pods reach the platform",
         {
             "api": _str("the platform API URL as pods reach it (PADDLECLOUD_API)", pattern="^https?://"),
-            "tokenSecret": _str("Secret (key 'token') holding the job token (PADDLECLOUD_JOB_TOKEN)"),
+            "tokenSecret": _str(
+                "Secret (key 'token') holding the job token (PADDLECLOUD_JOB_TOKEN) and (key "
+                "'rendezvous') the elastic torch rendezvous key (PADDLECLOUD_RDZV_KEY)"
+            ),
             "image": _str("image of the fetch and wait init containers (the PaddleCloud image)"),
         },
     )

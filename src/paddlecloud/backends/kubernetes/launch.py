@@ -3,7 +3,8 @@
     JobLaunch + KubeSettings ──training_job()──▶ TrainingJob dict (docs/kubernetes.md field names):
                                                  resources with limits = requests, --kube-egress
                                                  as spec.network.egress
-                              ──token_secret()──▶ Secret "<tj>-job-token" (key "token"), owned by it
+                              ──token_secret()──▶ Secret "<tj>-job-token" (keys "token" and
+                                  "rendezvous": the job token and rendezvous key), owned by it
 
 The TrainingJob's name is the job's name in a per-user namespace (``paddlecloud-<user>``), or
 ``<user>-<job>`` in a shared one; either must be a DNS-1035 label of at most 52 characters (pod and
@@ -156,8 +157,10 @@ def training_job(launch: JobLaunch, settings: KubeSettings, datacenter: str) -> 
     }
 
 
-def token_secret(launch: JobLaunch, job: Obj) -> Obj:
-    """The Secret holding the job token, owned by the TrainingJob (deleted with it)."""
+def token_secret(launch: JobLaunch, job: Obj, rendezvous_key: str) -> Obj:
+    """The Secret holding the job token and the job's ``rendezvous_key`` (``PADDLECLOUD_RDZV_KEY``:
+    written once with the TrainingJob, so every pod of it gets the same key, after a server restart
+    too), owned by the TrainingJob (deleted with it)."""
     meta = job["metadata"]
     return {
         "apiVersion": "v1",
@@ -171,5 +174,8 @@ def token_secret(launch: JobLaunch, job: Obj) -> Obj:
             ],
         },
         "type": "Opaque",
-        "data": {"token": base64.b64encode(launch.api.token.encode()).decode()},
+        "data": {
+            "token": base64.b64encode(launch.api.token.encode()).decode(),
+            crd.SECRET_RENDEZVOUS_KEY: base64.b64encode(rendezvous_key.encode()).decode(),
+        },
     }

@@ -179,24 +179,32 @@ def _context(job: JobView, role: str, index: int, run: int) -> WorkerContext:
     )
 
 
-def _token_env(job: JobView) -> list[Obj]:
+def _token_env(job: JobView, rendezvous: bool = False) -> list[Obj]:
+    """The job token from the job's Secret and, with ``rendezvous`` (elastic torch), the job's
+    rendezvous key (optional: a TrainingJob written before the key existed has a Secret without it,
+    and its agents then refuse to run, ``runtime.torchelastic``)."""
     if not job.token_secret:
         return []
     ref = {"secretKeyRef": {"name": job.token_secret, "key": "token"}}
-    return [{"name": c.JOB_TOKEN, "valueFrom": ref}]
+    out: list[Obj] = [{"name": c.JOB_TOKEN, "valueFrom": ref}]
+    if rendezvous:
+        key = {"secretKeyRef": {"name": job.token_secret, "key": crd.SECRET_RENDEZVOUS_KEY, "optional": True}}
+        out.append({"name": c.RDZV_KEY, "valueFrom": key})
+    return out
 
 
 def _env_list(job: JobView, env: dict[str, str]) -> list[Obj]:
-    """Variables in pod form: the token from its Secret, the pod IP from the downward API."""
+    """Variables in pod form: the token (and the rendezvous key) from the job's Secret, the pod IP
+    from the downward API."""
     out: list[Obj] = []
     for name, value in env.items():
-        if name == c.JOB_TOKEN:
+        if name in (c.JOB_TOKEN, c.RDZV_KEY):
             continue
         if name in (c.POD_IP, "POD_IP") and name not in job.env:
             out.append({"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         else:
             out.append({"name": name, "value": value})
-    return out + _token_env(job)
+    return out + _token_env(job, rendezvous=c.RDZV_KEY in env)
 
 
 def _home(job: JobView) -> list[Obj]:

@@ -2,8 +2,9 @@
 
 Per job, under ``<root>/jobs/<user>/<name>/``::
 
-    launch.json          ports per worker and placement, rewritten on every resize (re-adoption
-                         reads it back)
+    launch.json          ports per worker and placement, rewritten on every resize, and the job's
+                         rendezvous key (elastic torch: ``PADDLECLOUD_RDZV_KEY``); re-adoption
+                         reads it back
     restarts.json        restarts made and pending (restart policies, ``restarts.py``)
     package/             the unpacked job package;  workers/<worker>/  a private copy per worker
     logs/<worker>.<run>.log, logs/prepare.<run>.log   one file per run, kept across preemptions
@@ -85,7 +86,7 @@ from paddlecloud.backends.local.sandbox import (
 from paddlecloud.backends.local.settings import LocalSettings
 from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.core.archive import ArchiveError, safe_extract
-from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
+from paddlecloud.core.envcontract import Topology, WorkerContext, new_rendezvous_key, worker_env
 from paddlecloud.core.phases import WorkerReason, WorkerState
 from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
@@ -151,6 +152,9 @@ class _Job:
     prepared: threading.Event = field(default_factory=threading.Event)
     #: node -> the mount of the job's SampleSet there (read-only at PADDLECLOUD_SAMPLESET_DIR)
     sampleset_mounts: dict[str, Path] = field(default_factory=dict)
+    #: signs the job's torch rendezvous state (``runtime.torchelastic``): chosen at the start, kept
+    #: in launch.json so that trainers started after a server restart get the same one
+    rendezvous_key: str = field(default="", repr=False)
 
     def role(self, role: str) -> list[WorkerProc]:
         return [w for w in self.workers.values() if w.role == role]
@@ -219,7 +223,7 @@ class LocalBackend:
         except ConfinementError as exc:
             log.warning("%s: output not created: %s", launch.key, exc)
         ports = [self._ports.allocate() for _ in range(len(launch.placement) + 2)]
-        job = self._build(launch, jdir, ports, {})
+        job = self._build(launch, jdir, ports, {}, new_rendezvous_key())
         job.book.save(job.workers.values())  # a re-run (after a preemption) starts every worker afresh
         job.events.append(
             BackendEvent(
@@ -237,11 +241,14 @@ class LocalBackend:
             recorded = json.loads((jdir / "launch.json").read_text())
             ports = [int(p) for p in recorded["ports"]]
             by_name = {str(k): int(v) for k, v in recorded.get("worker_ports", {}).items()}
+            key = str(recorded.get("rendezvous_key") or "")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             self.start(launch)  # never got as far as recording its launch: start afresh
             return
         self._ports.reserve(ports)
-        job = self._build(launch, jdir, ports, by_name)
+        job = self._build(launch, jdir, ports, by_name, key or new_rendezvous_key())
+        if not key:  # recorded by an earlier version: trainers started from now on agree on this one
+            self._record_launch(job)
         adopted = [w for w in job.workers.values() if w.load_pid_file()]
         for w in job.book.restore(job.workers):  # waiting for a restart when the server stopped
             self._wake_at(w)
@@ -383,7 +390,9 @@ class LocalBackend:
         user, _, name = key.partition("/")
         return self.config.root / "jobs" / user / name
 
-    def _build(self, launch: JobLaunch, jdir: Path, ports: list[int], by_name: dict[str, int]) -> _Job:
+    def _build(
+        self, launch: JobLaunch, jdir: Path, ports: list[int], by_name: dict[str, int], rendezvous_key: str
+    ) -> _Job:
         """The job's runtime record. Workers listen on ``by_name[worker]`` when recorded (a resized
         job), else on ``ports`` in placement order; the last two ports are the gloo and master stores."""
         host = "127.0.0.1"
@@ -396,6 +405,7 @@ class LocalBackend:
             workers={},
             ports=ports,
             book=RestartBook.load(launch.restarts, jdir / "restarts.json"),
+            rendezvous_key=rendezvous_key,
         )
         for p, port in zip(launch.placement, ports, strict=False):
             name = f"{p.role}-{p.index}"
@@ -460,7 +470,12 @@ class LocalBackend:
         ]
         write_json_atomic(
             str(job.dir / "launch.json"),
-            {"ports": job.ports, "worker_ports": job.worker_ports(), "placement": placement},
+            {
+                "ports": job.ports,
+                "worker_ports": job.worker_ports(),
+                "placement": placement,
+                "rendezvous_key": job.rendezvous_key,
+            },
         )
 
     def _requirements(self, job: _Job) -> str:
@@ -696,6 +711,7 @@ class LocalBackend:
                 restart=w.restart, gpus=w.gpus if self._gpu_machine else None, user_env=job.launch.env,
                 files=job.launch.files, api=job.launch.api, trainer_range=job.launch.trainer_range,
                 membership_file=str(job.dir / "contract" / "membership.json"),
+                rendezvous_key=job.rendezvous_key,
             )  # fmt: skip
             extra = {SAMPLESET_DIR_ENV: str(w.sampleset)} if w.sampleset is not None else {}
             w.spawn(job.launch.entry, {**base, **worker_env(ctx), **extra}, now, jail, self._plan(job, w))

@@ -89,6 +89,7 @@ class BatchScripts:
             gpus=tuple(range(need.gpu)) if need.gpu else None, trainer_range=launch.trainer_range,
             user_env=launch.env, api=launch.api,
             membership_file=str(job.dir / "contract" / "membership.json"),
+            rendezvous_key=job.rendezvous_key,
         )  # fmt: skip
         env = {**base, **worker_env(ctx)}
         if need.gpu:  # Slurm sets them to the GPUs it gives the job (GRES), whatever the indices here
