@@ -8,9 +8,11 @@ import http.server
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +75,30 @@ def test_a_run_it_cannot_set_up_fails_with_126_and_says_why(tmp_path: Path) -> N
                  "--status", str(status), "--", "/bin/true")  # fmt: skip
     assert r.returncode == monitor.CANNOT_START and "could not be started" in r.stderr
     assert json.loads(status.read_text())["exit_code"] == monitor.CANNOT_START
+
+
+def test_the_ready_file_appears_once_the_program_listens(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ready = tmp_path / "w.ready"
+    code = (
+        "import socket, time\ntime.sleep(1)\n"
+        f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); print('listening', flush=True)\n"
+        "time.sleep(3)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(tmp_path / "w.log"),
+         "--ready-port", str(port), "--ready-file", str(ready), "--", sys.executable, "-c", code],
+    )  # fmt: skip
+    time.sleep(0.5)
+    assert not ready.exists()  # not listening yet
+    deadline = time.monotonic() + 20
+    while not ready.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "no ready file while it listened"
+        time.sleep(0.05)
+    assert "listening" in (tmp_path / "w.log").read_text()
+    assert proc.wait(timeout=20) == 0
 
 
 def test_bad_command_lines_are_refused_with_the_usage() -> None:

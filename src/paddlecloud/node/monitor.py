@@ -1,7 +1,8 @@
 """The monitor of one worker run: the process a backend starts for it, which owns the run.
 
     python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]...
-        [--api-socket PATH --api-target HOST:PORT] [--status FILE] -- ARGV...
+        [--api-socket PATH --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F]
+        -- ARGV...
 
 In order, before the run's program exists:
 
@@ -15,7 +16,9 @@ In order, before the run's program exists:
 4. It runs ARGV with stdin from /dev/null and stdout and stderr into a pipe. The backend puts the
    way into the job's network namespace at the front of ARGV (``netns.enter_argv``): the program
    runs inside it while the monitor stays outside, where the API is.
-5. It copies the pipe into ``--log``, bounded by ``--max-log-bytes`` (``logcap.CappedLog``).
+5. It copies the pipe into ``--log``, bounded by ``--max-log-bytes`` (``logcap.CappedLog``), and
+   with ``--ready-port`` writes ``--ready-file`` once the program listens there: the backend cannot
+   see into the job's namespace, the monitor reads the child's ``/proc/<pid>/net/tcp``.
 
 When ARGV ends the monitor drains the pipe (at most ``DRAIN_S`` more if something the run left
 behind still holds it) and exits the way ARGV did: the same code, or the same signal. If a step
@@ -34,6 +37,7 @@ import signal
 import sys
 import time
 
+from paddlecloud.node import ports
 from paddlecloud.node.logcap import CappedLog
 
 __all__ = ["CANNOT_START", "DRAIN_S", "Options", "main", "parse"]
@@ -45,7 +49,7 @@ DRAIN_S = 2.0
 _CHUNK = 64 * 1024
 _USAGE = (
     "usage: python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]... "
-    "[--api-socket PATH --api-target HOST:PORT] [--status FILE] -- ARGV..."
+    "[--api-socket PATH --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] -- ARGV..."
 )
 
 
@@ -59,6 +63,8 @@ class Options:
         self.api_socket = ""
         self.api_target = ""
         self.status = ""
+        self.ready_port = 0
+        self.ready_file = ""
         self.argv: list[str] = []
 
 
@@ -85,6 +91,12 @@ def parse(argv: list[str]) -> Options:
             o.api_target = value
         elif name == "--status":
             o.status = value
+        elif name == "--ready-port":
+            if not value.isdigit():
+                raise ValueError(f"--ready-port {value!r} is not a port")
+            o.ready_port = int(value)
+        elif name == "--ready-file":
+            o.ready_file = value
         else:
             raise ValueError(f"unknown option {name!r}; {_USAGE}")
         i += 2
@@ -134,15 +146,30 @@ def _spawn(argv: list[str], out: int) -> int:
     return os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
 
 
-def _pump(pipe: int, log: CappedLog, pid: int) -> int:
+class _Ready:
+    """``--ready-port``: writes ``--ready-file`` once the run's program listens on the port (seen in
+    the child's network namespace, ``ports.listening``)."""
+
+    def __init__(self, o: Options, pid: int) -> None:
+        self.port, self.path, self.pid = o.ready_port, o.ready_file, pid
+        self.done = not (self.port and self.path)
+
+    def check(self) -> None:
+        if not self.done and ports.listening(self.pid, self.port):
+            with open(self.path, "w") as f:
+                f.write(f"{self.port}\n")
+            self.done = True
+
+
+def _pump(pipe: int, log: CappedLog, pid: int, ready: _Ready) -> int:
     """Copy the pipe into the log until it ends (or ``DRAIN_S`` after ``pid`` ended); the wait
     status of ``pid``."""
     status: int | None = None
     ended_at = 0.0
     reads = 0
     while True:
-        ready, _, _ = select.select([pipe], [], [], 0.2)
-        if ready:
+        ready_to_read, _, _ = select.select([pipe], [], [], 0.2)
+        if ready_to_read:
             data = os.read(pipe, _CHUNK)
             if not data:
                 break
@@ -150,6 +177,7 @@ def _pump(pipe: int, log: CappedLog, pid: int) -> int:
             reads += 1
             if reads % 64:
                 continue
+        ready.check()
         if status is None:
             done, st = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -192,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             os.close(w)
     except (OSError, ValueError) as exc:
         return _fail(o.status, str(exc))
-    return _exit_like(_pump(r, log, pid))
+    return _exit_like(_pump(r, log, pid, _Ready(o, pid)))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from paddlecloud.node import ports
+
 __all__ = [
     "NETNS_DIR",
     "JobNet",
@@ -58,7 +60,6 @@ NETNS_DIR = Path("/run/netns")
 VXLAN_PORT = 4789
 _LOCKS = Path("/run/paddlecloud/netns")
 _TIMEOUT_S = 20.0
-_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
 
 
 class NetnsError(RuntimeError):
@@ -187,22 +188,13 @@ def enter_argv(name: str) -> list[str]:
     return [shutil.which("nsenter") or "/usr/bin/nsenter", f"--net={_path(name)}", "--"]
 
 
-def _listeners(table: str) -> set[int]:
-    ports = set()
-    for line in table.splitlines()[1:]:
-        cols = line.split()
-        if len(cols) > 3 and cols[3] == _LISTEN:
-            ports.add(int(cols[1].rpartition(":")[2], 16))
-    return ports
-
-
 def listening(name: str, port: int) -> bool:
     """Whether something in the namespace ``name`` listens on TCP ``port`` (any address)."""
     try:
         out = _run(*enter_argv(name), "cat", "/proc/net/tcp", "/proc/net/tcp6")
     except NetnsError:
         return False
-    return port in _listeners(out)
+    return port in ports.parse(out)
 
 
 def probe(names: Sequence[str] = ("ip", "nsenter")) -> str | None:

@@ -540,7 +540,8 @@ class LocalBackend:
         limit, the job's network namespace, the API relay, the log cap."""
         launch = job.launch
         need = Keeper.need(launch.resources, w.role, helper=w.command is not None)
-        return self._keeper.plan(launch.key, launch.user, launch.api.url, need)
+        plan = self._keeper.plan(launch.key, launch.user, launch.api.url, need)
+        return dataclasses.replace(plan, ready_port=w.port) if w.role in _SERVER_ROLES else plan
 
     def _collect(self) -> None:
         """What runs left that no server saw end goes (``Keeper.collect``)."""
@@ -566,10 +567,7 @@ class LocalBackend:
                 return
         if not self._spawn_due(job, now):
             return
-        key = job.launch.key
-        if all(
-            w.state(now) == WorkerState.RUNNING and self._keeper.listening(key, w.port) for w in job.servers()
-        ):
+        if all(w.state(now) == WorkerState.RUNNING and w.ready_file.exists() for w in job.servers()):
             names = ", ".join(sorted(w.name for w in job.servers()))
             job.events.append(BackendEvent("Normal", "ServersReady", f"{names} listen"))
             if self._spawn(job, job.role("trainer")):

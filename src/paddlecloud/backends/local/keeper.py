@@ -3,7 +3,6 @@
     LocalBackend ──Keeper(root, Confiners)──▶ keeper.net_for(key)       the job's namespace name
                                               keeper.open_net(key)      made before its first worker
                                               keeper.plan(launch, role) a run's RunPlan (monitor options)
-                                              keeper.listening(key, p)  something of the job on port p?
                                               keeper.close_net(key)     the job is done
                                               keeper.collect(live)      what ended unseen goes
 
@@ -23,7 +22,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from paddlecloud.backends.local.isolation import Confiners
-from paddlecloud.backends.local.ports import is_listening
 from paddlecloud.backends.local.process import RunPlan
 from paddlecloud.core.resources import Resources
 from paddlecloud.node import netns
@@ -79,10 +77,6 @@ class Keeper:
             (self._marks / name).unlink(missing_ok=True)
         except netns.NetnsError as exc:  # left for collect, or the next job of that name
             log.warning("%s: removing its network namespace failed: %s", key, exc)
-
-    def listening(self, key: str, port: int) -> bool:
-        name = self.net_for(key)
-        return netns.listening(name, port) if name else is_listening("127.0.0.1", port)
 
     def plan(self, key: str, user: str, api_url: str, need: Resources | None) -> RunPlan:
         """How a run of job ``key`` is kept: ``need``'s memory and CPU (None: unlimited), the pids

@@ -83,6 +83,8 @@ class RunPlan:
     #: HOST:PORT of the API the run's socket is relayed to ("" : no relay)
     api_target: str = ""
     max_log_bytes: int | None = None
+    #: a server (pserver, rendezvous store): its monitor marks the run ready once it listens there
+    ready_port: int = 0
 
 
 @dataclass
@@ -135,6 +137,11 @@ class WorkerProc:
         return self.status_dir / "exit.json"
 
     @property
+    def ready_file(self) -> Path:
+        """Written by the run's monitor once a server's program listens on its port (``RunPlan``)."""
+        return self.run_dir / f"{self.name}.ready"
+
+    @property
     def api_socket(self) -> Path:
         """The run's API socket (its monitor listens there), in ``run/``: no sandbox binds that."""
         return self.run_dir / f"{self.name}.api.sock"
@@ -161,6 +168,7 @@ class WorkerProc:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.status_dir.mkdir(parents=True, exist_ok=True)
         self.status_file.unlink(missing_ok=True)
+        self.ready_file.unlink(missing_ok=True)
         self.tag = uuid.uuid4().hex
         env = {**env, RUN_TAG: self.tag}
         api = bool(plan.api_target and plan.netns and jail is not None)
@@ -212,6 +220,8 @@ class WorkerProc:
             argv += ["--cgroup", str(folder)]
         if api:
             argv += ["--api-socket", str(self.api_socket), "--api-target", plan.api_target]
+        if plan.ready_port:
+            argv += ["--ready-port", str(plan.ready_port), "--ready-file", str(self.ready_file)]
         return [*argv, "--", *(netns.enter_argv(plan.netns) if plan.netns else [])]
 
     def _popen(self, jail: JobJail | None, launcher: list[str], env: dict[str, str], monitor: list[str],
