@@ -223,14 +223,16 @@ class Hierarchy:
                     "up --cgroup-root a folder whose parent has memory, pids and cpu enabled"
                 ) from None
 
-    def create(self, name: str, limits: Limits) -> RunCgroup:
-        """Make the run's cgroup ``name`` with ``limits`` (an existing one of that name is reused)."""
+    def create(self, name: str, limits: Limits, controllers: tuple[str, ...] = CONTROLLERS) -> RunCgroup:
+        """Make the run's cgroup ``name`` with ``limits`` (an existing one of that name is reused);
+        ``controllers``: on a v1 host, only in these hierarchies (a Slurm job keeps its memory and
+        CPU cgroups, Slurm's own, and gets only a pids one here)."""
         try:
             if self.version == 2:
                 self._prepare_v2()
                 paths = {"": self.base / name}
             else:
-                paths = {c: d / name for c, d in self.dirs.items()}
+                paths = {c: d / name for c, d in self.dirs.items() if c in controllers}
             for p in paths.values():
                 p.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -274,6 +276,13 @@ class RunCgroup:
 
     def limit(self, limits: Limits) -> None:
         v2 = self.version == 2
+        has = {c for c, _ in self.dirs}
+        if not v2:  # only what this run's cgroup is made in
+            limits = Limits(
+                memory=limits.memory if "memory" in has else None,
+                cpu_m=limits.cpu_m if "cpu" in has else None,
+                pids=limits.pids if "pids" in has else None,
+            )
         if limits.memory is not None:
             _write(self._file("memory", "memory.max" if v2 else "memory.limit_in_bytes"), str(limits.memory))
             swap = self._file("memory", "memory.swap.max" if v2 else "memory.memsw.limit_in_bytes")

@@ -2,7 +2,7 @@
 
     python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]...
         [--api-socket PATH --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F]
-        -- ARGV...
+        [--release-netns NAME] -- ARGV...
 
 In order, before the run's program exists:
 
@@ -21,7 +21,9 @@ In order, before the run's program exists:
    see into the job's namespace, the monitor reads the child's ``/proc/<pid>/net/tcp``.
 
 When ARGV ends the monitor drains the pipe (at most ``DRAIN_S`` more if something the run left
-behind still holds it) and exits the way ARGV did: the same code, or the same signal. If a step
+behind still holds it), with ``--release-netns`` removes the job's namespace on this host when no
+process is left in it (a Slurm node: the job's last worker there; ``netns.remove``), and exits the
+way ARGV did: the same code, or the same signal. If a step
 before the start fails, the reason goes to its stderr (the log) and ``--status`` (the launcher's
 status file, when given) gets exit code 126, as the Slurm jail does.
 
@@ -49,7 +51,8 @@ DRAIN_S = 2.0
 _CHUNK = 64 * 1024
 _USAGE = (
     "usage: python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]... "
-    "[--api-socket PATH --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] -- ARGV..."
+    "[--api-socket PATH --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] "
+    "[--release-netns NAME] -- ARGV..."
 )
 
 
@@ -65,6 +68,7 @@ class Options:
         self.status = ""
         self.ready_port = 0
         self.ready_file = ""
+        self.release_netns = ""
         self.argv: list[str] = []
 
 
@@ -97,6 +101,8 @@ def parse(argv: list[str]) -> Options:
             o.ready_port = int(value)
         elif name == "--ready-file":
             o.ready_file = value
+        elif name == "--release-netns":
+            o.release_netns = value
         else:
             raise ValueError(f"unknown option {name!r}; {_USAGE}")
         i += 2
@@ -189,6 +195,16 @@ def _pump(pipe: int, log: CappedLog, pid: int, ready: _Ready) -> int:
     return status
 
 
+def _release(name: str) -> None:
+    """The job's namespace on this host goes if no process is left in it (the monitor is outside)."""
+    from paddlecloud.node import netns  # only at the end: not on the start's path
+
+    try:
+        netns.remove(name, if_unused=True)
+    except netns.NetnsError as exc:
+        print(f"paddlecloud: removing the job's network namespace {name} failed: {exc}", file=sys.stderr)
+
+
 def _exit_like(status: int) -> int:
     """Exit the way the child did: its code, or its signal."""
     if os.WIFSIGNALED(status):
@@ -220,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
             os.close(w)
     except (OSError, ValueError) as exc:
         return _fail(o.status, str(exc))
-    return _exit_like(_pump(r, log, pid, _Ready(o, pid)))
+    status = _pump(r, log, pid, _Ready(o, pid))
+    if o.release_netns:
+        _release(o.release_netns)
+    return _exit_like(status)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ __all__ = [
     "JobNet",
     "NetnsError",
     "Vxlan",
+    "collect",
     "ensure",
     "enter_argv",
     "exists",
@@ -180,6 +182,23 @@ def remove(name: str, *, if_unused: bool = False) -> bool:
             return False
         _run("ip", "netns", "delete", name)
         return True
+
+
+def collect(prefix: str, older_than: float = 60.0) -> int:
+    """Remove the namespaces named ``prefix...`` that no process lives in and that were made more
+    than ``older_than`` seconds ago (left by workers whose monitor was killed with their node);
+    under each one's lock, so a worker entering it now keeps it. Returns how many went."""
+    gone = 0
+    cutoff = time.time() - older_than
+    for entry in os.scandir(NETNS_DIR) if NETNS_DIR.is_dir() else ():
+        if not entry.name.startswith(prefix):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime < cutoff and remove(entry.name, if_unused=True):
+                gone += 1
+        except (OSError, NetnsError):
+            continue
+    return gone
 
 
 def enter_argv(name: str) -> list[str]:

@@ -95,6 +95,8 @@ class JobRecord:
     #: signs the job's torch rendezvous state (``PADDLECLOUD_RDZV_KEY``): one per job, recorded so
     #: that runs submitted after a server restart get the same one
     rendezvous_key: str = field(default_factory=new_rendezvous_key, repr=False)
+    #: the VNI of the job's VXLAN between its hosts (unique among the server's live jobs; 0: none)
+    vni: int = 0
 
     def role(self, role: str) -> list[WorkerRecord]:
         return sorted((w for w in self.workers.values() if w.role == role), key=lambda w: w.index)
@@ -117,6 +119,7 @@ def write_record(job: JobRecord) -> None:
         "retired": {name: dataclasses.asdict(w) for name, w in job.retired.items()},
         "env_dir": job.env_dir,
         "rendezvous_key": job.rendezvous_key,
+        "vni": job.vni,
     }
     write_json_atomic(str(job.dir / "record.json"), data)
 
@@ -132,4 +135,5 @@ def read_record(launch: JobLaunch, jdir: Path) -> JobRecord:
     job.job_restarts = int(rec.get("job_restarts", 0))
     job.env_dir = str(rec.get("env_dir", ""))
     job.rendezvous_key = str(rec.get("rendezvous_key") or "") or job.rendezvous_key  # recorded earlier
+    job.vni = int(rec.get("vni") or 0)
     return job
