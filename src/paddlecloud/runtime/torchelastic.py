@@ -66,6 +66,7 @@ __all__ = [
     "RendezvousKeyError",
     "SignedBackend",
     "create_handler",
+    "entry_point_files",
     "handler_creator",
     "install_entry_point",
     "job_key",
@@ -89,15 +90,24 @@ _MAC_BYTES = hashlib.sha256().digest_size
 _DIST_INFO = "paddlecloud_runtime-1.0.dist-info"
 
 
+def entry_point_files() -> dict[str, str]:
+    """What registers the handler for torchrun: a distribution's metadata with the entry point, as
+    paths relative to the directory on ``PYTHONPATH`` that holds the workers' copy of
+    ``paddlecloud.runtime``, and their text."""
+    return {
+        f"{_DIST_INFO}/METADATA": "Metadata-Version: 2.1\nName: paddlecloud-runtime\nVersion: 1.0\n",
+        f"{_DIST_INFO}/entry_points.txt": (
+            f"[torchrun.handlers]\n{BACKEND} = paddlecloud.runtime.torchelastic:handler_creator\n"
+        ),
+    }
+
+
 def install_entry_point(lib: Path) -> None:
     """Register the handler for torchrun in ``lib``, the directory on ``PYTHONPATH`` that holds the
-    workers' copy of ``paddlecloud.runtime`` (a distribution's metadata with the entry point)."""
-    info = lib / _DIST_INFO
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: paddlecloud-runtime\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        f"[torchrun.handlers]\n{BACKEND} = paddlecloud.runtime.torchelastic:handler_creator\n"
-    )
+    workers' copy of ``paddlecloud.runtime`` (:func:`entry_point_files`)."""
+    for name, text in entry_point_files().items():
+        (lib / name).parent.mkdir(parents=True, exist_ok=True)
+        (lib / name).write_text(text)
 
 
 def handler_creator() -> Any:
