@@ -9,6 +9,7 @@ Per job, under ``<root>/jobs/<user>/<name>/`` (``root`` on a file system every n
                          run/ a sandboxed worker can write)
     run/<worker>.<run>.jail.json   isolation sandbox: that run's confinement (``jail.py``)
     tmp/<worker>/        a sandboxed worker's /tmp
+    .trash/              scratch (package/, workers/, tmp/) of an ended job, being removed
     contract/membership.json   the job's trainers and endpoints now (``runtime.membership``)
 
 Each worker is ``sbatch --wrap "python -m paddlecloud.runtime.launcher ..."`` named
@@ -35,6 +36,11 @@ paddlecloud.backends.slurm.jail run/<worker>.<run>.jail.json`` instead of the la
 it builds the local backend's bubblewrap jail (``backends/local/sandbox.py``) from that spec and
 execs ``bwrap``, which runs the launcher under the job's own interpreter and sees only the job's
 places; the worker's environment is the local backend's whitelist plus the env contract.
+
+Disk (``disk-usage``, ``backends/jobdirs.py``): ``disk_usage`` walks the job's directory on the
+shared dir (it counts in the owner's storage quota); when the job ends its environment is released
+and its scratch (package/, workers/, tmp/) dropped; logs, statuses and the record stay until
+``forget``. What a worker writes on its node outside its folders (none, sandboxed) is not seen.
 
 SampleSets (``samplesets.py``, ``samplenode.py``): the volume and its admin mount (sync, rmr) on the
 server's host; warmup and clear as Slurm jobs on the nodes; a job's worker mounts the SampleSet on
@@ -66,6 +72,7 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.errors import JobRejected, NotSupported
+from paddlecloud.backends.jobdirs import drop_scratch, sweep_trash, walk_bytes
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.sandbox import (
@@ -113,6 +120,7 @@ class SlurmBackend:
             Capability.FIXED_CAPACITY,
             Capability.SHARED_CAPACITY,
             Capability.SAMPLESETS,
+            Capability.DISK_USAGE,
         }
     )
 
@@ -128,6 +136,7 @@ class SlurmBackend:
             raise ValueError("SlurmSettings.root: the shared directory is not set (create() sets it)")
         self.root: Path = settings.root
         self.root.mkdir(parents=True, exist_ok=True)
+        sweep_trash(self.root / "jobs")  # scratch an earlier server had not finished removing
         #: job environments (one per distinct requirements.txt) and the worker runtime for them,
         #: on the shared directory
         self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes)
@@ -273,6 +282,8 @@ class SlurmBackend:
                 if job.stage == Stage.PREPARING:
                     job.events.append(BackendEvent("Normal", "Prepared", "environment ready"))
                     self._begin(job)
+                elif job.stage == Stage.DONE:  # stopped while it was built: no longer in use
+                    self._envs.release(requirements, job.launch.key)
         self._wake()
 
     def _begin(self, job: JobRecord) -> None:
@@ -332,7 +343,7 @@ class SlurmBackend:
         self._cancel(job, [*job.workers.values(), *job.retired.values()], grace)
         with job.lock:
             self._refresh(job)
-            job.stage = Stage.DONE
+            self._done(job)
             self._record(job)
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
@@ -392,6 +403,9 @@ class SlurmBackend:
                 return status_file(job, w).exists()
 
         return read_logs(self._job_dir(req.key) / "logs", req, ended)
+
+    def disk_usage(self, key: str) -> Iterator[int]:
+        return walk_bytes(self._job_dir(key))
 
     def forget(self, key: str) -> None:
         with self._lock:
@@ -458,8 +472,19 @@ class SlurmBackend:
         if job.stage == Stage.STOPPING and all(
             w.state in ENDED or w.slurm_id is None for w in job.workers.values()
         ):
-            job.stage = Stage.DONE
+            self._done(job)
         self._record(job)
+
+    def _done(self, job: JobRecord) -> None:
+        """Every Slurm job of ``job`` has ended: its environment is released and its scratch
+        dropped (retention, docs/pfs.md); logs, statuses and the record stay until ``forget``."""
+        if job.stage == Stage.DONE:
+            return
+        job.stage = Stage.DONE
+        requirements = _requirements(job.dir / "package")
+        if requirements:
+            self._envs.release(requirements, job.launch.key)
+        drop_scratch(job.dir)
 
     def _servers_ready(self, job: JobRecord) -> bool:
         servers = job.servers()
