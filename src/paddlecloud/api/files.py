@@ -67,6 +67,8 @@ class StorageUsage(_Model):
     #: ``used``): the workers' copies of the package and their /tmp while a job runs, its logs until
     #: it is deleted (docs/pfs.md "What counts")
     jobs: int = 0
+    #: bytes of the files in the user's PFS home (included in ``used``: used = pfs + samplesets + jobs)
+    pfs: int = 0
 
 
 class PfsHome(_Model):

@@ -182,12 +182,13 @@ class DiskWatch:
         assert w.steps is not None
         try:
             for _ in w.steps:
+                if time.monotonic() < until:
+                    continue
                 if w.limit is not None and w.used() - sum(w.kept.values()) > w.limit:
                     w.steps.close()
                     self._conclude(w, partial=True)  # already past it: no need to count the rest
                     return True
-                if time.monotonic() >= until:
-                    return False
+                return False
         except (DiskWalkError, PaddleCloudError, RecursionError) as exc:
             deep = isinstance(exc, RecursionError)
             self._conclude(w, error="folders nested too deep to walk" if deep else str(exc))
@@ -229,18 +230,20 @@ def storage_failure(over: Overage, row: JobRow) -> tuple[FailReason, str]:
             "owner again (chmod -R u+rwX) and less deep, or remove it (`paddlecloud pfs rm -r`), or ask "
             "an admin"
         )
-    jobs = sum(over.jobs.values())
     mine = over.jobs.get(row.name)
-    folders = f"jobs' own folders {h(jobs)} (logs, the workers' copies of the package and their /tmp"
-    folders += f"; this job's {h(mine)})" if mine is not None else ")"
-    parts = [f"PFS home {h(over.pfs)}", folders]
+    this = f"this job's {h(mine)}; " if mine is not None else ""
+    parts = [
+        f"PFS home {h(over.pfs)}",
+        f"jobs' folders {h(sum(over.jobs.values()))} ({this}logs, the workers' copies of the package, "
+        "their /tmp)",
+    ]
     if over.samplesets:
         parts.append(f"SampleSet caches {h(over.samplesets)}")
     limit = h(over.limit) if over.limit is not None else "no limit"
     output = str(row.spec.get("output") or "")
     return FailReason.STORAGE_QUOTA_EXCEEDED, (
         f"storage quota exceeded: {user} uses {'at least ' if over.partial else ''}{h(over.used)} of "
-        f"{limit} ({', '.join(parts)}); every running job of {user} was stopped. Remove files with "
+        f"{limit}: {', '.join(parts)}. Every running job of {user} was stopped. Remove files with "
         f"`paddlecloud pfs rm`{f' (this job wrote its output to {output})' if output else ''}, delete "
         f"finished jobs and their logs with `paddlecloud kill JOB --rm`, or {ask}"
     )

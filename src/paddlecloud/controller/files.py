@@ -481,12 +481,11 @@ class FileService:
         return live
 
     def usage(self, who: Identity) -> StorageUsage:
-        cached, jobs = self.held_elsewhere(who.name), self.held_by_jobs(who.name)
-        used = self._used(who.name) + cached + jobs
+        cached, jobs, pfs = self.held_elsewhere(who.name), self.held_by_jobs(who.name), self._used(who.name)
         reserved = sum(u.size for u in self._live_uploads(who.name))
         return StorageUsage(
-            user=who.name, used=used, reserved=reserved, limit=self.quota_of(who.name), samplesets=cached,
-            jobs=jobs,
+            user=who.name, used=pfs + cached + jobs, reserved=reserved, limit=self.quota_of(who.name),
+            samplesets=cached, jobs=jobs, pfs=pfs,
         )  # fmt: skip
 
     def walk_home(self, user: str) -> Iterator[int]:
