@@ -8,7 +8,11 @@ Uploads of files larger than one chunk are resumable: ``begin`` returns an id th
 digests of the chunks it already holds and sends only the others. Each chunk is hashed while it is
 written and kept only if it matches the digest the client sent; ``complete`` checks the whole-file
 checksum from the kept digests and renames the file into place. Quota is checked before any byte is
-written: used + reserved by uploads in progress + this file <= limit. The bytes received (chunks,
+written: used + reserved by uploads in progress + this file <= limit, where used is the home's files
+(a walk, cached ``_USAGE_TTL`` and adjusted on writes through the service; refreshed by the disk
+watch while the user has running jobs, ``walk_home``) + SampleSet caches (``held_elsewhere``) + the
+user's jobs' own folders as the disk watch last measured them (``held_by_jobs``,
+``controller.diskwatch``). The bytes received (chunks,
 small files) and sent (downloads, as they are handed to the server) are counted in the platform's
 metrics (``paddlecloud_pfs_received_bytes_total`` / ``..._sent_bytes_total``).
 """
