@@ -502,11 +502,8 @@ class SlurmBackend:
             self._envs.release(requirements, job.launch.key)
         drop_scratch(job.dir)
         name = self._scripts.netns(job)
-        if name and netns.exists(name):
-            try:
-                netns.remove(name, if_unused=True)
-            except netns.NetnsError as exc:
-                log.warning("%s: removing its network namespace here failed: %s", job.launch.key, exc)
+        if name and netns.exists(name):  # its processes may still be ending: wait for them aside
+            threading.Thread(target=_release_netns, args=(name,), name=f"netns-{name}", daemon=True).start()
 
     def _servers_ready(self, job: JobRecord) -> bool:
         """Every server runs and listens: its monitor's mark (the server cannot connect into the
@@ -773,6 +770,19 @@ def _listening(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _release_netns(name: str, wait_s: float = 30.0) -> None:
+    """Remove the job's namespace on this host once no process is left in it (bounded)."""
+    deadline = time.monotonic() + wait_s
+    while netns.exists(name) and time.monotonic() < deadline:
+        try:
+            if netns.remove(name, if_unused=True):
+                return
+        except netns.NetnsError as exc:
+            log.warning("removing the network namespace %s failed: %s", name, exc)
+            return
+        time.sleep(0.5)
 
 
 def create(setup: BackendSetup) -> SlurmBackend:
