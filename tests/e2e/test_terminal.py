@@ -133,32 +133,28 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
     return out, err
 
 
-#: runs until something listens on GO_PORT (the test, once both watchers have seen it running)
+#: runs until a file named "go" appears in its output (the test, once both watchers have seen it
+#: running; a job's network namespace reaches nothing of the test's, so a file tells it)
 RUNS_UNTIL_TOLD = """
-import os, socket, time
-while True:
-    try:
-        socket.create_connection(("127.0.0.1", int(os.environ["GO_PORT"])), timeout=1).close()
-        break
-    except OSError:
-        time.sleep(0.1)
+import os, time
+go = os.path.join(os.environ["PADDLECLOUD_OUTPUT_DIR"], "go")
+while not os.path.exists(go):
+    time.sleep(0.1)
 print("done")
 """
 
 
 def test_watch_json_prints_one_document_per_change_and_ctrl_c_exits_0(server: Server, tmp_path: Path) -> None:
     pkg = write_package(tmp_path / "told", {"main.py": RUNS_UNTIL_TOLD})
-    go = free_port()
     jobs = _watch(server, "get", "jobs", "-a", "--watch", "-o", "json")
     seen_jobs = _first_output(jobs)  # its first document (without the job)
-    server.cli("submit", str(pkg), "--name", "watched", "--entry", "python main.py", "--cpu", "100m",
-               "--env", f"GO_PORT={go}")  # fmt: skip
+    server.cli("submit", str(pkg), "--name", "watched", "--entry", "python main.py", "--cpu", "100m")
     workers = _watch(server, "get", "workers", "watched", "-w", "-o", "json")
     # both see it running (however long their start-up takes), then it is told to end
     seen_workers = _read_until(workers, lambda out: {"trainer-0": "Running"} in _states(out))
     seen_jobs = _read_until(jobs, lambda out: "Running" in _phases(out, "watched"), seen_jobs)
-    with socket.create_server(("127.0.0.1", go)):
-        server.wait_phase("watched", {"Succeeded"})
+    (Path(server.job("watched")["output_dir"]) / "go").write_text("")
+    server.wait_phase("watched", {"Succeeded"})
     seen_jobs = _read_until(jobs, lambda out: _phases(out, "watched")[-1:] == ["Succeeded"], seen_jobs)
     seen_workers = _read_until(
         workers, lambda out: _states(out)[-1:] == [{"trainer-0": "Succeeded"}], seen_workers
