@@ -38,7 +38,7 @@ from paddlecloud.api.tasks import TaskSpec
 from paddlecloud.core.limits import MAX_ENTRY_CHARS, env_problem, text_problem
 from paddlecloud.core.names import check_dns1123_label, check_env_name
 from paddlecloud.core.pfspath import MAX_PATH_BYTES
-from paddlecloud.core.phases import JobPhase, WorkerState
+from paddlecloud.core.phases import JobPhase, WorkerReason, WorkerState
 from paddlecloud.core.quantity import (
     QuantityError,
     parse_cpu,
@@ -415,6 +415,10 @@ class WorkerView(_Model):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     log: str = ""
+    #: why the last run ended as it did, beyond its exit code ("OOMKilled"); "" none
+    reason: WorkerReason = WorkerReason.NONE
+    #: the details of ``reason`` in words (the limit that was passed)
+    message: str = ""
 
 
 class WorkerList(_Model):

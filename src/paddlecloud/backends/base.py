@@ -44,7 +44,7 @@ from typing import Any, Protocol
 from paddlecloud.api.adaptive import BatchSpec
 from paddlecloud.backends.samplesets import SampleSetRef
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
-from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.phases import WorkerReason, WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import RestartRules
 from paddlecloud.scheduler import WorkerPlacement
@@ -196,6 +196,10 @@ class WorkerStatus:
     started_at: float | None = None
     finished_at: float | None = None
     log_path: str = ""
+    #: why its last run ended as it did, when the backend knows more than the exit code
+    #: (``OOMKilled``), and the details in words ("memory limit 512Mi")
+    reason: WorkerReason = WorkerReason.NONE
+    message: str = ""
 
 
 @dataclass(frozen=True)

@@ -285,15 +285,16 @@ def get_jobs(all_: bool, all_users: bool, user: str | None, fmt: str, watch: boo
 
 
 def _workers_text(workers: Sequence[WorkerView], wide: bool) -> str:
-    headers = ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "AGE"]
+    headers = ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "REASON", "AGE"]
     if wide:
-        headers += ["RESTARTS", "LOG"]
+        headers += ["RESTARTS", "MESSAGE", "LOG"]
     rows = []
     for w in workers:
-        row = [w.name, str(w.state), w.node, w.endpoint, str(w.pid or "-"),
-               "-" if w.exit_code is None else str(w.exit_code), age(w.started_at)]  # fmt: skip
+        exit_code = "-" if w.exit_code is None else str(w.exit_code)
+        row = [w.name, str(w.state), w.node, w.endpoint, str(w.pid or "-"), exit_code, str(w.reason) or "-",
+               age(w.started_at)]  # fmt: skip
         if wide:
-            row += [str(w.restarts), w.log]
+            row += [str(w.restarts), w.message or "-", w.log]
         rows.append(row)
     return format_table(headers, rows)
 
@@ -398,7 +399,7 @@ def describe(job: str, name: str | None, user: str | None, fmt: str) -> None:
     if d.workers:
         out.print("\n[bold]Workers[/bold]")
         print_table(
-            ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "RESTARTS"],
+            ["NAME", "STATE", "NODE", "ENDPOINT", "PID", "EXIT", "RESTARTS", "REASON"],
             [
                 [
                     w.name,
@@ -408,6 +409,7 @@ def describe(job: str, name: str | None, user: str | None, fmt: str) -> None:
                     str(w.pid or "-"),
                     "-" if w.exit_code is None else str(w.exit_code),
                     str(w.restarts),
+                    f"{w.reason}: {w.message}" if w.reason and w.message else str(w.reason) or "-",
                 ]
                 for w in d.workers
             ],

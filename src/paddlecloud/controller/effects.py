@@ -68,6 +68,7 @@ def _pending_worker(row: JobRow, p: WorkerPlacement) -> None:
         if w.name == name:
             w.state, w.node, w.pid, w.exit_code, w.endpoint = WorkerState.PENDING, p.node, None, None, ""
             w.started_at = w.finished_at = None
+            w.reason = w.message = ""
             return
     row.workers.append(
         WorkerRow(name=name, role=p.role, index=p.index, state=WorkerState.PENDING, node=p.node)

@@ -107,6 +107,7 @@ def record_workers(ctx: Context, row: JobRow, status: JobStatus) -> None:
         w.state, w.node, w.endpoint, w.pid = ws.state, ws.node, ws.endpoint, ws.pid
         w.restarts, w.exit_code, w.log_path = ws.restarts, ws.exit_code, ws.log_path
         w.started_at, w.finished_at = ws.started_at, ws.finished_at
+        w.reason, w.message = str(ws.reason), ws.message[:2000]
     for ev in status.events:
         ctx.event(row, ev.type, ev.reason, ev.message)
         if ev.reason in RESTART_EVENTS:

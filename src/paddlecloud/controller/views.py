@@ -19,7 +19,7 @@ from paddlecloud.api.models import (
     WorkerView,
 )
 from paddlecloud.controller.batches import state_view
-from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, WorkerState
+from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, WorkerReason, WorkerState
 from paddlecloud.store.tables import JobRow, WorkerRow
 
 __all__ = ["RoleTally", "detail_view", "job_view", "tally", "ts", "worker_view"]
@@ -28,6 +28,7 @@ __all__ = ["RoleTally", "detail_view", "job_view", "tally", "ts", "worker_view"]
 RoleTally = dict[tuple[str, str], int]
 
 _FAILED = (WorkerState.FAILED, WorkerState.LOST)
+_WORKER_REASONS = frozenset(r.value for r in WorkerReason)
 
 
 def ts(t: float | None) -> datetime | None:
@@ -92,6 +93,8 @@ def worker_view(w: WorkerRow) -> WorkerView:
         started_at=ts(w.started_at),
         finished_at=ts(w.finished_at),
         log=w.log_path,
+        reason=WorkerReason(w.reason) if w.reason in _WORKER_REASONS else WorkerReason.NONE,
+        message=w.message or "",
     )
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "JobPhase",
     "PhaseChange",
     "RoleCounts",
+    "WorkerReason",
     "WorkerState",
     "can_transition",
     "next_phase",
@@ -62,6 +63,15 @@ class WorkerState(StrEnum):
     FAILED = "Failed"
     STOPPED = "Stopped"  # stopped by the platform (job finished, killed or shrunk)
     LOST = "Lost"  # the process vanished without an exit status
+
+
+class WorkerReason(StrEnum):
+    """Why a worker's run ended as it did, where the platform knows more than its exit code (the
+    ``reason`` of ``get workers``; the worker's ``message`` says the rest, such as the limit)."""
+
+    NONE = ""
+    #: killed by the kernel for using more memory than its limit (``submit --memory``)
+    OOM_KILLED = "OOMKilled"
 
 
 def can_transition(src: JobPhase, dst: JobPhase) -> bool:

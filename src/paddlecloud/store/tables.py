@@ -119,6 +119,9 @@ class WorkerRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     log_path: Mapped[str] = mapped_column(Text, default="")
+    #: why the last run ended as it did (``core.phases.WorkerReason``: "OOMKilled"), and details
+    reason: Mapped[str] = mapped_column(String(32), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
 
     job: Mapped[JobRow] = relationship(back_populates="workers")
 
