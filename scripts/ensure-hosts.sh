@@ -13,6 +13,7 @@
 #                                             # into the bed's wheel folder, which pip inside hosts uses
 #   scripts/ensure-hosts.sh status            # exit 1 when the bed is not (fully) running
 #   scripts/ensure-hosts.sh procs             # "HOST PID COMMAND" of every process on a host
+#   scripts/ensure-hosts.sh link c2 down      # c2's cable pulled (its veth on the bridge down); `up` again
 #   scripts/ensure-hosts.sh stop              # every process, namespace and mount of the bed gone
 #
 # What a host is (docs/slurm.md, "A multi-host test bed"):
@@ -320,6 +321,9 @@ wheels() {
   [ $# -gt 0 ] || die "wheels: which requirements files?"
   mkdir -p "$WHEELS"
   for f in "$@"; do  # one file at a time: each resolved on its own, as its environment will be
+    # already there (as the hosts will resolve it: these wheels only)? else from the machine's indexes
+    "$PYTHON" -m pip download -q --disable-pip-version-check --no-index --find-links "$WHEELS" \
+      -d "$WHEELS" -r "$f" >/dev/null 2>&1 && continue
     "$PYTHON" -m pip download -q --disable-pip-version-check -d "$WHEELS" -r "$f" >&2 \
       || die "pip download -r $f failed"
   done
@@ -333,11 +337,17 @@ case "${1:-}" in
   exec) shift; run_on "$@" ;;
   hosts) for h in $(host_names); do echo "$h $(addr_of "$h")"; done ;;
   wheels) shift; wheels "$@" ;;
+  link)  # link HOST up|down: the host's cable (its veth's end on the bridge): a network failure
+    is_host "${2:-}" && [[ "${3:-}" =~ ^(up|down)$ ]] || die "link HOST up|down (hosts: $(host_names | tr '\n' ' '))"
+    sw=$(keeper_pid switch) || die "the bed is not running"
+    on "$sw" --net -- ip link set "v-$2" "$3"
+    say "$2: link $3"
+    ;;
   procs)  # the processes of each host (what stop would end), "HOST PID COMMAND"
     for h in switch $(host_names); do
       pid=$(keeper_pid "$h") || continue
       for p in $(ns_procs "$pid"); do echo "$h $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"; done
     done
     ;;
-  *) echo "usage: $0 start|stop|status|exec HOST CMD...|hosts|procs|wheels REQUIREMENTS..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|exec HOST CMD...|hosts|procs|link HOST up|down|wheels REQUIREMENTS..." >&2; exit 2 ;;
 esac

@@ -58,6 +58,13 @@ class SlurmJob:
     def ended(self) -> bool:
         return self.state in ENDED_STATES
 
+    @property
+    def out_of_memory(self) -> bool:
+        """Slurm ended it for its memory: with ``task/cgroup`` and ``ConstrainRAMSpace`` the job's
+        cgroup is limited to its ``--mem``, the kernel OOM-kills inside it past that, and Slurm then
+        reports the job ``OUT_OF_MEMORY`` (whatever the batch script's exit code)."""
+        return self.state == "OUT_OF_MEMORY"
+
 
 @dataclass(frozen=True)
 class SlurmNode:
