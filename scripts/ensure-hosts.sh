@@ -37,28 +37,30 @@
 #              address, NodeHostname = its name, the same port on every host
 #
 # Settings (environment):
-#   PADDLECLOUD_HOSTS_DIR      the bed's folder (default /var/tmp/paddlecloud-hosts; not under /tmp,
-#                              which every host replaces by its own)
+#   PADDLECLOUD_HOSTS_DIR      the bed's folder (default /var/lib/paddlecloud-hosts; not under /tmp,
+#                              which every host replaces by its own, nor /var/tmp, which a worker's
+#                              sandbox makes a link to its /tmp: the shared directory is in it)
 #   PADDLECLOUD_HOSTS_NET      the first three octets of the bed's /24 (default 10.77.0)
 #   PADDLECLOUD_HOSTS_COMPUTE  compute hosts (default 3)
 #   PADDLECLOUD_HOSTS_SLURM    1: start Slurm on the bed (default), 0: hosts only
 #   PADDLECLOUD_HOSTS_PYTHON   the interpreter whose pip `wheels` runs (default python3)
-#   PADDLECLOUD_SLURM_PORT/_CPUS/_MEM/_TIMEOUT   as for ensure-slurm.sh (port default 6817 here;
+#   PADDLECLOUD_SLURM_PORT/_CPUS/_MEM/_TIMEOUT   as for ensure-slurm.sh (here: port 6817, 8 CPUs
+#                              per compute host, so two example jobs fit at once;
 #                              slurmd listens on PORT + 1 on every compute host)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-DIR=${PADDLECLOUD_HOSTS_DIR:-/var/tmp/paddlecloud-hosts}
+DIR=${PADDLECLOUD_HOSTS_DIR:-/var/lib/paddlecloud-hosts}
 NET=${PADDLECLOUD_HOSTS_NET:-10.77.0}
 COMPUTE=${PADDLECLOUD_HOSTS_COMPUTE:-3}
 SLURM=${PADDLECLOUD_HOSTS_SLURM:-1}
 PYTHON=${PADDLECLOUD_HOSTS_PYTHON:-python3}
 SLURM_PORT=${PADDLECLOUD_SLURM_PORT:-6817}
+SLURM_CPUS=${PADDLECLOUD_SLURM_CPUS:-8}
 SHARED=$DIR/shared
 WHEELS=$DIR/wheels
 RUN=$DIR/run
 MARK=PADDLECLOUD_HOSTS_KEEPER  # NAME=DIR:HOST in every keeper's environment: found even without pid files
-WAIT_S=30
 
 say() { echo "ensure-hosts: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -154,8 +156,9 @@ make_host() {  # make_host NAME: its keeper, mounts, hostname and network
   pid=$(keeper_pid "$name")
   on "$pid" --uts -- hostname "$name"
   # the mounts, in the host's mount namespace only (private propagation: the machine sees none)
+  # shellcheck disable=SC2016  # expanded by that sh, from its arguments
   on "$pid" --mount -- /bin/sh -euc '
-    h=$1 dir=$2 shared=$3 laptop=$4
+    h=$1 dir=$2 laptop=$3
     mount --bind "$h/tmp" /tmp
     mount --bind "$h/home" /home
     mount --bind "$h/cache" /var/cache/paddlecloud
@@ -166,10 +169,11 @@ make_host() {  # make_host NAME: its keeper, mounts, hostname and network
       mount -t tmpfs -o ro,mode=0755,size=4k hidden "$dir"
       if [ -d /run/munge ]; then mount -t tmpfs -o ro,mode=0755,size=4k hidden /run/munge; fi
     fi
-  ' sh "$h" "$DIR" "$SHARED" "$([ "$name" = laptop ] && echo 1 || echo 0)"
+  ' sh "$h" "$DIR" "$([ "$name" = laptop ] && echo 1 || echo 0)"
   sw=$(keeper_pid switch)
   on "$sw" --net -- ip link add "v-$name" type veth peer name eth0 netns "$pid"
   on "$sw" --net -- ip link set "v-$name" master br0 up
+  # shellcheck disable=SC2016  # expanded by that sh, from its arguments
   on "$pid" --net -- /bin/sh -euc '
     ip link set lo up
     ip addr add "$1/24" dev eth0
@@ -197,6 +201,7 @@ slurm_env() {
   for c in $(compute_names); do nodes+="$c=$(addr_of "$c") "; done
   echo "PADDLECLOUD_SLURM_DIR=$DIR/slurm"
   echo "PADDLECLOUD_SLURM_PORT=$SLURM_PORT"
+  echo "PADDLECLOUD_SLURM_CPUS=$SLURM_CPUS"
   echo "PADDLECLOUD_SLURM_HOSTS=${nodes% }"
   echo "PADDLECLOUD_SLURM_HEAD=head=$(addr_of head)"
   echo "PADDLECLOUD_SLURM_ON=bash $HERE/ensure-hosts.sh exec"
@@ -246,12 +251,13 @@ kill_host() {  # every process of keeper PID's host (SIGKILL, looked for again w
     kill -KILL $pids 2>/dev/null || true
     sleep 0.2
   done
-  say "processes of keeper $pid still alive after 10 rounds: $(echo $pids)"
+  say "processes of keeper $pid still alive after 10 rounds: ${pids//$'\n'/ }"
 }
 
 stop_bed() {
   local pids
-  if [ "$SLURM" = 1 ] && [ -f "$DIR/slurm/slurm.conf" ]; then slurm_sh stop >/dev/null 2>&1 || true; fi
+  # Slurm first (its daemons, its jobs' processes and cgroups, its munged), whatever SLURM says now
+  if [ -f "$DIR/slurm/slurm.conf" ]; then slurm_sh stop >/dev/null 2>&1 || true; fi
   for k in $(marked_keepers); do kill_host "$k"; done
   pids=$(marked_keepers | tr '\n' ' ')
   if [ -n "$pids" ]; then
@@ -261,7 +267,7 @@ stop_bed() {
     [ -z "$(marked_keepers)" ] || die "keepers still alive: $(marked_keepers | tr '\n' ' ')"
   fi
   rm -f "$RUN"/*.pid "$RUN/settings"
-  if [ -f "$RUN/made-dirs" ]; then  # the mount points start made on the machine, if still empty
+  if [ -f "$RUN/made-dirs" ]; then  # the mount points `start` made on the machine, if still empty
     sort -ru "$RUN/made-dirs" | while read -r d; do rmdir "$d" 2>/dev/null || true; done
     rm -f "$RUN/made-dirs"
   fi
@@ -312,6 +318,9 @@ run_on() {  # exec HOST CMD...
   pid=$(keeper_pid "$name") || die "$name is not running (scripts/ensure-hosts.sh start)"
   local user
   user=$(id -un)
+  # the host's namespaces; there, the caller's cwd where the host has it, then CMD (whose environment
+  # says which host it is on: the tests check that none is left after `stop`)
+  # shellcheck disable=SC2016  # expanded by that sh: the cwd to keep, then the command
   exec env PADDLECLOUD_HOST="$name" PADDLECLOUD_HOSTS_DIR="$DIR" HOSTNAME="$name" HOME="/home/$user" \
     PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS" \
     nsenter -t "$pid" --net --uts --mount -- /bin/sh -c 'cd "$0" 2>/dev/null || cd /; exec "$@"' "$PWD" "$@"

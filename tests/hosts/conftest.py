@@ -36,6 +36,8 @@ START_TIMEOUT_S = 600
 #: the examples whose environments the bed's hosts build (offline, from the bed's wheel folder)
 REQUIREMENTS = tuple(ROOT / "examples" / name / "requirements.txt" for name in ("fit_a_line", "torch_ddp"))
 COMPUTE = ("c1", "c2", "c3")
+#: how the network namespaces the tests make inside hosts are named (tests/hosts/test_bed.py)
+BED_NETNS = ("pcbed", "pcvx")
 
 
 def _sh(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -89,6 +91,29 @@ def _hosts() -> dict[str, str]:
     return dict(line.split() for line in proc.stdout.splitlines())
 
 
+def _machine_netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _bed_environ() -> list[int]:
+    """Processes whose environment says they were started on a host of this bed (``exec`` sets
+    PADDLECLOUD_HOST and PADDLECLOUD_HOSTS_DIR) or are one of its keepers."""
+    bed_dir = os.environ.get("PADDLECLOUD_HOSTS_DIR", "/var/lib/paddlecloud-hosts")
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            entries = environ.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        on_host = f"PADDLECLOUD_HOSTS_DIR={bed_dir}".encode() in entries and any(
+            e.startswith(b"PADDLECLOUD_HOST=") for e in entries
+        )
+        if on_host or any(e.startswith(f"PADDLECLOUD_HOSTS_KEEPER={bed_dir}:".encode()) for e in entries):
+            found.append(int(environ.parent.name))
+    return found
+
+
 def bed_processes() -> list[str]:
     """Every process the bed's hosts hold ("HOST PID COMMAND"), its keepers aside."""
     proc = _sh("procs")
@@ -101,6 +126,7 @@ def bed() -> Iterator[Bed]:
     if os.geteuid() != 0:
         pytest.skip("the multi-host test bed needs root (network, UTS and mount namespaces, a bridge)")
     already = _sh("status").returncode == 0
+    netns_before = _machine_netns()
     t0 = time.monotonic()
     wheels = _sh("wheels", *map(str, REQUIREMENTS), timeout=START_TIMEOUT_S)
     assert wheels.returncode == 0, f"ensure-hosts.sh wheels failed:\n{wheels.stderr}"
@@ -121,5 +147,8 @@ def bed() -> Iterator[Bed]:
             assert stop.returncode == 0, stop.stderr
             assert _sh("status").returncode != 0
             assert bed_processes() == []
-            netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
-            assert netns.stdout.strip() == "", netns.stdout
+            assert not _bed_environ(), "processes started on the bed's hosts outlived stop"
+            # the namespaces the tests made inside hosts never showed on the machine (the bed names
+            # none there itself; other sessions' names may come and go meanwhile)
+            leaked = {n for n in _machine_netns() - netns_before if n.startswith(BED_NETNS)}
+            assert not leaked, leaked

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.hosts.conftest import COMPUTE, Bed
+from tests.hosts.conftest import BED_NETNS, COMPUTE, Bed
 from tests.kube.conftest import wait_for
 
 pytestmark = pytest.mark.hosts
@@ -98,7 +98,7 @@ def test_hosts_reach_each_other_and_nothing_else(bed: Bed) -> None:
 
 
 def test_network_namespaces_inside_a_host_are_its_own(bed: Bed) -> None:
-    name = f"pcbed{uuid.uuid4().hex[:6]}"
+    name = f"{BED_NETNS[0]}{uuid.uuid4().hex[:6]}"
     bed.run("c1", "ip", "netns", "add", name)
     try:
         assert name in bed.out("c1", "ip", "netns", "list")
@@ -115,7 +115,7 @@ def test_a_vxlan_joins_namespaces_on_two_hosts(bed: Bed) -> None:
     """What a per-job network will be: on each of c1 and c2 a network namespace with one end of a
     VXLAN (VNI 4242, UDP 4789 over the bed's bridge, unicast flood entry to the other host); they
     ping each other, c3 (not in it) reaches neither, and nftables works inside a host."""
-    name, vni = f"pcvx{uuid.uuid4().hex[:6]}", "4242"
+    name, vni = f"{BED_NETNS[1]}{uuid.uuid4().hex[:6]}", "4242"
     ends = {"c1": ("c2", "172.31.42.1"), "c2": ("c1", "172.31.42.2")}
     try:
         for host, (peer, inner) in ends.items():
