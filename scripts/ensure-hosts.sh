@@ -14,6 +14,7 @@
 #   scripts/ensure-hosts.sh status            # exit 1 when the bed is not (fully) running
 #   scripts/ensure-hosts.sh procs             # "HOST PID COMMAND" of every process on a host
 #   scripts/ensure-hosts.sh link c2 down      # c2's cable pulled (its veth on the bridge down); `up` again
+#   scripts/ensure-hosts.sh slurm kill-node c2   # ensure-slurm.sh ARGS with the bed's settings
 #   scripts/ensure-hosts.sh stop              # every process, namespace and mount of the bed gone
 #
 # What a host is (docs/slurm.md, "A multi-host test bed"):
@@ -29,7 +30,9 @@
 #              /var/cache/paddlecloud (the node-local dir) private per host, from DIR/hosts/NAME/;
 #              /run/netns a private tmpfs (`ip netns add` inside one host is invisible elsewhere);
 #              DIR/hosts hidden; SHARED (DIR/shared), the cluster file system, the same folder on
-#              every host but the laptop, which sees no SHARED, no DIR and no /run/munge at all
+#              every host but the laptop, which sees no SHARED, no DIR and no /run/munge at all;
+#              SHARED is a tmpfs for the bed's lifetime (job environments build and go fast there,
+#              and `stop` ends it at once: deleting ~1.5 GB of them on this disk took ~40 s)
 #   pip        inside hosts PIP_NO_INDEX=1 and PIP_FIND_LINKS=DIR/wheels: environments are built
 #              offline, from what `wheels` downloaded beforehand (hosts cannot reach a registry)
 #   Slurm      one munged (the machine's) serves every host; ensure-slurm.sh with PADDLECLOUD_SLURM_HOSTS
@@ -44,6 +47,8 @@
 #   PADDLECLOUD_HOSTS_COMPUTE  compute hosts (default 3)
 #   PADDLECLOUD_HOSTS_SLURM    1: start Slurm on the bed (default), 0: hosts only
 #   PADDLECLOUD_HOSTS_PYTHON   the interpreter whose pip `wheels` runs (default python3)
+#   PADDLECLOUD_HOSTS_SHARED_SIZE  the shared tmpfs's size (default 8g; "disk": a plain folder
+#                              instead, kept by `stop`)
 #   PADDLECLOUD_SLURM_PORT/_CPUS/_MEM/_TIMEOUT   as for ensure-slurm.sh (here: port 6817, 8 CPUs
 #                              per compute host, so two example jobs fit at once;
 #                              slurmd listens on PORT + 1 on every compute host)
@@ -58,6 +63,7 @@ PYTHON=${PADDLECLOUD_HOSTS_PYTHON:-python3}
 SLURM_PORT=${PADDLECLOUD_SLURM_PORT:-6817}
 SLURM_CPUS=${PADDLECLOUD_SLURM_CPUS:-8}
 SHARED=$DIR/shared
+SHARED_SIZE=${PADDLECLOUD_HOSTS_SHARED_SIZE:-8g}
 WHEELS=$DIR/wheels
 RUN=$DIR/run
 MARK=PADDLECLOUD_HOSTS_KEEPER  # NAME=DIR:HOST in every keeper's environment: found even without pid files
@@ -82,7 +88,7 @@ addr_of() {
 is_host() { [[ " $(host_names | tr '\n' ' ') " == *" $1 "* ]]; }
 
 settings() {  # what a running bed must have been started with to be kept
-  echo "net=$NET hosts=$(host_names | tr '\n' ' ') slurm=$SLURM port=$SLURM_PORT"
+  echo "net=$NET hosts=$(host_names | tr '\n' ' ') slurm=$SLURM port=$SLURM_PORT shared=$SHARED_SIZE"
 }
 
 write_hosts() {  # the bed's /etc/hosts
@@ -188,8 +194,21 @@ host_ok() {  # the host's keeper lives and its eth0 has its address
   [[ "$out" == *" $(addr_of "$1")/24 "* ]]  # (not `| grep -q`: with pipefail, an early exit fails it)
 }
 
+shared_ok() { [ "$SHARED_SIZE" = disk ] || mountpoint -q "$SHARED"; }
+
+mount_shared() {  # before any host exists: each host's mount namespace is a copy of the machine's
+  [ "$SHARED_SIZE" = disk ] && return 0
+  mount -t tmpfs -o "size=$SHARED_SIZE,mode=0755" paddlecloud-bed-shared "$SHARED"
+}
+
+umount_shared() {  # once no host holds it (their copies of the mount went with them)
+  mountpoint -q "$SHARED" || return 0
+  umount "$SHARED" 2>/dev/null || umount -l "$SHARED"  # lazy: a shell of someone's may sit in it
+}
+
 bed_ok() {
   keeper_pid switch >/dev/null || return 1
+  shared_ok || return 1
   [ "$(settings)" = "$(cat "$RUN/settings" 2>/dev/null)" ] || return 1
   for h in $(host_names); do host_ok "$h" || return 1; done
 }
@@ -266,6 +285,7 @@ stop_bed() {
     for _ in $(seq 1 50); do [ -z "$(marked_keepers)" ] && break; sleep 0.1; done
     [ -z "$(marked_keepers)" ] || die "keepers still alive: $(marked_keepers | tr '\n' ' ')"
   fi
+  umount_shared
   rm -f "$RUN"/*.pid "$RUN/settings"
   if [ -f "$RUN/made-dirs" ]; then  # the mount points `start` made on the machine, if still empty
     sort -ru "$RUN/made-dirs" | while read -r d; do rmdir "$d" 2>/dev/null || true; done
@@ -286,6 +306,7 @@ start() {
     stop_bed
     mkdir -p "$RUN"
     write_hosts >"$DIR/etc/hosts"
+    mount_shared
     make_switch
     for h in $(host_names); do make_host "$h"; done
     settings >"$RUN/settings"
@@ -346,6 +367,7 @@ case "${1:-}" in
   exec) shift; run_on "$@" ;;
   hosts) for h in $(host_names); do echo "$h $(addr_of "$h")"; done ;;
   wheels) shift; wheels "$@" ;;
+  slurm) shift; slurm_sh "$@" ;;  # ensure-slurm.sh with the bed's settings: kill-node c2, status, ...
   link)  # link HOST up|down: the host's cable (its veth's end on the bridge): a network failure
     is_host "${2:-}" && [[ "${3:-}" =~ ^(up|down)$ ]] || die "link HOST up|down (hosts: $(host_names | tr '\n' ' '))"
     sw=$(keeper_pid switch) || die "the bed is not running"
@@ -358,5 +380,5 @@ case "${1:-}" in
       for p in $(ns_procs "$pid"); do echo "$h $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"; done
     done
     ;;
-  *) echo "usage: $0 start|stop|status|exec HOST CMD...|hosts|procs|link HOST up|down|wheels REQUIREMENTS..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|exec HOST CMD...|hosts|procs|link HOST up|down|slurm ARGS...|wheels REQUIREMENTS..." >&2; exit 2 ;;
 esac

@@ -14,6 +14,7 @@ shared directory (the same path here) for the server's log and the workers' log 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -58,7 +59,7 @@ class BedPlatform:
             token = config["datacenters"][config["current"]]["token"]
             self.cli("login", "--endpoint", self.url, "--token", token)
         except BaseException:
-            self.close()
+            self.close(keep=True)
             raise
 
     def _healthy(self) -> bool:
@@ -76,7 +77,10 @@ class BedPlatform:
     def json(self, *args: str) -> Any:
         return json.loads(self.cli(*args, "-o", "json"))
 
-    def close(self) -> None:
+    def close(self, keep: bool = False) -> None:
+        """Kill the jobs, stop the server; its folder goes too (the shared directory is a tmpfs
+        that the bed's ``stop`` ends anyway). With ``keep`` (a test failed) its logs, database and
+        records, not its environments, are copied to the bed's folder first: ``DIR/kept/``."""
         try:
             if self.proc.poll() is None and (self.base / "head-config").exists():
                 for job in self.json("get", "jobs")["items"]:
@@ -88,7 +92,17 @@ class BedPlatform:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        assert "Traceback" not in self.log.read_text(), self.log.read_text()[-5000:]
+        log = self.log.read_text()
+        if keep:
+            kept = Path(self.bed.env["PADDLECLOUD_HOSTS_DIR"]) / "kept" / self.base.name
+            try:
+                shutil.copytree(self.base, kept, ignore=shutil.ignore_patterns("envs"), symlinks=True)
+            except (OSError, shutil.Error) as exc:  # what could be copied is there
+                print(f"\ncopying the failed platform's files: {exc}"[:500])
+            print(f"\nthe failed platform's files: {kept}")
+        shutil.rmtree(self.base, ignore_errors=True)
+        self.bed.run("laptop", "rm", "-rf", f"/tmp/{self.base.name}", check=False)
+        assert "Traceback" not in log, log[-5000:]
 
 
 def wait_phase(p: BedPlatform, job: str, phases: tuple[str, ...], timeout: float) -> dict[str, Any]:

@@ -32,14 +32,14 @@ JOB_TIMEOUT_S = 600
 
 
 @pytest.fixture(scope="module")
-def platform(bed: Bed) -> Iterator[BedPlatform]:
-    t0 = time.monotonic()
+def platform(bed: Bed, request: pytest.FixtureRequest) -> Iterator[BedPlatform]:
+    t0, failed = time.monotonic(), request.session.testsfailed
     p = BedPlatform(bed)
     print(f"\nplatform: up on head, logged in from the laptop: {elapsed(t0)}")
     try:
         yield p
     finally:
-        p.close()
+        p.close(keep=request.session.testsfailed > failed)
 
 
 @pytest.fixture(scope="module")
