@@ -11,11 +11,13 @@ lazily, so that ``import paddlecloud.runtime`` inside a worker needs nothing but
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from paddlecloud._version import API_VERSION, __version__
 
+# typing is not imported at run time: every worker's monitor and launcher import this package
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from paddlecloud.client import Client, train
 
 __all__ = ["API_VERSION", "Client", "__version__", "train"]

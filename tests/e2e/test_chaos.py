@@ -10,7 +10,10 @@ more restarts than that. Both jobs must finish Succeeded, as close to an undistu
   checkpoints every epoch): the killed agent is restarted by its OnFailure policy, the survivors'
   torchrun restarts the group, training resumes from the last checkpoint; every epoch is trained,
   the final accuracy is that of an undisturbed run within ``TORCH_TOLERANCE``, and no process of the
-  job is left behind;
+  job is left behind. The job may restart only its killed trainers (``--max-restarts KILLS``): a
+  surviving agent that fails (once: ``DistStoreError`` waiting for the master address of a rank 0
+  killed right after its round completed, ``runtime.torchelastic`` now joins the next round) spends
+  a restart the job does not have;
 - the PaddlePaddle PS example fit_a_line reading its 8 shards through the task master: the killed
   trainer's shard goes to another trainer, the trainer restarts and leases again; the task master
   shows every shard acknowledged done exactly once per pass and the final loss is within
@@ -108,7 +111,7 @@ def test_elastic_torch_survives_random_trainer_kills(server: Server) -> None:
     server.cli(
         "submit", str(ROOT / "examples" / "torch_ddp"), "--name", name, "--framework", "torch",
         "--entry", "torchrun train.py", "--trainers", "2", "--min-instance", "1", "--max-instance", "4",
-        "--cpu", "6", "--max-restarts", "20", "--env", f"EPOCHS={TORCH_EPOCHS}",
+        "--cpu", "6", "--max-restarts", str(KILLS), "--env", f"EPOCHS={TORCH_EPOCHS}",
     )  # fmt: skip
     server.wait_phase(name, {"Running"}, timeout=600)
     until_log(server, name, r"\] epoch \d+ loss")  # training has begun
@@ -119,8 +122,10 @@ def test_elastic_torch_survives_random_trainer_kills(server: Server) -> None:
         f"{name}: {job['phase']} {time.monotonic() - started:.0f} s after training began; "
         f"{restarts(job)} restarts"
     )
-    assert job["phase"] == "Succeeded", job["message"]
-    assert restarts(job) >= len(killed)  # every killed agent came back (OnFailure)
+    restarted = [e["message"] for e in job["events"] if e["reason"] == "WorkerRestarted"]
+    assert job["phase"] == "Succeeded", (job["message"], restarted)
+    # every killed agent came back (OnFailure), and no surviving one failed
+    assert restarts(job) == len(killed), restarted
 
     logs = all_runs(server, name)
     acc = re.findall(r"final accuracy ([0-9.]+)$", logs, re.M)

@@ -14,7 +14,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -83,6 +85,45 @@ def _watch(server: Server, *args: str, stdout: int | None = subprocess.PIPE) -> 
     )  # fmt: skip
 
 
+def _read_until(
+    proc: subprocess.Popen[str], done: Callable[[str], bool], seen: str = "", timeout: float = 60
+) -> str:
+    """What it printed (``seen``: what was read of it before), read until ``done`` of it holds; from
+    the pipe itself, so ``_stop`` gets the rest of the stream."""
+    assert proc.stdout is not None
+    raw, deadline = seen.encode(), time.monotonic() + timeout
+    while not done(raw.decode(errors="replace")):
+        left = deadline - time.monotonic()
+        assert left > 0, f"not within {timeout} s: {raw[-500:]!r}"
+        ready, _, _ = select.select([proc.stdout], [], [], left)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            assert chunk, f"it exited: {raw[-500:]!r}"
+            raw += chunk
+    return raw.decode(errors="replace")
+
+
+def _first_output(proc: subprocess.Popen[str]) -> str:
+    """What it printed first, once it has: it polls now (its start-up alone can take seconds on a
+    loaded machine)."""
+    return _read_until(proc, bool)
+
+
+def _documents(out: str) -> list[Any]:
+    """The JSON documents of ``-o json`` output, one per (whole) line."""
+    return [json.loads(line) for line in out.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def _phases(out: str, job: str) -> list[str | None]:
+    """``job``'s phase in each document of a ``get jobs -w -o json`` (None: not listed)."""
+    return [next((j["phase"] for j in d["items"] if j["name"] == job), None) for d in _documents(out)]
+
+
+def _states(out: str) -> list[dict[str, str]]:
+    """The workers' states in each document of a ``get workers -w -o json``."""
+    return [{w["name"]: w["state"] for w in d["items"]} for d in _documents(out)]
+
+
 def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
     """Ctrl-C, then what it printed; it must have exited 0."""
     proc.send_signal(signal.SIGINT)
@@ -92,24 +133,46 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
     return out, err
 
 
+#: runs until something listens on GO_PORT (the test, once both watchers have seen it running)
+RUNS_UNTIL_TOLD = """
+import os, socket, time
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", int(os.environ["GO_PORT"])), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.1)
+print("done")
+"""
+
+
 def test_watch_json_prints_one_document_per_change_and_ctrl_c_exits_0(server: Server, tmp_path: Path) -> None:
-    pkg = write_package(tmp_path / "slow", {"main.py": "import time; time.sleep(3); print('done')\n"})
+    pkg = write_package(tmp_path / "told", {"main.py": RUNS_UNTIL_TOLD})
+    go = free_port()
     jobs = _watch(server, "get", "jobs", "-a", "--watch", "-o", "json")
-    time.sleep(1.5)  # it has printed its first document (without the job)
-    server.cli("submit", str(pkg), "--name", "watched", "--entry", "python main.py", "--cpu", "100m")
+    seen_jobs = _first_output(jobs)  # its first document (without the job)
+    server.cli("submit", str(pkg), "--name", "watched", "--entry", "python main.py", "--cpu", "100m",
+               "--env", f"GO_PORT={go}")  # fmt: skip
     workers = _watch(server, "get", "workers", "watched", "-w", "-o", "json")
-    server.wait_phase("watched", {"Succeeded"})
-    time.sleep(1.5)  # the watchers see the end
+    # both see it running (however long their start-up takes), then it is told to end
+    seen_workers = _read_until(workers, lambda out: {"trainer-0": "Running"} in _states(out))
+    seen_jobs = _read_until(jobs, lambda out: "Running" in _phases(out, "watched"), seen_jobs)
+    with socket.create_server(("127.0.0.1", go)):
+        server.wait_phase("watched", {"Succeeded"})
+    seen_jobs = _read_until(jobs, lambda out: _phases(out, "watched")[-1:] == ["Succeeded"], seen_jobs)
+    seen_workers = _read_until(
+        workers, lambda out: _states(out)[-1:] == [{"trainer-0": "Succeeded"}], seen_workers
+    )
     out, _ = _stop(jobs)
-    docs = [json.loads(line) for line in out.splitlines()]  # one JSON document per line
+    docs = _documents(seen_jobs + out)  # one JSON document per line
     assert all(a != b for a, b in itertools.pairwise(docs))  # printed on change only
-    phases = [next((j["phase"] for j in d["items"] if j["name"] == "watched"), None) for d in docs]
+    phases = _phases(seen_jobs + out, "watched")
     assert phases[0] is None and phases[-1] == "Succeeded"
     assert "Running" in phases  # seen on its way, not only at the end
     out, _ = _stop(workers)
-    docs = [json.loads(line) for line in out.splitlines()]
+    docs = _documents(seen_workers + out)
     assert all(a != b for a, b in itertools.pairwise(docs))
-    states = [{w["name"]: w["state"] for w in d["items"]} for d in docs]
+    states = _states(seen_workers + out)
     assert {"trainer-0": "Running"} in states and states[-1] == {"trainer-0": "Succeeded"}
 
 
@@ -131,9 +194,11 @@ def test_watch_in_a_terminal_redraws_the_table_and_ctrl_c_exits_0(server: Server
 
 def test_watch_piped_prints_the_table_again_only_when_it_changes(server: Server) -> None:
     proc = _watch(server, "get", "jobs", "-a", "--watch")
-    time.sleep(2.5)  # five polls of an unchanged list
+    first = _first_output(proc)  # the table (or "No jobs."), printed once it polls
+    time.sleep(2.5)  # five more polls of an unchanged list
     out, _ = _stop(proc)
-    assert out.count("NAME") <= 1 and "\x1b[" not in out
+    out = first + out
+    assert len(out.strip().split("\n\n")) == 1 and "\x1b[" not in out  # each print: a blank line, a table
 
 
 # -- up --detach / down --------------------------------------------------------------------------

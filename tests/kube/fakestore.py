@@ -92,6 +92,9 @@ BUILTINS = (
     _core("persistentvolumes", "PersistentVolume", False, "status", short=("pv",)),
     ResourceType("batch", "v1", "jobs", "Job", True, frozenset({"status"}), ()),
     ResourceType(
+        "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, frozenset(), ("netpol",)
+    ),
+    ResourceType(
         "apiextensions.k8s.io",
         "v1",
         "customresourcedefinitions",

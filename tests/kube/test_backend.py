@@ -81,6 +81,7 @@ def test_start_creates_the_training_job_and_its_token_secret(
     backend.start(launch(trainer_range=(1, 4)))
     tj = kube.get(P, "fit", NS, group=G)
     spec, meta = tj["spec"], tj["metadata"]
+    one_gpu = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
     assert meta["labels"]["paddlecloud.org/scheduler"] == "platform"
     assert meta["annotations"]["paddlecloud.org/key"] == "alice/fit"
     assert spec["package"] == {"path": "/pfs/local/home/alice/jobs/fit/package.tar.gz"}
@@ -89,12 +90,13 @@ def test_start_creates_the_training_job_and_its_token_secret(
         "replicas": 2,
         "min": 1,
         "max": 4,
-        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}},
+        "resources": {"requests": one_gpu, "limits": one_gpu},  # limits = requests
     }
     assert spec["pserver"]["replicas"] == 1 and spec["env"] == {"LEARNING_RATE": "0.01"}
     assert kube.store.pruned == []  # everything the backend writes is in the CRD's schema
     secret = kube.get("secrets", "fit-job-token", NS)
     assert base64.b64decode(secret["data"]["token"]) == b"pcj_secret"
+    assert len(base64.b64decode(secret["data"]["rendezvous"])) == 64  # PADDLECLOUD_RDZV_KEY (hex)
     assert secret["metadata"]["ownerReferences"][0]["uid"] == meta["uid"]
     assert next(e.reason for e in backend.sync("alice/fit").events) == "Created"
 
@@ -255,10 +257,25 @@ def test_nodes_are_the_ready_nodes_allocatable(kube: FakeKube, backend: Kubernet
 def test_adopt_takes_over_without_creating_again(kube: FakeKube, backend: KubernetesBackend) -> None:
     backend.start(launch(pservers=0, trainers=1))
     uid = kube.get(P, "fit", NS, group=G)["metadata"]["uid"]
+    secret = kube.get("secrets", "fit-job-token", NS)["data"]
     again = KubernetesBackend(KubeSettings(), kube=kube_client(kube))  # the server restarted
-    again.adopt(launch(pservers=0, trainers=1))
+    again.adopt(launch(pservers=0, trainers=1, api=ApiAccess("http://paddlecloud-api:8080", "pcj_new")))
     assert kube.get(P, "fit", NS, group=G)["metadata"]["uid"] == uid
     assert not again.sync("alice/fit").failure
+    assert kube.get("secrets", "fit-job-token", NS)["data"] == secret  # the pods' token and key
+
+
+def test_a_secret_already_there_keeps_its_rendezvous_key(kube: FakeKube, backend: KubernetesBackend) -> None:
+    """Pods may hold the key of a Secret whose creation's answer was lost: a start that finds its
+    TrainingJob and Secret there already patches this start's token in and keeps the key."""
+    backend.start(launch(pservers=0, trainers=1))
+    before = kube.get("secrets", "fit-job-token", NS)["data"]
+    again = KubernetesBackend(KubeSettings(), kube=kube_client(kube, "paddlecloud-server"))
+    again.start(launch(pservers=0, trainers=1, api=ApiAccess("http://paddlecloud-api:8080", "pcj_new")))
+    after = kube.get("secrets", "fit-job-token", NS)["data"]
+    assert base64.b64decode(after["token"]) == b"pcj_new"
+    assert after["rendezvous"] == before["rendezvous"]
+    again.close()
 
 
 def test_a_name_pods_cannot_carry_fails_the_start(backend: KubernetesBackend) -> None:

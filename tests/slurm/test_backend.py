@@ -203,20 +203,58 @@ def test_killed_node_its_worker_restarts_elsewhere_and_the_job_finishes(
     assert runs[0]["SLURMD_NODENAME"] != "n3"
 
 
+def _runtime_files(b: SlurmBackend) -> dict[str, tuple[int, int]]:
+    """The runtime shim the workers import their launcher from: each file's inode and mtime."""
+    shim = b.root / "pythonpath"
+    return {
+        str(p.relative_to(shim)): (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in shim.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
 def test_a_new_backend_adopts_a_running_job(
     slurm: dict[str, str], backend: SlurmBackend, package: Path, tmp_path: Path
 ) -> None:
     job = launch(package, tmp_path, env={"SLEEP": "4"})
     backend.start(job)
     sync_until(backend, job.key, lambda s: states(s).get("trainer-0") == WorkerState.RUNNING)
+    runtime = _runtime_files(backend)
     again = SlurmBackend(backend.settings, time.time, lambda: None)
+    # what the trainers, RUNNING for Slurm, may still be importing their launcher from: a new
+    # backend once deleted and copied it, and a trainer starting in between was Lost
+    assert _runtime_files(again) == runtime
     again.adopt(job)
     first = again.sync(job.key)
     assert any(e.reason == "Adopted" for e in first.events)
-    assert states(first)["trainer-0"] == WorkerState.RUNNING
+    assert states(first)["pserver-0"] == WorkerState.RUNNING  # runs until the trainers are done
+    # a 4 s trainer may have ended before the adoption on a loaded machine: then it reads as ended
+    assert states(first)["trainer-0"] in (WorkerState.RUNNING, WorkerState.SUCCEEDED), first
     seen = sync_until(again, job.key, lambda s: s.finished, timeout=60)
-    assert seen[-1].failure is None and states(seen[-1])["trainer-1"] == WorkerState.SUCCEEDED
+    last = seen[-1]
+    assert last.failure is None and states(last)["trainer-1"] == WorkerState.SUCCEEDED
+    codes = {w.name: w.exit_code for w in last.workers if w.role == "trainer"}
+    assert codes == {"trainer-0": 0, "trainer-1": 0}  # from the launchers' status files
     assert not active_in_squeue(slurm_ids(again, job.key))
+    backend._jobs.clear()  # the adopter owns it now
+
+
+def test_workers_that_ended_before_the_adoption_read_as_ended_with_their_exit_status(
+    backend: SlurmBackend, package: Path, tmp_path: Path
+) -> None:
+    job = launch(package, tmp_path, env={"SLEEP": "0"}, pservers=0)
+    backend.start(job)  # the trainers submitted; never synced: recorded as Pending
+    ids = slurm_ids(backend, job.key)
+    deadline = time.monotonic() + 60  # they run and end while no server watches them
+    while active_in_squeue(ids):
+        assert time.monotonic() < deadline, "the trainers' Slurm jobs did not end"
+        time.sleep(0.2)
+    again = SlurmBackend(backend.settings, time.time, lambda: None)
+    again.adopt(job)
+    first = again.sync(job.key)
+    ended = {w.name: (w.state, w.exit_code) for w in first.workers}
+    assert ended == {"trainer-0": (WorkerState.SUCCEEDED, 0), "trainer-1": (WorkerState.SUCCEEDED, 0)}
+    assert first.finished and first.failure is None
     backend._jobs.clear()  # the adopter owns it now
 
 

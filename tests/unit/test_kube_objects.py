@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 from kube_helpers import VARIANTS, training_job
 
-from paddlecloud.backends.kubernetes import pods
+from paddlecloud.backends.kubernetes import network, pods
 from paddlecloud.backends.kubernetes.objects import reconcile
 from paddlecloud.backends.kubernetes.spec import read_job
 from paddlecloud.core.envcontract import ApiAccess, JobFiles, WorkerContext, worker_env
@@ -20,9 +20,10 @@ K8S_VERSIONS = ("1.29", kubernetes_validate.latest_version())
 
 
 def objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every object the job would ever create: services, PodGroup, and each worker's pod."""
+    """Every object the job would ever create: its NetworkPolicy, services, PodGroup, and each
+    worker's pod."""
     job = read_job(training_job(**spec))
-    out = [*pods.services(job), pods.podgroup(job)]
+    out = [network.network_policy(job), *pods.services(job), pods.podgroup(job)]
     out += [pods.pod(job, pods.PSERVER, i, 0) for i in range(job.pserver.replicas)]
     out += [pods.pod(job, pods.TRAINER, i, 1) for i in range(job.trainers)]
     if job.elastic_torch:
@@ -85,7 +86,7 @@ def test_env_is_the_local_contract_with_dns_endpoints() -> None:
     expected.update(POD_IP=pod_ip, PADDLECLOUD_POD_IP=pod_ip, PADDLECLOUD_ENTRY="python train.py")
     expected["HOME"] = "/paddlecloud/home"  # writable for any image user
     expected["PADDLECLOUD_JOB_TOKEN"] = {"secretKeyRef": {"name": "fit-job-token", "key": "token"}}
-    assert env == expected
+    assert env == expected  # no rendezvous key: not an elastic torch job
     assert env["PADDLECLOUD_PSERVER_ENDPOINTS"] == (
         "fit-pserver-0.paddlecloud.svc:6170,fit-pserver-1.paddlecloud.svc:6170"
     )
@@ -114,10 +115,10 @@ def test_torch_and_gpus() -> None:
     res = pod["spec"]["containers"][0]["resources"]
     assert res == {
         "requests": {"cpu": "4", "nvidia.com/gpu": "2"},
-        "limits": {"nvidia.com/gpu": "2"},
-    }  # strings, as Pods take them
+        "limits": {"cpu": "4", "nvidia.com/gpu": "2"},
+    }  # strings, as Pods take them; limits = requests
     for init in pod["spec"]["initContainers"]:
-        assert "nvidia.com/gpu" not in str(init["resources"])
+        assert init["resources"] == {"requests": {"cpu": "4"}, "limits": {"cpu": "4"}}
     assert pod["spec"]["hostname"] == "trainer-1" and pod["spec"]["subdomain"] == "fit-trainers"
 
 
@@ -125,10 +126,15 @@ def test_elastic_torch_has_a_rendezvous_pod_the_trainers_wait_for() -> None:
     job = read_job(training_job(**VARIANTS["torch-elastic"]))
     env = env_of(pods.pod(job, pods.TRAINER, 0, 0))
     assert env["PET_RDZV_ENDPOINT"] == "fit-rendezvous.paddlecloud.svc:6172" and env["PET_NNODES"] == "1:4"
+    # the key that signs the rendezvous state: from the job's Secret, written once with the job
+    key = {"name": "fit-job-token", "key": "rendezvous", "optional": True}
+    assert env["PADDLECLOUD_RDZV_KEY"] == {"secretKeyRef": key}
+    assert "PADDLECLOUD_RDZV_KEY" not in env_of(pods.pod(job, pods.RENDEZVOUS, 0, 0))  # the store
     wait = pods.pod(job, pods.TRAINER, 0, 0)["spec"]["initContainers"][2]
     assert wait["command"][-1] == "fit-rendezvous.paddlecloud.svc:6172"
     plan = reconcile(training_job(**VARIANTS["torch-elastic"]), [], [], 0.0)
     assert [o["metadata"]["name"] for o in plan.create] == [
+        "fit",  # the NetworkPolicy
         "fit-trainers",
         "fit-rendezvous",
         "fit-rendezvous",

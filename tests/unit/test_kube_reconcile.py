@@ -35,6 +35,7 @@ def test_first_reconcile_creates_services_and_pservers_only() -> None:
     plan = c.step()
     kinds = [(o["kind"], o["metadata"]["name"]) for o in plan.create]
     assert kinds == [
+        ("NetworkPolicy", "fit"),  # before any pod: none runs without it
         ("Service", "fit-pserver-0"),
         ("Service", "fit-pserver-1"),
         ("Service", "fit-trainers"),
@@ -365,5 +366,10 @@ def test_pods_of_other_jobs_are_ignored() -> None:
     c = started()
     other = Cluster(training_job(name="other"))
     other.step()
-    plan = reconcile(c.job, [*c.pods.values(), *other.pods.values()], list(c.services.values()), c.now)
+    policies = [*c.policies.values(), *other.policies.values()]
+    plan = reconcile(c.job, [*c.pods.values(), *other.pods.values()], list(c.services.values()), c.now,
+                     policies=policies)  # fmt: skip
     assert not plan.create and not plan.delete
+    mine = reconcile(c.job, list(c.pods.values()), list(c.services.values()), c.now,
+                     policies=list(other.policies.values()))  # fmt: skip
+    assert [o["kind"] for o in mine.create] == ["NetworkPolicy"]  # another job's policy is not this one's

@@ -1,20 +1,24 @@
 """The ``paddlecloud`` command: a Click group and one error boundary.
 
 Every failure ends as one line on stderr (``error: ...``) and a non-zero exit: 1 for an error the
-platform reported, 2 for bad command-line usage, 3 when the server cannot be reached, 130 on Ctrl-C.
-Never a traceback.
+platform reported, 2 for bad command-line usage, 3 when the server cannot be reached, 130 on Ctrl-C
+(0 for a ``--watch``, whose normal end it is, also when it comes while the command starts:
+``interrupt.py``). Never a traceback.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import os
 import sys
+from typing import Any
 
 import click
 
 from paddlecloud.api.errors import PaddleCloudError, ServerUnreachable
+from paddlecloud.cli import interrupt
 
 __all__ = ["cli", "main", "skip_async_imports"]
 
@@ -46,6 +50,8 @@ ASYNC_ONLY = ("trio", "anyio")
 #: whether this process is the `paddlecloud` program (main() with no argv), not a test calling
 #: ``main([...])`` or ``cli``: only the program freezes its objects and skips the async imports
 _PROGRAM = {"on": False}
+#: the commands whose callbacks let a held Ctrl-C go first (``_released_first``)
+_RELEASING: set[click.Command] = set()
 
 
 class LazyGroup(click.Group):
@@ -66,6 +72,8 @@ class LazyGroup(click.Group):
 
             command.add_command(get_tasks)
             command.add_command(get_samplesets)
+        if _PROGRAM["on"]:
+            _released_first(command)
         # What is alive now is what the imports made (~50k objects: modules, classes, pydantic
         # schemas) and lives until the process exits. Frozen, the collector stops scanning it: in
         # every collection of the oldest generation while the command runs and in the one the
@@ -78,6 +86,27 @@ class LazyGroup(click.Group):
         if _PROGRAM["on"] and cmd_name not in SERVERS:
             gc.freeze()
         return command
+
+
+def _released_first(command: click.Command) -> None:
+    """Each command under ``command`` that runs code of its own (not a group) lets the Ctrl-C held
+    while the program started go as that code begins (``interrupt.release``): its options parsed, so
+    a watch's ends it with exit 0."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _released_first(sub)
+        return
+    callback = command.callback
+    if callback is None or command in _RELEASING:
+        return
+
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        interrupt.release()
+        return callback(*args, **kwargs)
+
+    command.callback = run
+    _RELEASING.add(command)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -98,13 +127,15 @@ def skip_async_imports(command: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    interrupt.reset()
     if argv is None:  # the `paddlecloud` program itself
         _PROGRAM["on"] = True
+        interrupt.hold()  # a Ctrl-C while the command starts: raised when its code begins
         skip_async_imports(sys.argv[1] if len(sys.argv) > 1 else None)
     try:
         cli.main(args=argv, prog_name="paddlecloud", standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.exit(130)
+    except click.exceptions.Abort:  # click's for KeyboardInterrupt
+        sys.exit(interrupt.exit_code())
     except click.exceptions.NoArgsIsHelpError as exc:  # `paddlecloud`, `paddlecloud get`: show help
         click.echo(exc.ctx.get_help() if exc.ctx is not None else "see: paddlecloud --help")
         sys.exit(0)
@@ -125,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(interrupt.exit_code())
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:  # a bug: still one line, unless PADDLECLOUD_DEBUG asks for the traceback
@@ -134,3 +165,5 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: internal error ({type(exc).__name__}: {exc}); rerun with PADDLECLOUD_DEBUG=1 "
                    "for the traceback and please report it", err=True)  # fmt: skip
         sys.exit(1)
+    finally:
+        interrupt.drop()  # a Ctrl-C held for a command that never began (help, a usage error)

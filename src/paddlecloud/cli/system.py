@@ -197,6 +197,13 @@ data_dir_option = click.option(
 @click.option(
     "--kube-storage-claim", help="kubernetes: the PersistentVolumeClaim holding PFS, mounted in pods"
 )
+@click.option(
+    "--kube-egress",
+    multiple=True,
+    metavar="CIDR[:PORT[/PROTOCOL]]",
+    help="kubernetes: one more destination job pods may reach, e.g. a pip index: 10.0.0.9/32:443 "
+    "(repeatable; default: only their own job, the API and DNS; docs/kubernetes.md)",
+)
 @click.option("--api-url", help="this server's URL as workers reach it (default: http://HOST:PORT)")
 @click.option(
     "--isolation",
@@ -206,6 +213,34 @@ data_dir_option = click.option(
     help="local and slurm backends: confine each worker to its job's files with bubblewrap (sandbox; "
     "auto: where it works on this host; on Slurm every node needs it too) or not at all (none: any job "
     "can read every user's data); docs/security.md",
+)
+@click.option(
+    "--max-pids",
+    type=click.IntRange(16, 1_000_000),
+    default=1024,
+    show_default=True,
+    help="local and slurm backends: processes and threads one worker may have (a fork bomb stops there)",
+)
+@click.option(
+    "--max-log-size",
+    default="100Mi",
+    show_default=True,
+    help="local and slurm backends: log kept per worker run; past it the first half and the latest "
+    "part are kept and the log says what was dropped ('none': unbounded)",
+)
+@click.option(
+    "--resource-limits",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="local and slurm backends: keep each worker within its --memory and --cpu and --max-pids "
+    "with a cgroup (auto: where cgroups work here; on: refuse to start without; off: no limits)",
+)
+@click.option(
+    "--cgroup-root",
+    metavar="CGROUP",
+    help="local backend: the cgroup (a path as /proc/self/cgroup names it) under which each worker "
+    "run gets its cgroup (default: paddlecloud/ under the server's own); docs/security.md",
 )
 @click.option(
     "--pass-env",

@@ -6,7 +6,8 @@
                                         └─ piped table:  the whole table again per change
 
 A change is a change of the items' JSON (their ages do not count: they change every second). Ctrl-C
-ends the watch with exit 0; an error of the server ends it as any command's error does.
+ends the watch with exit 0, also one pressed while the command is still starting (``interrupt.py``);
+an error of the server ends it as any command's error does.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import BaseModel
 
+from paddlecloud.cli import interrupt
 from paddlecloud.cli.output import console
 
 __all__ = ["INTERVAL", "watch", "watch_options"]
@@ -43,9 +45,17 @@ def watch_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "-w",
         "--watch",
         is_flag=True,
+        callback=_ends_with_ctrl_c,
         help="keep watching: show it again whenever it changes (Ctrl-C stops; with -o json one "
         "document per change, one per line)",
     )(f)
+
+
+def _ends_with_ctrl_c(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """``--watch`` given: Ctrl-C is this command's normal end (exit 0), from its start on."""
+    if value:
+        interrupt.ends_cleanly()
+    return value
 
 
 def watch(

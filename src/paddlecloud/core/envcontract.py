@@ -12,6 +12,7 @@ time (``runtime.endpoints``; ``ENDPOINTS_WAIT`` names whose hosts it waits for).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,7 +20,15 @@ from paddlecloud.runtime import contract as c
 from paddlecloud.runtime import torchelastic
 from paddlecloud.runtime.endpoints import PLACEHOLDER, placeholder
 
-__all__ = ["ApiAccess", "JobFiles", "Topology", "WorkerContext", "batch_vars", "worker_env"]
+__all__ = [
+    "ApiAccess",
+    "JobFiles",
+    "Topology",
+    "WorkerContext",
+    "batch_vars",
+    "new_rendezvous_key",
+    "worker_env",
+]
 
 
 @dataclass(frozen=True)
@@ -90,11 +99,22 @@ class WorkerContext:
     #: endpoints resolved at run time: the job's directory (shared by its workers) where each
     #: publishes its host (``runtime.endpoints``); "": every endpoint is known at start
     endpoints_dir: str = ""
+    #: elastic torch jobs: the job's key that signs its rendezvous state (``PADDLECLOUD_RDZV_KEY``,
+    #: :func:`new_rendezvous_key`), kept by the backend with its record of the job
+    rendezvous_key: str = field(default="", repr=False)  # never printed (nor is the token)
 
     @property
     def endpoint(self) -> str:
         eps = self.topology.pserver_endpoints if self.role == "pserver" else self.topology.trainer_endpoints
         return eps[self.index]
+
+
+def new_rendezvous_key() -> str:
+    """A job's rendezvous key (``WorkerContext.rendezvous_key``): 256 random bits, hex. A backend
+    chooses it when the job starts and keeps it with its own record of the job, so that every trainer
+    of the job gets the same one whenever it starts: a restart, a grow, after a server restart (the
+    job token cannot serve: the server issues a fresh one at every start and re-adoption)."""
+    return secrets.token_hex(32)
 
 
 def _host_port(endpoint: str) -> tuple[str, str]:
@@ -204,6 +224,7 @@ def _torch_elastic(ctx: WorkerContext, lo: int, hi: int) -> dict[str, str]:
     """torchrun reads its options from ``PET_*``: the entry is just ``torchrun train.py``. The
     rendezvous store is the platform's (``runtime.rendezvous`` on the master endpoint), never a
     trainer's; the rendezvous is c10d kept open when an agent fails (``runtime.torchelastic``);
+    ``PADDLECLOUD_RDZV_KEY`` signs its state (an agent without it refuses to run);
     ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` lets new agents join a running job;
     ``TORCH_ELASTIC_WORKER_IDENTICAL`` (one worker per agent, one role) makes each agent compute its
     worker's rank from its own group rank instead of exchanging role infos through the store after
@@ -218,6 +239,7 @@ def _torch_elastic(ctx: WorkerContext, lo: int, hi: int) -> dict[str, str]:
         "PET_RDZV_CONF": TORCH_RDZV_CONF,
         "PET_MAX_RESTARTS": "1000",
         "PET_LOCAL_ADDR": _host_port(ctx.endpoint)[0],
+        c.RDZV_KEY: ctx.rendezvous_key,
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         "TORCH_ELASTIC_WORKER_IDENTICAL": "1",
     }

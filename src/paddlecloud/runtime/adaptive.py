@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Siz
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from paddlecloud.runtime import apiclient
 from paddlecloud.runtime import contract as c
 
 if TYPE_CHECKING:
@@ -153,15 +154,11 @@ class JobApi:
     _opener: urllib.request.OpenerDirector = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-        if self.ca:
-            try:
-                handlers.append(
-                    urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=self.ca))
-                )
-            except (OSError, ssl.SSLError) as exc:
-                _log(f"cannot load the API's CA bundle {self.ca} ({c.API_CA}): {exc}; using the system's")
-        self._opener = urllib.request.build_opener(*handlers)
+        try:  # through the job's API socket when it has one (runtime.apiclient)
+            self._opener = apiclient.opener(self.ca)
+        except (OSError, ssl.SSLError) as exc:
+            _log(f"cannot load the API's CA bundle {self.ca} ({c.API_CA}): {exc}; using the system's")
+            self._opener = apiclient.opener()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, timeout: float = 3.0) -> JobApi | None:

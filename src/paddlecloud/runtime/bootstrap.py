@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from paddlecloud.runtime import apiclient
 from paddlecloud.runtime import contract as c
 from paddlecloud.runtime.torchelastic import install_entry_point
 
@@ -41,7 +42,7 @@ def _download(url: str, token: str, target: Path, attempts: int, delay: float) -
     for attempt in range(1, attempts + 1):
         try:
             req = urllib.request.Request(url, headers=headers)
-            with urllib.request.urlopen(req, timeout=60) as resp, open(target, "wb") as out:
+            with apiclient.opener().open(req, timeout=60) as resp, open(target, "wb") as out:
                 shutil.copyfileobj(resp, out, _CHUNK)
             return
         except urllib.error.HTTPError as exc:

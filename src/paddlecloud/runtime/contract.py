@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "API",
     "API_CA",
+    "API_SOCKET",
     "BATCH_INIT",
     "BATCH_MAX",
     "BATCH_MIN",
@@ -34,6 +35,7 @@ __all__ = [
     "PSERVERS",
     "PSERVER_ENDPOINTS",
     "PUBLISH_HOST",
+    "RDZV_KEY",
     "RESTART",
     "ROLE",
     "TRAINERS",
@@ -66,6 +68,13 @@ API = PREFIX + "API"
 JOB_TOKEN = PREFIX + "JOB_TOKEN"
 #: a CA bundle to verify an https PADDLECLOUD_API with (set when the server runs with TLS)
 API_CA = PREFIX + "API_CA"
+#: where a worker in a network namespace of its own reaches the API: a Unix socket that carries
+#: requests to PADDLECLOUD_API (``runtime.apiclient``); unset where PADDLECLOUD_API is reachable
+API_SOCKET = PREFIX + "API_SOCKET"
+#: elastic torch jobs: the job's secret key (hex) that signs the state of its torch rendezvous
+#: (``runtime.torchelastic``): the same for every trainer of the job, for the whole life of the job
+#: (restarts, resizes, a server restart); chosen at random by the backend when the job starts
+RDZV_KEY = PREFIX + "RDZV_KEY"
 #: the job's current membership (trainers and endpoints now), rewritten on every resize
 #: (``runtime.membership``); empty where the backend does not publish it
 MEMBERSHIP_FILE = PREFIX + "MEMBERSHIP_FILE"

@@ -37,6 +37,7 @@ from http.client import HTTPException
 from types import TracebackType
 from typing import Any
 
+from paddlecloud.runtime import apiclient
 from paddlecloud.runtime import contract as c
 
 __all__ = ["LeaseLost", "Task", "TaskMaster", "TaskMasterError", "tasks"]
@@ -58,14 +59,12 @@ class LeaseLost(TaskMasterError):
 
 
 def _opener(ca: str) -> urllib.request.OpenerDirector:
-    """Direct (never through a proxy); https verified with ``ca`` if given, else the system's CAs."""
-    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-    if ca:
-        try:
-            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca)))
-        except (OSError, ssl.SSLError) as exc:
-            raise TaskMasterError(f"cannot load the API's CA bundle {ca} ({c.API_CA}): {exc}") from None
-    return urllib.request.build_opener(*handlers)
+    """Direct (never through a proxy), through the job's API socket when it has one; https verified
+    with ``ca`` if given, else the system's CAs (``runtime.apiclient``)."""
+    try:
+        return apiclient.opener(ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise TaskMasterError(f"cannot load the API's CA bundle {ca} ({c.API_CA}): {exc}") from None
 
 
 def _warn(msg: str) -> None:

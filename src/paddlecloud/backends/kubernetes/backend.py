@@ -1,7 +1,8 @@
 """The API server's Kubernetes backend: each admitted job is a TrainingJob the operator runs as Pods.
 
     start(launch) ──▶ [namespace paddlecloud-<user>] ──▶ create TrainingJob (launch.training_job)
-                  ──▶ Secret <tj>-job-token owned by it (PADDLECLOUD_JOB_TOKEN in the pods)
+                  ──▶ Secret <tj>-job-token owned by it (PADDLECLOUD_JOB_TOKEN and, for elastic
+                      torch, PADDLECLOUD_RDZV_KEY in the pods; kept when the job is re-adopted)
     sync(key)     ◀── GET TrainingJob + LIST Pods (label paddlecloud.org/job) ──report()──▶ JobStatus
     add_trainer / remove_trainer ──▶ PATCH trainingjobs/scale (resourceVersion precondition, 409 retried)
     stop(key)     ──▶ DELETE TrainingJob (the operator's finalizer deletes the pods with the grace);
@@ -64,6 +65,7 @@ from paddlecloud.backends.kubernetes.quantities import node_info
 from paddlecloud.backends.kubernetes.report import Seen, report
 from paddlecloud.backends.kubernetes.sampleset_backend import KubeSampleSets
 from paddlecloud.backends.kubernetes.settings import KubeSettings
+from paddlecloud.core.envcontract import new_rendezvous_key
 from paddlecloud.scheduler import WorkerPlacement
 
 __all__ = ["KubernetesBackend", "create"]
@@ -318,19 +320,22 @@ class KubernetesBackend:
             job.events.append(BackendEvent("Normal", "WaitingForCleanup", message))
 
     def _secret(self, job: _Job, tj: Obj) -> None:
-        body = token_secret(job.launch, tj)
+        body = token_secret(job.launch, tj, new_rendezvous_key())
+        name = body["metadata"]["name"]
         try:
             self.kube.call(self.kube.core.create_namespaced_secret, job.namespace, body)
         except client.ApiException as exc:
             if api_status(exc) != 409:
                 raise
-            patch = {
-                "metadata": {"ownerReferences": body["metadata"]["ownerReferences"]},
-                "data": body["data"],
-            }
-            self.kube.call(
-                self.kube.core.patch_namespaced_secret, body["metadata"]["name"], job.namespace, patch
-            )
+            # There already (an earlier try whose answer was lost, pods may have started with it, or
+            # an earlier job's, about to be collected): the token is this start's, the rendezvous
+            # key stays the one the pods may hold
+            data = dict(body["data"])
+            old = self.kube.call(self.kube.core.read_namespaced_secret, name, job.namespace)
+            if (old.get("data") or {}).get(crd.SECRET_RENDEZVOUS_KEY):
+                del data[crd.SECRET_RENDEZVOUS_KEY]
+            patch = {"metadata": {"ownerReferences": body["metadata"]["ownerReferences"]}, "data": data}
+            self.kube.call(self.kube.core.patch_namespaced_secret, name, job.namespace, patch)
 
     def _sync(self, job: _Job) -> JobStatus:
         if not job.created and not job.stopping:

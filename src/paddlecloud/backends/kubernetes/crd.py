@@ -41,6 +41,7 @@ __all__ = [
     "PHASES",
     "PLURAL",
     "RESTART_POLICIES",
+    "SECRET_RENDEZVOUS_KEY",
     "SHORT_NAME",
     "SINGULAR",
     "VERSION",
@@ -61,6 +62,10 @@ SINGULAR = "trainingjob"
 SHORT_NAME = "tj"
 NAME = f"{PLURAL}.{GROUP}"
 FINALIZER = f"{GROUP}/cleanup"
+
+#: the key of the job's token Secret (``tokenSecret``) that holds its rendezvous key (elastic
+#: torch: ``PADDLECLOUD_RDZV_KEY``, ``runtime.torchelastic``); key "token" holds the job token
+SECRET_RENDEZVOUS_KEY = "rendezvous"
 
 LABEL_JOB = f"{GROUP}/job"
 LABEL_USER = f"{GROUP}/user"
@@ -187,7 +192,10 @@ def _platform() -> Schema:
         "how pods reach the platform",
         {
             "api": _str("the platform API URL as pods reach it (PADDLECLOUD_API)", pattern="^https?://"),
-            "tokenSecret": _str("Secret (key 'token') holding the job token (PADDLECLOUD_JOB_TOKEN)"),
+            "tokenSecret": _str(
+                "Secret (key 'token') holding the job token (PADDLECLOUD_JOB_TOKEN) and (key "
+                "'rendezvous') the elastic torch rendezvous key (PADDLECLOUD_RDZV_KEY)"
+            ),
             "image": _str("image of the fetch and wait init containers (the PaddleCloud image)"),
         },
     )
@@ -214,6 +222,31 @@ def _scheduling() -> Schema:
             "schedulerName": _str("scheduler of every pod; 'volcano' adds a PodGroup"),
             "minAvailable": _int("PodGroup minMember (default: pservers + trainer.min)", minimum=1),
         },
+    )
+
+
+def _network() -> Schema:
+    port = _obj(
+        "a destination port",
+        {
+            "port": _int("port number", minimum=1, maximum=65535),
+            "protocol": _str("protocol", enum=["TCP", "UDP", "SCTP"], default="TCP"),
+        },
+        required=("port",),
+    )
+    rule = _obj(
+        "an IP block the pods may reach (a NetworkPolicy ipBlock)",
+        {
+            "cidr": _str("e.g. 10.0.0.9/32, 0.0.0.0/0", minLength=3),
+            "except": {"type": "array", "items": {"type": "string"}, "maxItems": 32},
+            "ports": {"type": "array", "items": port, "maxItems": 16, "description": "none: every port"},
+        },
+        required=("cidr",),
+    )
+    return _obj(
+        "the job's NetworkPolicy: its pods accept connections only from its own pods and reach only "
+        "them, the platform API (platform.api), the package URL, DNS and these destinations",
+        {"egress": {"type": "array", "items": rule, "maxItems": 64, "description": "more destinations"}},
     )
 
 
@@ -296,6 +329,7 @@ def spec_schema() -> Schema:
                 "SIGTERM to SIGKILL for pods", minimum=0, maximum=3600, default=30
             ),
             "scheduling": _scheduling(),
+            "network": _network(),
             "batch": _batch(),
             "sampleset": _obj(
                 "a SampleSet of this namespace: its claim is mounted read-only at /mnt/sampleset in every "

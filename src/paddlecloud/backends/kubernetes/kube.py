@@ -1,6 +1,7 @@
 """Talking to a Kubernetes API server: one configured client, plain-dict calls, bounded retries.
 
-    connect(kubeconfig | None) ──▶ Kube: ApiClient + CoreV1Api + CustomObjectsApi (+ the URL)
+    connect(kubeconfig | None) ──▶ Kube: ApiClient + CoreV1Api + NetworkingV1Api + CustomObjectsApi
+                                   (+ the URL)
     kube.call(api.method, *args) ──▶ the JSON the server answered, as a dict (no model classes)
     retry_conflict(fn)            ──▶ run a read-modify-write again on 409 Conflict (bounded)
 
@@ -71,6 +72,7 @@ class Kube:
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
+        self.networking = client.NetworkingV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
     @property

@@ -1,7 +1,10 @@
 """What the API server writes to start a job on Kubernetes: a TrainingJob and its token Secret.
 
-    JobLaunch + KubeSettings ──training_job()──▶ TrainingJob dict (docs/kubernetes.md field names)
-                              ──token_secret()──▶ Secret "<tj>-job-token" (key "token"), owned by it
+    JobLaunch + KubeSettings ──training_job()──▶ TrainingJob dict (docs/kubernetes.md field names):
+                                                 resources with limits = requests, --kube-egress
+                                                 as spec.network.egress
+                              ──token_secret()──▶ Secret "<tj>-job-token" (keys "token" and
+                                  "rendezvous": the job token and rendezvous key), owned by it
 
 The TrainingJob's name is the job's name in a per-user namespace (``paddlecloud-<user>``), or
 ``<user>-<job>`` in a shared one; either must be a DNS-1035 label of at most 52 characters (pod and
@@ -17,7 +20,7 @@ from typing import Any
 from paddlecloud.backends.base import JobLaunch
 from paddlecloud.backends.errors import JobRejected
 from paddlecloud.backends.kubernetes import crd
-from paddlecloud.backends.kubernetes.settings import KubeSettings, sampleset_name, user_namespace
+from paddlecloud.backends.kubernetes.settings import KubeSettings, egress_rule, sampleset_name, user_namespace
 from paddlecloud.core.quantity import format_cpu, format_memory
 from paddlecloud.core.resources import Resources
 
@@ -57,11 +60,12 @@ def placed(settings: KubeSettings, launch: JobLaunch) -> Placed:
 
 
 def requirements(r: Resources) -> Obj:
-    """Resources of one worker as Kubernetes requests / limits (GPUs as limits)."""
-    out: Obj = {"requests": {"cpu": format_cpu(r.cpu_m), "memory": format_memory(r.memory)}}
+    """Resources of one worker as Kubernetes requests and limits, the same (QoS Guaranteed: the
+    worker is limited to what the platform's scheduler counted for it, ``pods.guaranteed``)."""
+    amounts = {"cpu": format_cpu(r.cpu_m), "memory": format_memory(r.memory)}
     if r.gpu:
-        out["limits"] = {"nvidia.com/gpu": str(r.gpu)}
-    return out
+        amounts["nvidia.com/gpu"] = str(r.gpu)
+    return {"requests": amounts, "limits": dict(amounts)}
 
 
 def _trainer(launch: JobLaunch) -> Obj:
@@ -122,6 +126,8 @@ def _spec(launch: JobLaunch, settings: KubeSettings, name: str, datacenter: str)
         }
     if launch.sampleset is not None:  # the operator mounts its claim read-only in every pod
         spec["sampleset"] = {"name": sampleset_name(settings, launch.sampleset.owner, launch.sampleset.name)}
+    if settings.egress:  # more destinations the job's NetworkPolicy lets its pods reach (network.py)
+        spec["network"] = {"egress": [egress_rule(e) for e in settings.egress]}
     if settings.storage_claim:
         spec["storage"] = {
             "claimName": settings.storage_claim,
@@ -151,8 +157,10 @@ def training_job(launch: JobLaunch, settings: KubeSettings, datacenter: str) -> 
     }
 
 
-def token_secret(launch: JobLaunch, job: Obj) -> Obj:
-    """The Secret holding the job token, owned by the TrainingJob (deleted with it)."""
+def token_secret(launch: JobLaunch, job: Obj, rendezvous_key: str) -> Obj:
+    """The Secret holding the job token and the job's ``rendezvous_key`` (``PADDLECLOUD_RDZV_KEY``:
+    written once with the TrainingJob, so every pod of it gets the same key, after a server restart
+    too), owned by the TrainingJob (deleted with it)."""
     meta = job["metadata"]
     return {
         "apiVersion": "v1",
@@ -166,5 +174,8 @@ def token_secret(launch: JobLaunch, job: Obj) -> Obj:
             ],
         },
         "type": "Opaque",
-        "data": {"token": base64.b64encode(launch.api.token.encode()).decode()},
+        "data": {
+            "token": base64.b64encode(launch.api.token.encode()).decode(),
+            crd.SECRET_RENDEZVOUS_KEY: base64.b64encode(rendezvous_key.encode()).decode(),
+        },
     }

@@ -1,13 +1,14 @@
 """Pure reconcile of one TrainingJob: what is observed in, a :class:`Plan` of what to do out.
 
-    reconcile(TrainingJob, its Pods, its Services, now, its PodGroups)
+    reconcile(TrainingJob, its Pods, its Services, now, its PodGroups, its NetworkPolicies)
       1 deleting ─────────▶ delete pods / services / PodGroup; finalizer "remove" once no pod is left
       2 finished ─────────▶ clean up per cleanPodPolicy (stop in place / delete), TTL → delete_job
       3 invalid, deadline ▶ Failed
       4 failed pods ──────▶ core.restarts.decide: delete now (re-created next time as run + 1), after
                             the backoff (requeue_after), or fail the job
       5 all trainers done ▶ Succeeded (then 2)
-      6 create ───────────▶ Services, PodGroup, pserver pods; trainer pods once every pserver is ready
+      6 create ───────────▶ NetworkPolicy (network.py: before any pod), Services, PodGroup, pserver
+                            pods; trainer pods once every pserver is ready
       7 scale ────────────▶ missing trainers created, surplus deleted highest index first
       8 status ───────────▶ phase + reason + message (why a job waits), counts, conditions
 
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from paddlecloud.backends.kubernetes import crd, pods, status
+from paddlecloud.backends.kubernetes import crd, network, pods, status
 from paddlecloud.backends.kubernetes.pods import PSERVER, RENDEZVOUS, TRAINER
 from paddlecloud.backends.kubernetes.spec import JobView, problems, read_job
 from paddlecloud.backends.kubernetes.status import PodView, observe, parse_time, rfc3339
@@ -78,6 +79,7 @@ class _Builder:
     names: set[str]  # every pod name in use (being deleted included)
     services: set[str]
     podgroups: list[Mapping[str, Any]]
+    policies: set[str]
     status: Obj
     create: list[Obj] = field(default_factory=list)
     delete: list[Delete] = field(default_factory=list)
@@ -290,6 +292,8 @@ def _servers_ready(b: _Builder) -> bool:
 
 def _create(b: _Builder) -> None:
     job = b.job
+    if network.policy_name(job) not in b.policies:  # first: no pod of the job runs unconfined
+        b.create.append(network.network_policy(job))
     for svc in pods.services(job):
         if svc["metadata"]["name"] not in b.services:
             b.create.append(svc)
@@ -353,7 +357,7 @@ Objs = Sequence[Mapping[str, Any]]
 
 
 def _builder(
-    job: Mapping[str, Any], pod_objs: Objs, service_objs: Objs, podgroups: Objs, now: float
+    job: Mapping[str, Any], pod_objs: Objs, service_objs: Objs, podgroups: Objs, policies: Objs, now: float
 ) -> _Builder:
     view = read_job(job)
 
@@ -369,6 +373,7 @@ def _builder(
         names={p.name for p in observed},
         services={str(s["metadata"]["name"]) for s in service_objs if mine(s)},
         podgroups=[g for g in podgroups if mine(g)],
+        policies={str(n["metadata"]["name"]) for n in policies if mine(n)},
         status=_base_status(view, now),
     )
 
@@ -379,9 +384,11 @@ def reconcile(
     services_observed: Sequence[Mapping[str, Any]],
     now: float,
     podgroups: Sequence[Mapping[str, Any]] = (),
+    policies: Sequence[Mapping[str, Any]] = (),
 ) -> Plan:
-    """What to do about ``job`` given its observed pods, services and PodGroups at ``now`` (epoch s)."""
-    b = _builder(job, pods_observed, services_observed, podgroups, now)
+    """What to do about ``job`` given its observed pods, services, PodGroups and NetworkPolicies at
+    ``now`` (epoch s)."""
+    b = _builder(job, pods_observed, services_observed, podgroups, policies, now)
     if b.job.deleting:
         b.status = dict(b.job.status)
         return _teardown(b)

@@ -2,7 +2,8 @@
 
     kopf watch: TrainingJob event ─┐
                 Pod event (label paddlecloud.org/job) ─┼─▶ Operator.reconcile(ns, name)   (one job at a time)
-    resync thread (every resync_s, each job) ──────────┘      GET TrainingJob, LIST its Pods / Services
+    resync thread (every resync_s, each job) ──────────┘      LIST its NetworkPolicies, GET TrainingJob,
+                                                              LIST its Pods / Services (/ PodGroups)
                                                             objects.reconcile(...) ──▶ Plan (pure)
                                                             apply(Plan): finalizer, create, delete,
                                                             stop in place, /status, events, TTL
@@ -135,17 +136,23 @@ class Operator:
             return self._locks.setdefault((ns, name), threading.Lock())
 
     def _round(self, ns: str, name: str) -> objects.Plan | None:
+        selector = f"{crd.LABEL_JOB}={name}"
+        # read before the TrainingJob: every call between its GET and the /status PATCH widens the
+        # window for a 409 (a policy read a little early is harmless: creating one that exists is fine)
+        policies = self.kube.call(self.kube.networking.list_namespaced_network_policy, ns,
+                                  label_selector=selector)  # fmt: skip
         try:
             job = self.kube.get_job(ns, name)
         except client.ApiException as exc:
             if api_status(exc) == 404:
                 return None
             raise
-        selector = f"{crd.LABEL_JOB}={name}"
         pods = self.kube.list_pods(ns, selector)
         services = self.kube.call(self.kube.core.list_namespaced_service, ns, label_selector=selector)
         groups = self._podgroups(job, ns, selector)
-        plan = objects.reconcile(job, pods, services.get("items") or [], self.clock(), groups)
+        plan = objects.reconcile(
+            job, pods, services.get("items") or [], self.clock(), groups, policies.get("items") or []
+        )
         self._apply(job, plan)
         return plan
 
@@ -211,6 +218,8 @@ class Operator:
                 self.kube.call(self.kube.core.create_namespaced_pod, ns, obj)
             elif kind == "Service":
                 self.kube.call(self.kube.core.create_namespaced_service, ns, obj)
+            elif kind == "NetworkPolicy":
+                self.kube.call(self.kube.networking.create_namespaced_network_policy, ns, obj)
             elif kind == "PodGroup":
                 self.kube.call(
                     self.kube.custom.create_namespaced_custom_object, *_VOLCANO[:2], ns, _VOLCANO[2], obj

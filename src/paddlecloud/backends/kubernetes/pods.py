@@ -29,6 +29,7 @@ __all__ = [
     "TRAINER",
     "WORKER_PORT",
     "WORKSPACE",
+    "guaranteed",
     "labels",
     "namespace",
     "owner_reference",
@@ -79,8 +80,9 @@ _RENDEZVOUS_ENTRY = (
 
 Obj = dict[str, Any]
 
-#: what the rendezvous store's pod asks for (it only hosts a TCPStore)
-_RENDEZVOUS_RESOURCES = RoleSpec(1, {"cpu": "100m", "memory": "256Mi"}, {"memory": "1Gi"})
+#: what the rendezvous store's pod asks for, and is limited to (it only hosts a TCPStore, but its
+#: install init container runs pip on the job's requirements.txt in as much)
+_RENDEZVOUS_RESOURCES = RoleSpec(1, {"cpu": "250m", "memory": "1Gi"})
 
 
 def _role_spec(job: JobView, role: str) -> RoleSpec:
@@ -177,24 +179,32 @@ def _context(job: JobView, role: str, index: int, run: int) -> WorkerContext:
     )
 
 
-def _token_env(job: JobView) -> list[Obj]:
+def _token_env(job: JobView, rendezvous: bool = False) -> list[Obj]:
+    """The job token from the job's Secret and, with ``rendezvous`` (elastic torch), the job's
+    rendezvous key (optional: a TrainingJob written before the key existed has a Secret without it,
+    and its agents then refuse to run, ``runtime.torchelastic``)."""
     if not job.token_secret:
         return []
     ref = {"secretKeyRef": {"name": job.token_secret, "key": "token"}}
-    return [{"name": c.JOB_TOKEN, "valueFrom": ref}]
+    out: list[Obj] = [{"name": c.JOB_TOKEN, "valueFrom": ref}]
+    if rendezvous:
+        key = {"secretKeyRef": {"name": job.token_secret, "key": crd.SECRET_RENDEZVOUS_KEY, "optional": True}}
+        out.append({"name": c.RDZV_KEY, "valueFrom": key})
+    return out
 
 
 def _env_list(job: JobView, env: dict[str, str]) -> list[Obj]:
-    """Variables in pod form: the token from its Secret, the pod IP from the downward API."""
+    """Variables in pod form: the token (and the rendezvous key) from the job's Secret, the pod IP
+    from the downward API."""
     out: list[Obj] = []
     for name, value in env.items():
-        if name == c.JOB_TOKEN:
+        if name in (c.JOB_TOKEN, c.RDZV_KEY):
             continue
         if name in (c.POD_IP, "POD_IP") and name not in job.env:
             out.append({"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         else:
             out.append({"name": name, "value": value})
-    return out + _token_env(job)
+    return out + _token_env(job, rendezvous=c.RDZV_KEY in env)
 
 
 def _home(job: JobView) -> list[Obj]:
@@ -217,20 +227,19 @@ def _worker_env(job: JobView, role: str, index: int, run: int) -> list[Obj]:
 # -- containers -------------------------------------------------------------------------------
 
 
+def guaranteed(spec: RoleSpec) -> dict[str, str]:
+    """A role's amounts as one map, both the requests and the limits of its containers: each
+    resource's limit where the spec gives one (Kubernetes requires it >= the request), else its
+    request. So a pod is killed or throttled at exactly what it was scheduled with (QoS
+    Guaranteed): ``--memory`` is its memory cgroup's limit, ``--cpu`` its CFS quota, GPUs and
+    ``ephemeral-storage`` likewise. Quantities are strings in the Pod API (the CRD also allows
+    integers, e.g. ``nvidia.com/gpu: 1``)."""
+    return {k: str(v) for k, v in {**spec.requests, **spec.limits}.items()}
+
+
 def _resources(spec: RoleSpec, gpus: bool = True) -> Obj:
-    # quantities are strings in the Pod API (the CRD also allows integers, e.g. nvidia.com/gpu: 1)
-    requests = {k: str(v) for k, v in spec.requests.items() if gpus or k != GPU}
-    limits = {k: str(v) for k, v in spec.limits.items() if gpus or k != GPU}
-    if gpus:
-        for key, value in spec.requests.items():
-            if "/" in key and key not in limits:  # extended resources must be limits too
-                limits[key] = str(value)
-    out: Obj = {}
-    if requests:
-        out["requests"] = requests
-    if limits:
-        out["limits"] = limits
-    return out
+    amounts = {k: v for k, v in guaranteed(spec).items() if gpus or k != GPU}
+    return {"requests": amounts, "limits": dict(amounts)} if amounts else {}
 
 
 def _package_url(job: JobView) -> str:

@@ -23,8 +23,8 @@ from typing import Any
 from paddlecloud.backends.base import BackendEvent, JobStatus, WorkerStatus
 from paddlecloud.backends.kubernetes.pods import TRAINER, WORKER_PORT
 from paddlecloud.backends.kubernetes.spec import read_job
-from paddlecloud.backends.kubernetes.status import PodView, observe, parse_time
-from paddlecloud.core.phases import WorkerState
+from paddlecloud.backends.kubernetes.status import PodView, observe, oom_message, oom_reason, parse_time
+from paddlecloud.core.phases import WorkerReason, WorkerState
 
 __all__ = ["WARNING_REASONS", "Seen", "report"]
 
@@ -102,6 +102,8 @@ def _worker(pod: Obj, p: PodView, job_status: Mapping[str, Any], desired: int) -
         started_at=parse_time(_map(state, "running").get("startedAt") or term.get("startedAt")),
         finished_at=parse_time(term.get("finishedAt")),
         log_path=f"{meta.get('namespace')}/{meta.get('name')}",
+        reason=WorkerReason.OOM_KILLED if oom_reason(st) else WorkerReason.NONE,
+        message=oom_message(pod) or "",
     )
 
 

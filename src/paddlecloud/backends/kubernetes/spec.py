@@ -10,6 +10,7 @@ Pure.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,9 @@ class JobView:
     status: dict[str, Any]
     #: the SampleSet whose claim the pods mount read-only ("": none)
     sampleset: str = ""
+    #: ``spec.network.egress``: more IP blocks the job's NetworkPolicy lets its pods reach, each
+    #: ``{"cidr", "except", "ports": [{"port", "protocol"}]}`` (``network.py``)
+    egress: tuple[dict[str, Any], ...] = ()
 
     @property
     def trainers(self) -> int:
@@ -176,6 +180,22 @@ def _scheduling(spec: dict[str, Any]) -> Scheduling:
     )
 
 
+def _egress(spec: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    out = []
+    for rule in _map(spec, "network").get("egress") or ():
+        if not isinstance(rule, Mapping) or not rule.get("cidr"):
+            continue
+        ports = [
+            {"port": int(p["port"]), "protocol": str(p.get("protocol") or "TCP")}
+            for p in rule.get("ports") or ()
+            if isinstance(p, Mapping) and p.get("port")
+        ]
+        out.append(
+            {"cidr": str(rule["cidr"]), "except": [str(e) for e in rule.get("except") or ()], "ports": ports}
+        )
+    return tuple(out)
+
+
 def _batch_env(spec: dict[str, Any]) -> dict[str, str]:
     """An adaptive batch (``spec.batch`` with min and max) as the workers' variables; ``spec.env``
     wins (the platform writes the batch it assigned there)."""
@@ -232,6 +252,7 @@ def read_job(obj: Mapping[str, Any]) -> JobView:
         scheduling=_scheduling(spec),
         status=_map(obj, "status"),
         sampleset=str(_map(spec, "sampleset").get("name") or ""),
+        egress=_egress(spec),
     )
 
 
@@ -251,4 +272,10 @@ def problems(job: JobView) -> list[str]:
         out.append("framework paddle-ps needs at least 1 pserver (pserver.replicas >= 1)")
     if job.framework in ("paddle-collective", "torch") and job.pserver.replicas:
         out.append(f"framework {job.framework} runs no pservers (pserver.replicas must be 0)")
+    for rule in job.egress:  # the NetworkPolicy would be refused, and no pod made without it
+        for block in (rule["cidr"], *rule["except"]):
+            try:
+                ipaddress.ip_network(block, strict=False)
+            except ValueError:
+                out.append(f"spec.network.egress: {block!r} is not a CIDR (e.g. 10.0.0.0/8)")
     return out

@@ -3,6 +3,8 @@
     Pod dicts ──observe()──▶ PodView (role, index, run, phase, ready, how it ended, why it waits)
     PodViews ──counts()────▶ status.pservers / status.trainers
     PodViews, PodGroups ──waiting()──▶ (phase, reason, message): Pending or Starting, and why
+    Pod status ──oom_reason()──▶ "OOMKilled" when a container went over its memory limit
+    Pod dict ───oom_message()──▶ which container, and its limit, in words
 
 A job that waits always says why, in the words Kubernetes used: the scheduler's ``PodScheduled``
 message ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu."), a waiting container's reason
@@ -20,7 +22,19 @@ from paddlecloud.backends.kubernetes import crd
 from paddlecloud.backends.kubernetes.pods import PSERVER, RENDEZVOUS, TRAINER, worker_name
 from paddlecloud.core.restarts import Exit
 
-__all__ = ["STOP_DEADLINE", "Ended", "PodView", "counts", "observe", "parse_time", "rfc3339", "waiting"]
+__all__ = [
+    "OOM_KILLED",
+    "STOP_DEADLINE",
+    "Ended",
+    "PodView",
+    "counts",
+    "observe",
+    "oom_message",
+    "oom_reason",
+    "parse_time",
+    "rfc3339",
+    "waiting",
+]
 
 _INIT_STEPS = {
     "fetch": "fetching the job package",
@@ -30,6 +44,8 @@ _INIT_STEPS = {
 _MESSAGE_MAX = 1024
 #: ``spec.activeDeadlineSeconds`` the platform sets to stop a pod in place (``objects.STOP_PATCH``)
 STOP_DEADLINE = 1
+#: the kubelet's termination reason of a container the kernel killed at its memory limit
+OOM_KILLED = "OOMKilled"
 
 
 def rfc3339(t: float) -> str:
@@ -126,6 +142,50 @@ def _ended(status: Mapping[str, Any]) -> Ended:
         message=_short(str(status.get("message") or "the pod failed without an exit status")),
         finished_at=None,
         container="",
+    )
+
+
+def _oom_killed(status: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The name and ``terminated`` state of the first container (init containers first) whose
+    current or last run was OOM-killed."""
+    for cs in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]:
+        if not isinstance(cs, Mapping):
+            continue
+        for key in ("state", "lastState"):
+            term = _map(_map(cs, key), "terminated")
+            if term.get("reason") == OOM_KILLED:
+                return str(cs.get("name") or ""), term
+    return None
+
+
+def oom_reason(pod_status: Mapping[str, Any]) -> str | None:
+    """``"OOMKilled"`` when a container of the pod (an init container too: ``install`` runs pip) was
+    killed by the kernel for going over its memory limit, else None. ``pod_status``: a Pod's
+    ``.status``. Worker containers have memory limit = request (``pods.guaranteed``), so this is
+    the worker outgrowing its ``--memory``."""
+    return OOM_KILLED if _oom_killed(pod_status) is not None else None
+
+
+def oom_message(pod: Mapping[str, Any]) -> str | None:
+    """What :func:`oom_reason` found, for people: ``"container worker went over its memory limit
+    (1Gi) and was killed (exit code 137)"``; None when no container was OOM-killed."""
+    found = _oom_killed(_map(pod, "status"))
+    if found is None:
+        return None
+    name, term = found
+    spec = _map(pod, "spec")
+    limit = next(
+        (
+            _map(_map(c, "resources"), "limits").get("memory")
+            for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+            if isinstance(c, Mapping) and c.get("name") == name
+        ),
+        None,
+    )
+    code = term.get("exitCode")
+    return (
+        f"container {name} went over its memory limit{f' ({limit})' if limit else ''} and was killed"
+        f"{f' (exit code {code})' if code is not None else ''}"
     )
 
 

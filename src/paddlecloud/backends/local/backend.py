@@ -2,8 +2,9 @@
 
 Per job, under ``<root>/jobs/<user>/<name>/``::
 
-    launch.json          ports per worker and placement, rewritten on every resize (re-adoption
-                         reads it back)
+    launch.json          ports per worker and placement, rewritten on every resize, and the job's
+                         rendezvous key (elastic torch: ``PADDLECLOUD_RDZV_KEY``); re-adoption
+                         reads it back
     restarts.json        restarts made and pending (restart policies, ``restarts.py``)
     package/             the unpacked job package;  workers/<worker>/  a private copy per worker
     logs/<worker>.<run>.log, logs/prepare.<run>.log   one file per run, kept across preemptions
@@ -27,9 +28,14 @@ endpoints (at once when trainers run, else with the others); ``remove_trainer`` 
 trainer: it leaves the job's workers (so it never decides success or failure), is stopped gracefully
 in the background and stays in the status as ``Stopped`` with its log.
 
-Isolation (``LocalConfig.isolation``, ``sandbox.py``): each worker, and each environment build, runs
+Isolation (``LocalConfig.isolation``, ``isolation.py``): each worker, and each environment build, runs
 in a bubblewrap sandbox that sees only its job's files, or unconfined with ``none``; a worker's
-environment is built from a whitelist of the server's variables either way.
+environment is built from a whitelist of the server's variables either way. A sandboxed job's
+workers share a network namespace of their own (``node.netns``: ``pcj-<id>``, made before its first
+worker starts, removed when the job is done): they reach each other over its loopback and the API
+through their run's socket, nothing else. Every run is started through its monitor
+(``node.monitor``) in a cgroup with its memory, CPU and pids limits, its log bounded
+(``LocalConfig.limits``); an OOM kill is the worker's reason ``OOMKilled``.
 
 Restart policies (``launch.restarts``): a worker that fails or is lost is either started again, as
 the same worker with the current endpoints, after a backoff and in a later ``sync`` (the job goes
@@ -62,16 +68,17 @@ from paddlecloud.backends.base import (
 )
 from paddlecloud.backends.errors import BackendError, JobRejected, NotSupported
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
+from paddlecloud.backends.local.isolation import Confiners, RunLimits, choose_all
+from paddlecloud.backends.local.keeper import Keeper
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.nodes import NodeShape, make_nodes
-from paddlecloud.backends.local.ports import PortAllocator, is_listening
-from paddlecloud.backends.local.process import WorkerProc, kill_leftovers, stop_group, watch_exit
+from paddlecloud.backends.local.ports import PortAllocator
+from paddlecloud.backends.local.process import RunPlan, WorkerProc, kill_leftovers, stop_group, watch_exit
 from paddlecloud.backends.local.restarts import RestartBook
 from paddlecloud.backends.local.samplesets import LocalSampleSets
 from paddlecloud.backends.local.sandbox import (
     ConfinementError,
     JobJail,
-    choose,
     make_dirs,
     open_file_nofollow,
     worker_base_env,
@@ -79,8 +86,8 @@ from paddlecloud.backends.local.sandbox import (
 from paddlecloud.backends.local.settings import LocalSettings
 from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.core.archive import ArchiveError, safe_extract
-from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
-from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.envcontract import Topology, WorkerContext, new_rendezvous_key, worker_env
+from paddlecloud.core.phases import WorkerReason, WorkerState
 from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
@@ -117,6 +124,10 @@ class LocalConfig:
     private: tuple[Path, ...] = ()
     #: cap of the environment cache (``envs.py``: least recently used, unused ones evicted); None: none
     env_cache_bytes: int | None = None
+    #: what every run gets besides its --memory and --cpu: the pids limit, the log cap
+    limits: RunLimits = field(default_factory=RunLimits)
+    #: the cgroup runs' cgroups go in (``up --cgroup-root``; None: ``paddlecloud`` under the server's)
+    cgroup_root: str | None = None
 
 
 @dataclass
@@ -141,6 +152,9 @@ class _Job:
     prepared: threading.Event = field(default_factory=threading.Event)
     #: node -> the mount of the job's SampleSet there (read-only at PADDLECLOUD_SAMPLESET_DIR)
     sampleset_mounts: dict[str, Path] = field(default_factory=dict)
+    #: signs the job's torch rendezvous state (``runtime.torchelastic``): chosen at the start, kept
+    #: in launch.json so that trainers started after a server restart get the same one
+    rendezvous_key: str = field(default="", repr=False)
 
     def role(self, role: str) -> list[WorkerProc]:
         return [w for w in self.workers.values() if w.role == role]
@@ -178,10 +192,14 @@ class LocalBackend:
         self._lock = threading.Lock()
         self._ports = PortAllocator()
         self._pythonpath = self._install_runtime_shim(config.root / "pythonpath")
-        self._sandbox, self.isolation = choose(
-            config.isolation, self._pythonpath, gpus=self._gpu_machine, private=(config.root, *config.private)
-        )
+        self._confine: Confiners = choose_all(
+            config.isolation, self._pythonpath, gpus=self._gpu_machine,
+            private=(config.root, *config.private), cgroup_root=config.cgroup_root, limits=config.limits,
+        )  # fmt: skip
+        self._sandbox, self.isolation = self._confine.sandbox, self._confine.isolation
+        self._keeper = Keeper(config.root, self._confine)
         self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
+        self._collect()
         #: SampleSets: a JuiceFS mount per emulated node (``samplesets.py``)
         self.samplesets = LocalSampleSets(config.root / "samplesets", [n.name for n in self._nodes])
 
@@ -191,6 +209,7 @@ class LocalBackend:
         return self._nodes
 
     def start(self, launch: JobLaunch) -> None:
+        self._collect()
         jdir = self._job_dir(launch.key)
         if launch.attempt == 0:
             shutil.rmtree(jdir, ignore_errors=True)  # a leftover of an earlier job with the same name
@@ -204,7 +223,7 @@ class LocalBackend:
         except ConfinementError as exc:
             log.warning("%s: output not created: %s", launch.key, exc)
         ports = [self._ports.allocate() for _ in range(len(launch.placement) + 2)]
-        job = self._build(launch, jdir, ports, {})
+        job = self._build(launch, jdir, ports, {}, new_rendezvous_key())
         job.book.save(job.workers.values())  # a re-run (after a preemption) starts every worker afresh
         job.events.append(
             BackendEvent(
@@ -222,11 +241,14 @@ class LocalBackend:
             recorded = json.loads((jdir / "launch.json").read_text())
             ports = [int(p) for p in recorded["ports"]]
             by_name = {str(k): int(v) for k, v in recorded.get("worker_ports", {}).items()}
+            key = str(recorded.get("rendezvous_key") or "")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             self.start(launch)  # never got as far as recording its launch: start afresh
             return
         self._ports.reserve(ports)
-        job = self._build(launch, jdir, ports, by_name)
+        job = self._build(launch, jdir, ports, by_name, key or new_rendezvous_key())
+        if not key:  # recorded by an earlier version: trainers started from now on agree on this one
+            self._record_launch(job)
         adopted = [w for w in job.workers.values() if w.load_pid_file()]
         for w in job.book.restore(job.workers):  # waiting for a restart when the server stopped
             self._wake_at(w)
@@ -348,7 +370,7 @@ class LocalBackend:
         shutil.rmtree(self._job_dir(key), ignore_errors=True)
 
     def confinement(self) -> Confinement:
-        return Confinement(str(self.isolation), self.isolation.sandboxed)
+        return Confinement(str(self.isolation), self._confine.confined)
 
     def close(self) -> None:
         with self._lock:
@@ -368,7 +390,9 @@ class LocalBackend:
         user, _, name = key.partition("/")
         return self.config.root / "jobs" / user / name
 
-    def _build(self, launch: JobLaunch, jdir: Path, ports: list[int], by_name: dict[str, int]) -> _Job:
+    def _build(
+        self, launch: JobLaunch, jdir: Path, ports: list[int], by_name: dict[str, int], rendezvous_key: str
+    ) -> _Job:
         """The job's runtime record. Workers listen on ``by_name[worker]`` when recorded (a resized
         job), else on ``ports`` in placement order; the last two ports are the gloo and master stores."""
         host = "127.0.0.1"
@@ -381,6 +405,7 @@ class LocalBackend:
             workers={},
             ports=ports,
             book=RestartBook.load(launch.restarts, jdir / "restarts.json"),
+            rendezvous_key=rendezvous_key,
         )
         for p, port in zip(launch.placement, ports, strict=False):
             name = f"{p.role}-{p.index}"
@@ -445,7 +470,12 @@ class LocalBackend:
         ]
         write_json_atomic(
             str(job.dir / "launch.json"),
-            {"ports": job.ports, "worker_ports": job.worker_ports(), "placement": placement},
+            {
+                "ports": job.ports,
+                "worker_ports": job.worker_ports(),
+                "placement": placement,
+                "rendezvous_key": job.rendezvous_key,
+            },
         )
 
     def _requirements(self, job: _Job) -> str:
@@ -505,6 +535,20 @@ class LocalBackend:
         if job.stage == Stage.STOPPING and job.stopper is not None and not job.stopper.is_alive():
             self._finish(job)
 
+    def _plan(self, job: _Job, w: WorkerProc) -> RunPlan:
+        """How ``w``'s next run is kept (``keeper.py``): its role's --memory and --cpu, the pids
+        limit, the job's network namespace, the API relay, the log cap."""
+        launch = job.launch
+        need = Keeper.need(launch.resources, w.role, helper=w.command is not None)
+        plan = self._keeper.plan(launch.key, launch.user, launch.api.url, need)
+        return dataclasses.replace(plan, ready_port=w.port) if w.role in _SERVER_ROLES else plan
+
+    def _collect(self) -> None:
+        """What runs left that no server saw end goes (``Keeper.collect``)."""
+        with self._lock:
+            live = {k for k, j in self._jobs.items() if j.stage != Stage.DONE}
+        self._keeper.collect(live)
+
     def _unhandled_end(self, job: _Job) -> bool:
         """A worker of a running job ended badly and no restart or failure was decided for it yet."""
         if job.failure is not None or job.stage not in (Stage.PSERVERS, Stage.TRAINERS):
@@ -523,9 +567,7 @@ class LocalBackend:
                 return
         if not self._spawn_due(job, now):
             return
-        if all(
-            w.state(now) == WorkerState.RUNNING and is_listening("127.0.0.1", w.port) for w in job.servers()
-        ):
+        if all(w.state(now) == WorkerState.RUNNING and w.ready_file.exists() for w in job.servers()):
             names = ", ".join(sorted(w.name for w in job.servers()))
             job.events.append(BackendEvent("Normal", "ServersReady", f"{names} listen"))
             if self._spawn(job, job.role("trainer")):
@@ -556,7 +598,10 @@ class LocalBackend:
             return False
         outcome = job.book.on_failure(w, now)
         if isinstance(outcome, str):
-            self._fail(job, f"{outcome} (see: paddlecloud logs -w {w.name})")
+            if w.reason == WorkerReason.OOM_KILLED:  # what to change: the job's reason says it
+                self._fail(job, f"{outcome}: {w.message} (see: paddlecloud logs -w {w.name})", w.reason)
+            else:
+                self._fail(job, f"{outcome} (see: paddlecloud logs -w {w.name})")
             return False
         nxt, event = outcome
         kill_leftovers(w)  # anything the failed run left behind would hold the worker's port
@@ -603,6 +648,7 @@ class LocalBackend:
     def _finish(self, job: _Job) -> None:
         if job.stage != Stage.DONE:
             job.stage = Stage.DONE
+            self._keeper.close_net(job.launch.key)
             self._ports.release(job.ports)
             self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
             self.samplesets.detach(job.launch.key)  # its mounts may be unmounted from now on
@@ -642,6 +688,8 @@ class LocalBackend:
             shim=self._pythonpath, user=job.launch.user,
         )  # fmt: skip
         jail = self._jail(job)
+        if jail is not None:
+            self._keeper.open_net(job.launch.key)  # made before the job's first worker
         now = self._now()
         for w in workers:
             if not w.cwd.exists():  # added after the package was copied for the others
@@ -651,7 +699,8 @@ class LocalBackend:
                     self._attach_sampleset(job, (w.node,))
                 w.sampleset = job.sampleset_mounts[w.node]  # bound read-only in its sandbox
             if w.command is not None:  # a platform helper: no user contract, never on GPUs
-                w.spawn(w.command, {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, now, jail)
+                env = {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}
+                w.spawn(w.command, env, now, jail, self._plan(job, w))
                 watch_exit(w, self._wake)
                 continue
             ctx = WorkerContext(
@@ -660,9 +709,10 @@ class LocalBackend:
                 restart=w.restart, gpus=w.gpus if self._gpu_machine else None, user_env=job.launch.env,
                 files=job.launch.files, api=job.launch.api, trainer_range=job.launch.trainer_range,
                 membership_file=str(job.dir / "contract" / "membership.json"),
+                rendezvous_key=job.rendezvous_key,
             )  # fmt: skip
             extra = {SAMPLESET_DIR_ENV: str(w.sampleset)} if w.sampleset is not None else {}
-            w.spawn(job.launch.entry, {**base, **worker_env(ctx), **extra}, now, jail)
+            w.spawn(job.launch.entry, {**base, **worker_env(ctx), **extra}, now, jail, self._plan(job, w))
             watch_exit(w, self._wake)
 
     def _statuses(self, job: _Job) -> tuple[WorkerStatus, ...]:
@@ -690,6 +740,8 @@ class LocalBackend:
                 started_at=w.started_at,
                 finished_at=w.finished_at,
                 log_path=str(w.log_path),
+                reason=w.reason,
+                message=w.message,
             )
             for w in [*job.workers.values(), *job.retired.values()]
         )
@@ -705,5 +757,6 @@ def create(setup: BackendSetup) -> LocalBackend:
     config = LocalConfig(
         root=setup.cluster_dir, nodes=settings.nodes, env_cache_bytes=settings.env_cache_bytes,
         isolation=settings.isolation, pass_env=settings.pass_env, private=(setup.data_dir,),
+        limits=settings.limits, cgroup_root=settings.cgroup_root,
     )  # fmt: skip
     return LocalBackend(config, setup.now, setup.wake)

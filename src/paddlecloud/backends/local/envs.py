@@ -54,6 +54,10 @@ from paddlecloud.runtime import torchelastic
 __all__ = ["EnvBuildError", "EnvCache", "dir_size", "install_runtime_shim"]
 
 READY = ".paddlecloud-ready"
+#: the ``paddlecloud/__init__.py`` of the runtime shim (``install_runtime_shim``)
+_SHIM_INIT = '"""PaddleCloud worker runtime (stdlib only)."""\n'
+#: the suffix of a shim file being written (renamed over the file once whole)
+_PART = ".part"
 _TRASH = ".evicted-"
 
 
@@ -279,11 +283,45 @@ def _mark_ready(target: Path, requirements: str) -> None:
 
 def install_runtime_shim(target: Path) -> Path:
     """Put a stdlib-only copy of ``paddlecloud.runtime`` where worker programs can import it (on
-    ``PYTHONPATH``: a job's environment does not have the platform installed)."""
+    ``PYTHONPATH``: a job's environment does not have the platform installed).
+
+    Every new backend installs it again (a server restart) while workers of the jobs it adopts may be
+    starting and importing their launcher from it: on Slurm a worker's job starts whenever Slurm
+    runs it. So the copy is never taken away: a file already as it should be is left as it is (a
+    restart of the same platform changes nothing on disk), any other is replaced atomically (a
+    reader sees the old file or the new one, never none or a part), and only then are the files the
+    runtime no longer has removed (``__pycache__`` folders are left to Python). Deleted and copied
+    anew instead, a worker starting in between failed with ``No module named 'paddlecloud'`` before
+    its launcher could write an exit status, and was taken for a lost one."""
     src = Path(runtime_pkg.__file__).parent
     pkg = target / "paddlecloud"
-    shutil.rmtree(pkg, ignore_errors=True)
-    shutil.copytree(src, pkg / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
-    (pkg / "__init__.py").write_text('"""PaddleCloud worker runtime (stdlib only)."""\n')
-    torchelastic.install_entry_point(target)  # torchrun's rendezvous backend "paddlecloud"
+    want = {
+        pkg / "runtime" / f.relative_to(src): f.read_bytes()
+        for f in sorted(src.rglob("*"))
+        if f.is_file() and "__pycache__" not in f.relative_to(src).parts
+    }
+    want[pkg / "__init__.py"] = _SHIM_INIT.encode()
+    # torchrun's rendezvous backend "paddlecloud" (elastic torch jobs)
+    want |= {target / name: text.encode() for name, text in torchelastic.entry_point_files().items()}
+    for path, data in want.items():
+        _put(path, data)
+    for path in sorted(pkg.rglob("*")):
+        if path in want or "__pycache__" in path.relative_to(pkg).parts or not path.is_file():
+            continue
+        if not (path.name.startswith(".") and path.name.endswith(_PART)):  # another install's, in flight
+            path.unlink(missing_ok=True)
     return target
+
+
+def _put(path: Path, data: bytes) -> None:
+    """``path`` holding ``data``: left alone when it does, else replaced atomically (written beside
+    it, then renamed over it)."""
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:  # not there yet
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.{uuid.uuid4().hex}{_PART}")
+    part.write_bytes(data)
+    os.replace(part, path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 
-__all__ = ["PortAllocator", "is_listening"]
+__all__ = ["PortAllocator"]
 
 
 class PortAllocator:
@@ -33,11 +33,3 @@ class PortAllocator:
     def release(self, ports: list[int]) -> None:
         with self._lock:
             self._reserved.difference_update(ports)
-
-
-def is_listening(host: str, port: int, timeout: float = 0.2) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False

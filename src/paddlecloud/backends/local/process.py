@@ -14,6 +14,14 @@ interpreter: the process the backend knows is then the outer ``bwrap``, which li
 the launcher; the launcher writes its status in ``run/<worker>/`` (the only part of ``run/`` the job
 sees, so it cannot forge a pid file) and the status is read without following links.
 
+Each run is started through its monitor (``paddlecloud.node.monitor``, like a container's
+conmon): the process the backend knows (pid file, process group) is the monitor, which joins the
+run's cgroup (``RunPlan.cgroups``: its --memory, --cpu and the pids limit), relays the API into the
+sandbox when the job has a network namespace of its own, starts the sandbox inside that namespace
+and keeps the log within ``RunPlan.max_log_bytes``. When the run has ended the backend reads the
+cgroup's OOM counter (the worker's reason is then ``OOMKilled``, its message the limit), kills
+whatever is still inside and removes it.
+
 Every process of a run carries ``PADDLECLOUD_RUN_TAG`` (a fresh random value per run, kept in the pid
 file) in its environment. Programs may start processes in sessions of their own (torchrun does so
 for its workers), which a signal to the run's process group never reaches; when the run has ended
@@ -40,14 +48,43 @@ from typing import Any
 
 import psutil
 
-from paddlecloud.backends.local.sandbox import Command, JobJail, WorkerDirs, read_status
-from paddlecloud.core.phases import WorkerState
+from paddlecloud.backends.local.sandbox import API_SOCKET, Command, JobJail, WorkerDirs, read_status
+from paddlecloud.core.phases import WorkerReason, WorkerState
+from paddlecloud.node import netns
+from paddlecloud.node.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, describe_memory, safe_name
+from paddlecloud.runtime import contract
 from paddlecloud.runtime.launcher import write_json_atomic
 
-__all__ = ["RUN_TAG", "WorkerProc", "kill_leftovers", "stop_group", "tagged_pids", "watch_exit"]
+__all__ = [
+    "RUN_TAG",
+    "RunPlan",
+    "WorkerProc",
+    "kill_leftovers",
+    "stop_group",
+    "tagged_pids",
+    "watch_exit",
+]
 
 #: the variable that marks every process of one run of a worker (see the module's doc)
 RUN_TAG = "PADDLECLOUD_RUN_TAG"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How a run is kept beyond its sandbox (its monitor's options): where its cgroup goes and with
+    which limits, its job's network namespace, the API the relay reaches, the log's cap."""
+
+    cgroups: Hierarchy | None = None
+    limits: Limits = field(default_factory=Limits)
+    #: prefix of the run's cgroup name (user, job): unique among the jobs of this host
+    names: tuple[str, ...] = ()
+    #: the job's network namespace ("" : the host's network)
+    netns: str = ""
+    #: HOST:PORT of the API the run's socket is relayed to ("" : no relay)
+    api_target: str = ""
+    max_log_bytes: int | None = None
+    #: a server (pserver, rendezvous store): its monitor marks the run ready once it listens there
+    ready_port: int = 0
 
 
 @dataclass
@@ -78,6 +115,12 @@ class WorkerProc:
     tag: str | None = None
     #: the mount of its job's SampleSet on its node (read-only at PADDLECLOUD_SAMPLESET_DIR)
     sampleset: Path | None = None
+    #: this run's cgroup (None: no resource limits here) and the limits it was made with
+    cgroup: RunCgroup | None = None
+    limits: Limits = field(default_factory=Limits)
+    #: why the run ended as it did, beyond its exit code (``OOMKilled``), and the details
+    reason: WorkerReason = WorkerReason.NONE
+    message: str = ""
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -94,39 +137,58 @@ class WorkerProc:
         return self.status_dir / "exit.json"
 
     @property
-    def dirs(self) -> WorkerDirs:
-        """Its folders and its run's host name (for a sandbox)."""
+    def ready_file(self) -> Path:
+        """Written by the run's monitor once a server's program listens on its port (``RunPlan``)."""
+        return self.run_dir / f"{self.name}.ready"
+
+    @property
+    def api_socket(self) -> Path:
+        """The run's API socket (its monitor listens there), in ``run/``: no sandbox binds that."""
+        return self.run_dir / f"{self.name}.api.sock"
+
+    def dirs(self, api: bool = False) -> WorkerDirs:
+        """Its folders and its run's host name (for a sandbox); ``api``: the API socket bound in."""
         return WorkerDirs(
             cwd=self.cwd, status=self.status_dir, tmp=self.run_dir.parent / "tmp" / self.name,
             hostname=f"{self.name}-{(self.tag or '')[:8]}", sampleset=self.sampleset,
+            api_socket=self.api_socket if api else None,
         )  # fmt: skip
 
     @property
     def port(self) -> int:
         return int(self.endpoint.rpartition(":")[2])
 
-    def spawn(self, entry: str, env: dict[str, str], now: float, jail: JobJail | None = None) -> None:
-        """Start the launcher running ``entry``, confined by ``jail`` (None: unconfined)."""
+    def spawn(
+        self, entry: str, env: dict[str, str], now: float, jail: JobJail | None = None,
+        plan: RunPlan | None = None,
+    ) -> None:  # fmt: skip
+        """Start the launcher running ``entry`` through the run's monitor, confined by ``jail``
+        (None: unconfined) and kept as ``plan`` says (CgroupError: its cgroup cannot be made)."""
+        plan = plan or RunPlan()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.status_dir.mkdir(parents=True, exist_ok=True)
         self.status_file.unlink(missing_ok=True)
+        self.ready_file.unlink(missing_ok=True)
         self.tag = uuid.uuid4().hex
         env = {**env, RUN_TAG: self.tag}
+        api = bool(plan.api_target and plan.netns and jail is not None)
+        if api:
+            env[contract.API_SOCKET] = API_SOCKET
+        self.limits, self.reason, self.message = plan.limits, WorkerReason.NONE, ""
+        self.cgroup = None
+        if plan.cgroups is not None:
+            name = safe_name(*plan.names, self.name, f"r{self.restart}", self.tag[:8])
+            self.cgroup = plan.cgroups.create(name, plan.limits)
         python = jail.python if jail is not None else sys.executable
         launcher = [python, "-m", "paddlecloud.runtime.launcher",
                     "--status", str(self.status_file), "--cwd", str(self.cwd), entry]  # fmt: skip
-        with self._command(jail, launcher) as cmd, open(self.log_path, "ab") as log:
-            self.popen = subprocess.Popen(
-                cmd.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.cwd,
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=cmd.fds,
-            )
+        try:
+            self._popen(jail, launcher, env, self._monitor(plan, api), api)
+        except BaseException:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            raise
+        assert self.popen is not None
         self.pid = self.popen.pid
         try:
             self.create_time = psutil.Process(self.pid).create_time()
@@ -141,15 +203,48 @@ class WorkerProc:
                 "started_at": now,
                 "restart": self.restart,
                 "tag": self.tag,
+                "cgroup": self.cgroup.to_json() if self.cgroup is not None else None,
+                "memory_limit": self.limits.memory,
+                "pids_limit": self.limits.pids,
             },
         )
 
+    def _monitor(self, plan: RunPlan, api: bool) -> list[str]:
+        """The monitor's command line up to the sandbox's (``node.monitor``), with the way into
+        the job's network namespace."""
+        argv = [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(self.log_path),
+                "--status", str(self.status_file)]  # fmt: skip
+        if plan.max_log_bytes:
+            argv += ["--max-log-bytes", str(plan.max_log_bytes)]
+        for folder in self.cgroup.paths if self.cgroup is not None else ():
+            argv += ["--cgroup", str(folder)]
+        if api:
+            argv += ["--api-socket", str(self.api_socket), "--api-target", plan.api_target]
+        if plan.ready_port:
+            argv += ["--ready-port", str(plan.ready_port), "--ready-file", str(self.ready_file)]
+        return [*argv, "--", *(netns.enter_argv(plan.netns) if plan.netns else [])]
+
+    def _popen(self, jail: JobJail | None, launcher: list[str], env: dict[str, str], monitor: list[str],
+               api: bool) -> None:  # fmt: skip
+        with self._command(jail, launcher, api) as cmd, open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                [*monitor, *cmd.argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=cmd.fds,
+            )
+
     @contextlib.contextmanager
-    def _command(self, jail: JobJail | None, launcher: list[str]) -> Iterator[Command]:
+    def _command(self, jail: JobJail | None, launcher: list[str], api: bool) -> Iterator[Command]:
         if jail is None:
             yield Command(launcher)
         else:
-            with jail.wrap(self.dirs, launcher) as cmd:
+            with jail.wrap(self.dirs(api), launcher) as cmd:
                 yield cmd
 
     def next_run(self, run: int, restart_at: float) -> WorkerProc:
@@ -157,7 +252,8 @@ class WorkerProc:
         return replace(
             self, restart=run, log_path=self.log_path.parent / f"{self.name}.{run}.log",
             pid=None, create_time=None, started_at=None, finished_at=None, exit_code=None, signal=None,
-            stopped=False, restart_at=restart_at, popen=None, tag=None,
+            stopped=False, restart_at=restart_at, popen=None, tag=None, cgroup=None,
+            reason=WorkerReason.NONE, message="",
         )  # fmt: skip
 
     def load_pid_file(self) -> bool:
@@ -171,6 +267,11 @@ class WorkerProc:
         self.started_at = data.get("started_at")
         self.restart = int(data.get("restart", 0))
         self.tag = data.get("tag")
+        self.cgroup = RunCgroup.from_json(data.get("cgroup"))
+        memory, pids = data.get("memory_limit"), data.get("pids_limit")
+        self.limits = Limits(
+            memory=memory if isinstance(memory, int) else None, pids=pids if isinstance(pids, int) else None
+        )
         self.log_path = self.log_path.parent / f"{self.name}.{self.restart}.log"  # the adopted run's log
         return True
 
@@ -195,7 +296,7 @@ class WorkerProc:
             return WorkerState.RUNNING
         if self.finished_at is None:
             self._record_exit(now)
-        if self.exit_code == 0:
+        if self.exit_code == 0 and self.reason != WorkerReason.OOM_KILLED:
             return WorkerState.SUCCEEDED
         if self.stopped:
             return WorkerState.STOPPED
@@ -211,6 +312,44 @@ class WorkerProc:
             if rc is not None and not self.stopped:  # the launcher itself ended without a status
                 self.exit_code, self.signal = (128 - rc, -rc) if rc < 0 else (rc, None)
             self.finished_at = now
+        self._end_cgroup()
+
+    def _end_cgroup(self) -> None:
+        """The run has ended: what its cgroup saw (``read_cgroup``), then nothing of it is left
+        (whatever it left behind is killed) and the cgroup goes; unless the platform is stopping it
+        (``stopped``): what is left then has its whole grace period (``stop_group`` ends it)."""
+        self.read_cgroup()
+        if not self.stopped:
+            self.release_cgroup()
+
+    def read_cgroup(self) -> None:
+        """What the run's cgroup saw, as the worker's reason and message: an OOM kill that ended
+        the run (``OOMKilled``), OOM kills of some of its processes, forks refused at the pids limit."""
+        cg = self.cgroup
+        if cg is None:
+            return
+        notes = []
+        limit = describe_memory(self.limits.memory) if self.limits.memory else "its limit"
+        oom = cg.oom_kills()
+        if oom and not self.stopped and (self.exit_code in (None, 137) or self.signal == 9):
+            self.reason = WorkerReason.OOM_KILLED
+            notes.append(f"killed for using more memory than its limit {limit} (submit --memory)")
+            if self.exit_code is None:  # the kernel took the launcher itself: no status written
+                self.exit_code, self.signal = 137, 9
+        elif oom:
+            notes.append(f"{oom} of its processes were killed for using more memory than its limit {limit}")
+        refused = cg.pids_refused()
+        if refused:
+            pids = f" ({self.limits.pids})" if self.limits.pids else ""
+            notes.append(f"{refused} process or thread creations refused at the process limit{pids}")
+        self.message = "; ".join(notes)
+
+    def release_cgroup(self) -> None:
+        """Kill what is left in the run's cgroup and remove it."""
+        if self.cgroup is not None:
+            with contextlib.suppress(CgroupError):  # gone already: nothing is left to do
+                self.cgroup.remove()
+            self.cgroup = None
 
     def _status(self, now: float) -> tuple[int, int | None, float]:
         """(exit code, signal, finish time) from the launcher's status file. The file lies where the
@@ -247,6 +386,7 @@ def kill_leftovers(w: WorkerProc) -> None:
     holding its port, torchrun's workers)."""
     if w.pid is not None and (w.popen is None or w.popen.poll() is not None):
         _signal_group(w.pid, signal.SIGKILL)
+        w.release_cgroup()
         _kill_tagged([w])
 
 
@@ -325,8 +465,13 @@ def stop_group(workers: list[WorkerProc], grace: float) -> None:
     for w in live:
         assert w.pid is not None
         _signal_group(w.pid, signal.SIGKILL)
+    for w in workers:
+        if w.cgroup is not None:  # nothing of the run escapes its cgroup
+            w.cgroup.kill_all()
     _kill_tagged(workers)
     for w in workers:
         if w.popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 w.popen.wait(timeout=5)
+        w.read_cgroup()
+        w.release_cgroup()

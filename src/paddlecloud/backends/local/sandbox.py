@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # only a type here: the Slurm node-side jail imports this mod
     from paddlecloud.backends.base import JobLaunch
 
 __all__ = [
+    "API_SOCKET",
     "ISOLATION_MODES",
     "SANDBOX_UID",
     "Command",
@@ -80,6 +81,8 @@ __all__ = [
 
 #: the uid and gid a sandboxed worker runs as (mapped to the server's user outside)
 SANDBOX_UID = 1000
+#: where a sandboxed worker finds the run's API socket (``PADDLECLOUD_API_SOCKET``)
+API_SOCKET = "/run/paddlecloud/api.sock"
 #: what ``PATH`` holds after the job's environment inside a sandbox
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: the files and folders of /etc that programs read (libc, DNS, TLS, time zone, alternatives):
@@ -153,6 +156,9 @@ class WorkerDirs:
     #: the mount of the job's SampleSet on the worker's node, bound read-only at its own path
     #: (``PADDLECLOUD_SAMPLESET_DIR``); a platform mount, so bound by name
     sampleset: Path | None = None
+    #: the run's API socket (its monitor relays it to the API: ``node.apirelay``), bound at
+    #: ``API_SOCKET`` inside; None: the worker reaches the API's URL directly
+    api_socket: Path | None = None
 
 
 # -- paths reached without following links ---------------------------------------------------------
@@ -411,7 +417,7 @@ class Sandbox:
         return (
             f"{self.version()}: each worker in its own mount, pid, ipc and uts namespaces as {who}; it sees "
             "the system, its job's environment, its owner's PFS home (read-write), public (read-only), "
-            "its input and output, and nothing of the data dir; network shared (docs/security.md)"
+            "its input and output, and nothing of the data dir"
         )
 
     # -- commands ---------------------------------------------------------------------------
@@ -533,6 +539,8 @@ class JobJail:
         binds += ["--bind", str(dirs.cwd), str(dirs.cwd), "--bind", str(dirs.status), str(dirs.status)]
         if dirs.sampleset is not None:
             binds += ["--ro-bind", str(dirs.sampleset), str(dirs.sampleset)]
+        if dirs.api_socket is not None:
+            binds += ["--ro-bind", str(dirs.api_socket), API_SOCKET]
         binds += ["--die-with-parent"] if self.die_with_parent else []
         with self.sandbox._command(self.user, dirs, binds, list(self.data), argv) as cmd:
             yield cmd

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from paddlecloud.backends.local.isolation import RunLimits
 from paddlecloud.backends.local.nodes import NodeShape
 from paddlecloud.backends.options import isolation_mode, quantity
 
@@ -26,10 +27,15 @@ class LocalSettings:
     isolation: str = "auto"
     #: server environment variables workers get besides the defaults
     pass_env: tuple[str, ...] = ()
+    #: what every run gets besides its --memory and --cpu (``--max-pids``, ``--max-log-size``)
+    limits: RunLimits = field(default_factory=RunLimits)
+    #: the cgroup runs' cgroups go under (``--cgroup-root``; None: under the server's own)
+    cgroup_root: str | None = None
 
     #: the ``up`` options these settings are made from
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "nodes", "node_cpu", "node_memory", "node_gpu", "env_cache_size", "isolation", "pass_env",
+        "cgroup_root", *RunLimits.OPTIONS,
     )  # fmt: skip
 
     @classmethod
@@ -49,4 +55,6 @@ class LocalSettings:
             else quantity("memory", cache, "--env-cache-size"),
             isolation=isolation_mode(options.get("isolation")),
             pass_env=tuple(options.get("pass_env") or ()),
+            limits=RunLimits.from_options(options),
+            cgroup_root=options.get("cgroup_root") or None,
         )

@@ -36,7 +36,7 @@ from paddlecloud.backends.base import (
 )
 from paddlecloud.backends.errors import JobRejected, NotSupported
 from paddlecloud.backends.memory.samplesets import MemorySampleSets, MemoryVolumes
-from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.phases import WorkerReason, WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
 
@@ -62,12 +62,15 @@ class _Worker:
     finished_at: float | None = None
     #: lines per run
     logs: list[list[bytes]] = field(default_factory=lambda: [[]])
+    reason: WorkerReason = WorkerReason.NONE
+    message: str = ""
 
     def status(self) -> WorkerStatus:
         return WorkerStatus(
             self.name, self.role, self.index, self.state, node=self.node, endpoint=self.endpoint,
             restarts=self.run, exit_code=self.exit_code, started_at=self.started_at,
             finished_at=self.finished_at, log_path=f"memory:{self.name}.{self.run}",
+            reason=self.reason, message=self.message,
         )  # fmt: skip
 
 
@@ -76,6 +79,7 @@ class _Job:
     launch: JobLaunch
     workers: dict[str, _Worker]
     failure: str | None = None
+    failure_reason: str = "WorkerFailed"
     stopped: bool = False
     events: list[BackendEvent] = field(default_factory=list)
 
@@ -115,14 +119,18 @@ class MemoryEngine:
             self.jobs[key].workers[worker].logs[-1].append(line.encode() + b"\n")
             self.changed.notify_all()
 
-    def exit(self, key: str, worker: str, code: int) -> None:
+    def exit(self, key: str, worker: str, code: int, reason: WorkerReason = WorkerReason.NONE,
+             message: str = "") -> None:  # fmt: skip
+        """``worker``'s run ends with ``code`` (and why, as a backend that knows more says it:
+        ``OOMKilled`` and the limit); a failure fails the job, with ``reason`` when given."""
         with self.lock:
             job = self.jobs[key]
             w = job.workers[worker]
             w.state = WorkerState.SUCCEEDED if code == 0 else WorkerState.FAILED
-            w.exit_code, w.finished_at = code, self.now()
+            w.exit_code, w.finished_at, w.reason, w.message = code, self.now(), reason, message
             if code != 0 and job.failure is None:
-                job.failure = f"{worker} exited with code {code}"
+                job.failure = f"{worker} exited with code {code}" + (f": {message}" if message else "")
+                job.failure_reason = str(reason) or "WorkerFailed"
             self.changed.notify_all()
 
     def restart(self, key: str, worker: str) -> None:
@@ -130,6 +138,7 @@ class MemoryEngine:
         with self.lock:
             w = self.jobs[key].workers[worker]
             w.run, w.state, w.exit_code, w.finished_at = w.run + 1, WorkerState.RUNNING, None, None
+            w.reason, w.message = WorkerReason.NONE, ""
             w.logs.append([])
             self.changed.notify_all()
 
@@ -257,6 +266,7 @@ class MemoryBackend:
             return JobStatus(
                 workers=tuple(w.status() for w in job.workers.values()),
                 failure=job.failure,
+                failure_reason=job.failure_reason,
                 finished=job.finished(),
                 events=events,
             )

@@ -89,7 +89,7 @@ from paddlecloud.backends.slurm.records import (
     write_record,
 )
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
-from paddlecloud.backends.slurm.script import DEFAULT_NEED, MIB, BatchScripts, status_file
+from paddlecloud.backends.slurm.script import DEFAULT_NEED, MIB, BatchScripts, ready_file, status_file
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology
@@ -97,12 +97,16 @@ from paddlecloud.core.phases import WorkerReason, WorkerState
 from paddlecloud.core.quantity import human_memory
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import Exit, Restart, decide
+from paddlecloud.node import netns
 from paddlecloud.runtime import membership
 from paddlecloud.scheduler import WorkerPlacement
 
 __all__ = ["SlurmBackend", "create"]
 
 log = logging.getLogger("paddlecloud.backends.slurm")
+
+#: the first VXLAN id handed to a job (the lower ones are left to the site)
+_FIRST_VNI = 4096
 
 
 class SlurmBackend:
@@ -143,7 +147,13 @@ class SlurmBackend:
         )
         #: SampleSets: volume and admin mount here, node caches and mounts on the nodes (samplesets.py)
         self.samplesets = SlurmSampleSets(settings, self.root / "samplesets")
-        self._scripts = BatchScripts(settings, self._pythonpath, self._sandbox, self.samplesets)
+        #: a sandboxed job's workers get a network namespace per host (nodekeep.py), made on the
+        #: nodes as root: asked for with --isolation sandbox; with auto where this host could
+        self._scripts = BatchScripts(
+            settings, self._pythonpath, self._sandbox, self.samplesets,
+            network=self._sandbox is not None and (settings.isolation == "sandbox" or netns.probe() is None),
+            addresses=lambda: self._addresses,
+        )  # fmt: skip
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -229,6 +239,7 @@ class SlurmBackend:
             workers[store.name] = store
         job = JobRecord(launch, jdir, workers, (ports[-2], ports[-1]))
         with self._lock:
+            job.vni = self._free_vni()
             self._jobs[launch.key] = job
         with job.lock:
             try:
@@ -306,6 +317,8 @@ class SlurmBackend:
             )
         )
         with self._lock:
+            if not job.vni or any(j.vni == job.vni for j in self._jobs.values()):  # an older record
+                job.vni = self._free_vni()
             self._jobs[launch.key] = job
 
     def sync(self, key: str) -> JobStatus:
@@ -336,8 +349,7 @@ class SlurmBackend:
         self._cancel(job, [*job.workers.values(), *job.retired.values()], grace)
         with job.lock:
             self._refresh(job)
-            job.stage = Stage.DONE
-            self._record(job)
+            self._done(job)
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
         job = self._get(key)
@@ -462,12 +474,34 @@ class SlurmBackend:
         if job.stage == Stage.STOPPING and all(
             w.state in ENDED or w.slurm_id is None for w in job.workers.values()
         ):
-            job.stage = Stage.DONE
+            self._done(job)
         self._record(job)
 
+    def _done(self, job: JobRecord) -> None:
+        """Every Slurm job of ``job`` has ended. Its workers' monitors removed its namespace on
+        each host; one killed first (a cancelled run) left it: the one on this host, if any, goes
+        now (the others are collected by the next run on their host: ``nodekeep.py``)."""
+        job.stage = Stage.DONE
+        self._record(job)
+        name = self._scripts.netns(job)
+        if name and netns.exists(name):
+            try:
+                netns.remove(name, if_unused=True)
+            except netns.NetnsError as exc:
+                log.warning("%s: removing its network namespace here failed: %s", job.launch.key, exc)
+
     def _servers_ready(self, job: JobRecord) -> bool:
+        """Every server runs and listens: its monitor's mark (the server cannot connect into the
+        job's namespace), or, unsandboxed, a connection to it."""
         servers = job.servers()
+        if self._scripts.kept:
+            return all(w.state == WorkerState.RUNNING and ready_file(job, w).exists() for w in servers)
         return all(w.state == WorkerState.RUNNING and _listening(self._host(w), w.port) for w in servers)
+
+    def _free_vni(self) -> int:
+        """The smallest VXLAN id no live job of this server has (the caller holds ``_lock``)."""
+        used = {j.vni for j in self._jobs.values() if j.stage != Stage.DONE}
+        return next(v for v in itertools.count(_FIRST_VNI) if v not in used)
 
     def _restart_or_fail(self, job: JobRecord, w: WorkerRecord, now: float) -> None:
         ran = (w.finished_at - w.started_at) if w.finished_at and w.started_at else None

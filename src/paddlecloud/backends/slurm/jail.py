@@ -48,6 +48,8 @@ from paddlecloud.backends.local.sandbox import (
     Sandbox,
     WorkerDirs,
 )
+from paddlecloud.backends.slurm.nodekeep import RunKeep
+from paddlecloud.node.netns import NetnsError
 from paddlecloud.runtime.launcher import write_json_atomic
 
 __all__ = ["CANNOT_CONFINE", "JailSpec", "SpecError", "exec_confined", "fail_run", "main"]
@@ -89,20 +91,26 @@ class JailSpec:
     userns: bool = True
     #: the run's SampleSet mount on the node, bound read-only ("" : the job has none)
     sampleset: str = ""
+    #: what the node keeps besides the sandbox: the job's network, pids, the log, the API relay
+    #: (``nodekeep.py``); None: the sandbox alone (a spec written by an earlier version)
+    keep: RunKeep | None = None
 
     @classmethod
-    def of(cls, jail: JobJail, dirs: WorkerDirs, command: list[str], *, gpus: bool) -> JailSpec:
+    def of(
+        cls, jail: JobJail, dirs: WorkerDirs, command: list[str], *, gpus: bool, keep: RunKeep | None = None
+    ) -> JailSpec:
         """The spec of ``jail`` (made by the server's sandbox) for one run of a worker."""
         return cls(
             user=jail.user, env_dir=str(jail.env_dir), shim=str(jail.sandbox.shim),
             data=tuple((opt, str(path), is_dir) for opt, path, is_dir in jail.data),
             shared=tuple(map(str, jail.shared)), cwd=str(dirs.cwd), status=str(dirs.status),
             tmp=str(dirs.tmp), hostname=dirs.hostname, command=tuple(command), gpus=gpus,
-            userns=jail.sandbox.userns, sampleset=str(dirs.sampleset or ""),
+            userns=jail.sandbox.userns, sampleset=str(dirs.sampleset or ""), keep=keep,
         )  # fmt: skip
 
     def write(self, path: Path) -> None:
         data = {"version": _VERSION, **asdict(self)}
+        data["keep"] = self.keep.to_dict() if self.keep is not None else None
         write_json_atomic(str(path), data)
 
     @classmethod
@@ -146,11 +154,12 @@ class JailSpec:
             data=tuple((d[0], d[1], d[2]) for d in data), shared=texts("shared"), cwd=text("cwd"),
             status=text("status"), tmp=text("tmp"), hostname=text("hostname"), command=texts("command"),
             gpus=flag("gpus"), userns=flag("userns"),
-            sampleset=text("sampleset") if "sampleset" in raw else "",
+            sampleset=text("sampleset") if "sampleset" in raw else "", keep=_keep(raw.get("keep"), where),
         )  # fmt: skip
 
-    def jail(self, sandbox: Sandbox) -> tuple[JobJail, WorkerDirs]:
-        """The local backend's jail and worker folders for this run, with ``sandbox`` (this node's)."""
+    def jail(self, sandbox: Sandbox, api_socket: str = "") -> tuple[JobJail, WorkerDirs]:
+        """The local backend's jail and worker folders for this run, with ``sandbox`` (this node's);
+        ``api_socket``: the run's API socket on this node, bound into the sandbox."""
         data = tuple((opt, Path(path), is_dir) for opt, path, is_dir in self.data)
         shared = tuple(map(Path, self.shared))
         # the batch step (slurmstepd) starts bwrap: the sandbox ends with it and with the launcher
@@ -158,8 +167,18 @@ class JailSpec:
         dirs = WorkerDirs(
             cwd=Path(self.cwd), status=Path(self.status), tmp=Path(self.tmp), hostname=self.hostname,
             address=_node_address(), sampleset=Path(self.sampleset) if self.sampleset else None,
+            api_socket=Path(api_socket) if api_socket else None,
         )  # fmt: skip
         return jail, dirs
+
+
+def _keep(raw: Any, where: str) -> RunKeep | None:
+    if raw is None:
+        return None
+    try:
+        return RunKeep.from_dict(raw)
+    except (ValueError, TypeError) as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def _node_address() -> str:
@@ -180,13 +199,22 @@ def exec_confined(spec: JailSpec) -> None:
         )
     sandbox = Sandbox(Path(spec.shim), gpus=spec.gpus)
     sandbox.userns = spec.userns
-    jail, dirs = spec.jail(sandbox)
+    monitor: list[str] = []
+    api = ""
+    if spec.keep is not None:  # the job's network, pids, the log cap, the API relay (nodekeep.py)
+        run = os.environ.get("SLURM_JOB_ID") or str(os.getpid())
+        monitor = spec.keep.prepare(
+            os.environ.get("SLURMD_NODENAME", ""), run, os.path.join(spec.status, "exit.json")
+        )
+        api = spec.keep.api_socket(run) if spec.keep.netns else ""
+    jail, dirs = spec.jail(sandbox, api)
     with jail.wrap(dirs, [jail.python, *spec.command]) as cmd:
         for fd in cmd.fds:
             os.set_inheritable(fd, True)
+        argv = [*monitor, *cmd.argv]
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execv(cmd.argv[0], cmd.argv)
+        os.execv(argv[0], argv)
 
 
 def fail_run(status: str, code: int, message: str) -> int:
@@ -220,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("", str(exc))
     try:
         exec_confined(spec)
-    except (IsolationError, ConfinementError, OSError) as exc:
+    except (IsolationError, ConfinementError, OSError, NetnsError) as exc:
         return _fail(spec.status, str(exc))
     return CANNOT_CONFINE  # not reached: exec_confined returns only by raising
 

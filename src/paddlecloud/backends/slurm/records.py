@@ -5,7 +5,9 @@
 
 ``record.json`` lives in the job's directory on the shared filesystem and is rewritten atomically
 after every change of a worker's run or state, so a server killed at any moment is followed by one
-that knows every Slurm job it started.
+that knows every Slurm job it started. It also keeps the job's rendezvous key (elastic torch:
+``PADDLECLOUD_RDZV_KEY``, the same for every run of every trainer): the job's directory is the
+server's, and a sandboxed worker sees only its ``contract/`` of it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from paddlecloud.backends.base import BackendEvent, JobLaunch
+from paddlecloud.core.envcontract import new_rendezvous_key
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.runtime.launcher import write_json_atomic
 
@@ -93,6 +96,11 @@ class JobRecord:
     retired: dict[str, WorkerRecord] = field(default_factory=dict)
     events: list[BackendEvent] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: signs the job's torch rendezvous state (``PADDLECLOUD_RDZV_KEY``): one per job, recorded so
+    #: that runs submitted after a server restart get the same one
+    rendezvous_key: str = field(default_factory=new_rendezvous_key, repr=False)
+    #: the VNI of the job's VXLAN between its hosts (unique among the server's live jobs; 0: none)
+    vni: int = 0
 
     def role(self, role: str) -> list[WorkerRecord]:
         return sorted((w for w in self.workers.values() if w.role == role), key=lambda w: w.index)
@@ -114,6 +122,8 @@ def write_record(job: JobRecord) -> None:
         "workers": {name: dataclasses.asdict(w) for name, w in job.workers.items()},
         "retired": {name: dataclasses.asdict(w) for name, w in job.retired.items()},
         "env_dir": job.env_dir,
+        "rendezvous_key": job.rendezvous_key,
+        "vni": job.vni,
     }
     write_json_atomic(str(job.dir / "record.json"), data)
 
@@ -128,4 +138,6 @@ def read_record(launch: JobLaunch, jdir: Path) -> JobRecord:
     job = JobRecord(launch, jdir, workers, tuple(rec["stores"]), Stage(rec["stage"]), retired=retired)
     job.job_restarts = int(rec.get("job_restarts", 0))
     job.env_dir = str(rec.get("env_dir", ""))
+    job.rendezvous_key = str(rec.get("rendezvous_key") or "") or job.rendezvous_key  # recorded earlier
+    job.vni = int(rec.get("vni") or 0)
     return job

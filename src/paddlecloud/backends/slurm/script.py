@@ -16,26 +16,31 @@ The exit status of each run is written by its launcher to :func:`status_file`.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import shlex
 import shutil
 import sys
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from paddlecloud.backends.local.sandbox import JobJail, Sandbox, WorkerDirs, worker_base_env
+from paddlecloud.backends.local.keeper import api_target
+from paddlecloud.backends.local.sandbox import API_SOCKET, JobJail, Sandbox, WorkerDirs, worker_base_env
 from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.backends.slurm.jail import JailSpec
-from paddlecloud.backends.slurm.records import RENDEZVOUS, JobRecord, WorkerRecord, slug
+from paddlecloud.backends.slurm.nodekeep import NETNS_PREFIX, RunKeep
+from paddlecloud.backends.slurm.records import RENDEZVOUS, SERVER_ROLES, JobRecord, WorkerRecord, slug
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.resources import Resources
+from paddlecloud.runtime import contract
 from paddlecloud.runtime.torchelastic import RUN_TAG_VAR
 
-__all__ = ["DEFAULT_NEED", "MIB", "BatchScripts", "command", "status_file"]
+__all__ = ["DEFAULT_NEED", "MIB", "BatchScripts", "command", "ready_file", "status_file"]
 
 MIB = 1024 * 1024
 #: what a worker needs when the launch does not say (one CPU, 512 MiB)
@@ -52,6 +57,23 @@ class BatchScripts:
     sandbox: Sandbox | None
     #: the SampleSets (a job with one mounts it on the node for each run; None: not offered)
     samplesets: SlurmSampleSets | None = None
+    #: sandboxed jobs get a network namespace per host (``nodekeep.py``); False: the node's network
+    network: bool = False
+    #: every node's address by name (Slurm's NodeAddr): the hosts a job's VXLAN floods to
+    addresses: Callable[[], Mapping[str, str]] = field(default=dict)
+
+    @property
+    def kept(self) -> bool:
+        """Runs are started by their monitor on the node (sandboxed): servers mark themselves ready
+        (``ready_file``), the log is capped, the job has its network."""
+        return self.sandbox is not None
+
+    def netns(self, job: JobRecord) -> str:
+        """The job's network namespace on each of its hosts ("" : the nodes' network)."""
+        if not (self.network and self.kept):
+            return ""
+        ident = f"{self.settings.root}\0{job.launch.key}"
+        return NETNS_PREFIX + hashlib.sha256(ident.encode()).hexdigest()[:16]
 
     def sbatch(self, job: JobRecord, w: WorkerRecord, topology: Topology) -> tuple[list[str], dict[str, str]]:
         launch, s = job.launch, self.settings
@@ -89,6 +111,7 @@ class BatchScripts:
             gpus=tuple(range(need.gpu)) if need.gpu else None, trainer_range=launch.trainer_range,
             user_env=launch.env, api=launch.api,
             membership_file=str(job.dir / "contract" / "membership.json"),
+            rendezvous_key=job.rendezvous_key,
         )  # fmt: skip
         env = {**base, **worker_env(ctx)}
         if need.gpu:  # Slurm sets them to the GPUs it gives the job (GRES), whatever the indices here
@@ -123,12 +146,27 @@ class BatchScripts:
         dirs = WorkerDirs(cwd=cwd, status=status.parent, tmp=job.dir / "tmp" / w.name,
                           hostname=f"{w.name}-{tag[:8]}", sampleset=sampleset)  # fmt: skip
         spec = job.dir / "run" / f"{w.name}.{w.run}.jail.json"
-        JailSpec.of(jail, dirs, launcher, gpus=gpus).write(spec)
+        keep = self._keep(job, w)
+        JailSpec.of(jail, dirs, launcher, gpus=gpus, keep=keep).write(spec)
         env = worker_base_env(
             os.environ, (), sandboxed=True, env_dir=jail.env_dir, shim=self.pythonpath, user=job.launch.user
         )
         env.update(common)
+        if keep.netns and keep.api_target:  # the API, relayed into the job's namespace
+            env[contract.API_SOCKET] = API_SOCKET
         return [s.python, "-I", "-m", "paddlecloud.backends.slurm.jail", str(spec)], env
+
+    def _keep(self, job: JobRecord, w: WorkerRecord) -> RunKeep:
+        """What the node keeps for this run besides its sandbox (``nodekeep.py``)."""
+        limits, name = self.settings.limits, self.netns(job)
+        server = w.role in SERVER_ROLES
+        return RunKeep(
+            log=str(job.dir / "logs" / f"{w.name}.{w.run}.log"), max_log_bytes=limits.max_log_bytes,
+            max_pids=limits.max_pids if limits.resources != "off" else None, netns=name, vni=job.vni,
+            addresses=dict(self.addresses()) if name else {}, api_target=api_target(job.launch.api.url),
+            api_dir=str(self.settings.node_cache / "run"), ready_port=w.port if server else 0,
+            ready_file=str(ready_file(job, w)) if server else "",
+        )  # fmt: skip
 
     def jail(self, job: JobRecord) -> JobJail | None:
         """What the job's workers are confined to (None: isolation none); without requirements.txt
@@ -146,6 +184,12 @@ class BatchScripts:
 def status_file(job: JobRecord, w: WorkerRecord) -> Path:
     """Where this run's launcher writes its exit status (its folder is bound into a sandbox)."""
     return job.dir / "run" / f"{w.name}.{w.run}" / "exit.json"
+
+
+def ready_file(job: JobRecord, w: WorkerRecord) -> Path:
+    """Where the monitor of a server's run (pserver, store) marks that it listens (the job's
+    ``run/``, on the shared directory: the server reads it)."""
+    return job.dir / "run" / f"{w.name}.{w.run}.ready"
 
 
 def command(w: WorkerRecord, entry: str) -> str:

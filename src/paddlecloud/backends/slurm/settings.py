@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from paddlecloud.backends.local.isolation import RunLimits
 from paddlecloud.backends.options import OptionError, isolation_mode
 
 __all__ = ["SlurmSettings"]
@@ -51,11 +52,14 @@ class SlurmSettings:
     #: node's own disk that outlives jobs (not a per-job ``$TMPDIR``); ``<node>`` keeps emulated
     #: nodes that share one host apart (docs/slurm.md)
     node_cache: Path = Path("/var/cache/paddlecloud")
+    #: what the node keeps for each sandboxed run besides Slurm's memory and CPU limits: the pids
+    #: limit, the log cap (``--max-pids``, ``--max-log-size``; ``nodekeep.py``)
+    limits: RunLimits = field(default_factory=RunLimits)
 
     #: the ``up`` options these settings are made from
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg", "isolation",
-        "slurm_node_cache",
+        "slurm_node_cache", *RunLimits.OPTIONS,
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -95,4 +99,5 @@ class SlurmSettings:
             sbatch_args=tuple(options.get("slurm_sbatch_arg") or ()),
             isolation=isolation_mode(options.get("isolation")),
             node_cache=Path(options.get("slurm_node_cache") or cls.node_cache),
+            limits=RunLimits.from_options(options),
         )

@@ -1,0 +1,246 @@
+"""The monitor of one worker run: the process a backend starts for it, which owns the run.
+
+    python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]...
+        [--api-socket PATH --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F]
+        [--release-netns NAME] -- ARGV...
+
+In order, before the run's program exists:
+
+1. SIGTERM, SIGINT and SIGHUP are ignored: a graceful stop is sent to the run's process group and
+   must reach the launcher inside the sandbox (it passes it to the program); the monitor lives as
+   long as what it runs and SIGKILL to the group ends it with the rest.
+2. It writes itself into each ``--cgroup`` folder's ``cgroup.procs`` (``cgroups.RunCgroup``, made
+   by the backend with the run's limits): everything it starts is inside, and cannot leave.
+3. With ``--api-socket``, it listens there and relays to the API (``apirelay``); the sandbox binds
+   the socket, the job's network namespace has no other way out.
+4. It runs ARGV with stdin from /dev/null and stdout and stderr into a pipe. The backend puts the
+   way into the job's network namespace at the front of ARGV (``netns.enter_argv``): the program
+   runs inside it while the monitor stays outside, where the API is.
+5. It copies the pipe into ``--log``, bounded by ``--max-log-bytes`` (``logcap.CappedLog``), and
+   with ``--ready-port`` writes ``--ready-file`` once the program listens there: the backend cannot
+   see into the job's namespace, the monitor reads the child's ``/proc/<pid>/net/tcp``.
+
+When ARGV ends the monitor drains the pipe (at most ``DRAIN_S`` more if something the run left
+behind still holds it), with ``--release-netns`` removes the job's namespace on this host when no
+process is left in it (a Slurm node: the job's last worker there; ``netns.remove``), and exits the
+way ARGV did: the same code, or the same signal. If a step
+before the start fails, the reason goes to its stderr (the log) and ``--status`` (the launcher's
+status file, when given) gets exit code 126, as the Slurm jail does.
+
+Standard library only, and imports as little as it can (no argparse, dataclasses or pathlib): its
+start-up is part of every worker's.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+
+from paddlecloud.node import ports
+from paddlecloud.node.logcap import CappedLog
+
+__all__ = ["CANNOT_START", "DRAIN_S", "Options", "main", "parse"]
+
+#: the exit status of a run whose monitor could not set it up
+CANNOT_START = 126
+#: how long the log is still read after the program ended, while something else holds the pipe
+DRAIN_S = 2.0
+_CHUNK = 64 * 1024
+_USAGE = (
+    "usage: python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]... "
+    "[--api-socket PATH --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] "
+    "[--release-netns NAME] -- ARGV..."
+)
+
+
+class Options:
+    """What the command line says (``parse``)."""
+
+    def __init__(self) -> None:
+        self.log = ""
+        self.max_log_bytes: int | None = None
+        self.cgroups: list[str] = []
+        self.api_socket = ""
+        self.api_target = ""
+        self.status = ""
+        self.ready_port = 0
+        self.ready_file = ""
+        self.release_netns = ""
+        self.argv: list[str] = []
+
+
+def parse(argv: list[str]) -> Options:
+    """The options of ``argv`` (ValueError with the usage when they are not right)."""
+    o = Options()
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        name = argv[i]
+        if i + 1 >= len(argv):
+            raise ValueError(f"{name} needs a value; {_USAGE}")
+        value = argv[i + 1]
+        if name == "--log":
+            o.log = value
+        elif name == "--max-log-bytes":
+            if not value.isdigit():
+                raise ValueError(f"--max-log-bytes {value!r} is not a number of bytes")
+            o.max_log_bytes = int(value)
+        elif name == "--cgroup":
+            o.cgroups.append(value)
+        elif name == "--api-socket":
+            o.api_socket = value
+        elif name == "--api-target":
+            o.api_target = value
+        elif name == "--status":
+            o.status = value
+        elif name == "--ready-port":
+            if not value.isdigit():
+                raise ValueError(f"--ready-port {value!r} is not a port")
+            o.ready_port = int(value)
+        elif name == "--ready-file":
+            o.ready_file = value
+        elif name == "--release-netns":
+            o.release_netns = value
+        else:
+            raise ValueError(f"unknown option {name!r}; {_USAGE}")
+        i += 2
+    o.argv = argv[i + 1 :]
+    if not o.log or not o.argv:
+        raise ValueError(_USAGE)
+    return o
+
+
+def _fail(status: str, message: str) -> int:
+    print(f"paddlecloud: the worker could not be started: {message}", file=sys.stderr, flush=True)
+    if status:
+        try:
+            tmp = f"{status}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(f'{{"exit_code": {CANNOT_START}, "signal": null, "finished_at": {time.time()}}}')
+            os.replace(tmp, status)
+        except OSError as exc:
+            print(f"paddlecloud: writing the exit status failed: {exc}", file=sys.stderr, flush=True)
+    return CANNOT_START
+
+
+def _join(folders: list[str]) -> None:
+    """Into the run's cgroup (the kernel's interface: our pid into each folder's cgroup.procs)."""
+    for folder in folders:
+        with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+
+def _relay(o: Options) -> None:
+    if not o.api_socket:
+        return
+    from paddlecloud.node.apirelay import Relay  # sockets and threads only when relaying
+
+    host, _, port = o.api_target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--api-target {o.api_target!r} is not HOST:PORT")
+    Relay(o.api_socket, (host.strip("[]"), int(port))).start()
+
+
+def _spawn(argv: list[str], out: int) -> int:
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, out, 1),
+        (os.POSIX_SPAWN_DUP2, out, 2),
+    ]
+    return os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
+
+
+class _Ready:
+    """``--ready-port``: writes ``--ready-file`` once the run's program listens on the port (seen in
+    the child's network namespace, ``ports.listening``)."""
+
+    def __init__(self, o: Options, pid: int) -> None:
+        self.port, self.path, self.pid = o.ready_port, o.ready_file, pid
+        self.done = not (self.port and self.path)
+
+    def check(self) -> None:
+        if not self.done and ports.listening(self.pid, self.port):
+            with open(self.path, "w") as f:
+                f.write(f"{self.port}\n")
+            self.done = True
+
+
+def _pump(pipe: int, log: CappedLog, pid: int, ready: _Ready) -> int:
+    """Copy the pipe into the log until it ends (or ``DRAIN_S`` after ``pid`` ended); the wait
+    status of ``pid``."""
+    status: int | None = None
+    ended_at = 0.0
+    reads = 0
+    while True:
+        ready_to_read, _, _ = select.select([pipe], [], [], 0.2)
+        if ready_to_read:
+            data = os.read(pipe, _CHUNK)
+            if not data:
+                break
+            log.write(data)
+            reads += 1
+            if reads % 64:
+                continue
+        ready.check()
+        if status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status, ended_at = st, time.monotonic()
+        elif time.monotonic() - ended_at > DRAIN_S:
+            break
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    return status
+
+
+def _release(name: str) -> None:
+    """The job's namespace on this host goes if no process is left in it (the monitor is outside)."""
+    from paddlecloud.node import netns  # only at the end: not on the start's path
+
+    try:
+        netns.remove(name, if_unused=True)
+    except netns.NetnsError as exc:
+        print(f"paddlecloud: removing the job's network namespace {name} failed: {exc}", file=sys.stderr)
+
+
+def _exit_like(status: int) -> int:
+    """Exit the way the child did: its code, or its signal."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # the others may be ignored here: not now
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig  # not reached for a deadly signal
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        o = parse(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        print(f"paddlecloud-monitor: {exc}", file=sys.stderr)
+        return 2
+    try:
+        _join(o.cgroups)
+        _relay(o)
+        fd = os.open(o.log, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        log = CappedLog(fd, o.max_log_bytes)
+        r, w = os.pipe()
+        try:
+            pid = _spawn(o.argv, w)
+        finally:
+            os.close(w)
+    except (OSError, ValueError) as exc:
+        return _fail(o.status, str(exc))
+    status = _pump(r, log, pid, _Ready(o, pid))
+    if o.release_netns:
+        _release(o.release_netns)
+    return _exit_like(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
