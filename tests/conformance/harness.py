@@ -7,6 +7,8 @@ engine as a test would (run workers, make one exit, see what is left, restart th
     Harness.exit(key, w, code)  make worker ``w`` end with ``code`` (as its program would)
     Harness.leftovers(key)      what of the job still runs on the engine (processes, pods, records)
     Harness.reopen()            a server restart: a new backend over the same engine (for adopt)
+    Harness.write_scratch(key, w, n)   ``n`` bytes into worker ``w``'s working directory, as its
+                                program would (backends declaring ``disk-usage``)
 
 Every worker, once running, has written ``hello from <worker>`` to its log.
 """
@@ -14,6 +16,7 @@ Every worker, once running, has written ``hello from <worker>`` to its log.
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 import time
 from collections.abc import Callable
@@ -59,6 +62,7 @@ class Harness(Protocol):
     def exit(self, key: str, worker: str, code: int) -> None: ...
     def leftovers(self, key: str) -> list[str]: ...
     def reopen(self) -> Backend: ...
+    def write_scratch(self, key: str, worker: str, n: int) -> None: ...
 
 
 def _launch(name: str, node: str, pservers: int, trainers: int, **kw: Any) -> JobLaunch:
@@ -106,6 +110,9 @@ class MemoryHarness:
 
     def exit(self, key: str, worker: str, code: int) -> None:
         self.backend.engine.exit(key, worker, code)
+
+    def write_scratch(self, key: str, worker: str, n: int) -> None:
+        self.backend.engine.write(key, "scratch", n)
 
     def leftovers(self, key: str) -> list[str]:
         return list(self.backend.engine.running(key))
@@ -184,6 +191,12 @@ class LocalHarness:
     def exit(self, key: str, worker: str, code: int) -> None:
         (self._control(key.partition("/")[2]) / f"{worker}.exit").write_text(str(code))
 
+    def write_scratch(self, key: str, worker: str, n: int) -> None:
+        (self._jobs_root() / key / "workers" / worker / "scratch.bin").write_bytes(os.urandom(n))
+
+    def _jobs_root(self) -> Path:
+        return Path(self.backend.config.root) / "jobs"
+
     def _control(self, name: str) -> Path:
         return self.root / "out" / name / "control"
 
@@ -231,6 +244,9 @@ class KubeHarness:
         pods = [p["metadata"]["name"] for p in self.kube.list("pods", self.NS)]
         return [p for p in pods if p.startswith(f"{name}-")]
 
+    def write_scratch(self, key: str, worker: str, n: int) -> None:
+        raise AssertionError("the Kubernetes backend does not declare disk-usage")
+
     def reopen(self) -> Backend:
         from paddlecloud.backends.kubernetes.backend import KubernetesBackend
         from paddlecloud.backends.kubernetes.settings import KubeSettings
@@ -253,6 +269,9 @@ class SlurmHarness(LocalHarness):
         from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
 
         return SlurmBackend(SlurmSettings(root=self.root / "slurm", cleanup_grace=1), time.time, lambda: None)
+
+    def _jobs_root(self) -> Path:
+        return Path(self.backend.root) / "jobs"
 
     def launch(self, name: str, pservers: int = 0, trainers: int = 1) -> JobLaunch:
         from dataclasses import replace

@@ -5,6 +5,8 @@ server restart where declared."""
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
 from paddlecloud.backends.base import Capability, LogRequest
@@ -145,3 +147,31 @@ def test_errors_are_the_contracts_kinds(harness: Harness) -> None:
     if declares(harness, Capability.RESIZE):
         with pytest.raises(BackendError):
             harness.backend.add_trainer(launch.key, WorkerPlacement("trainer", 1, launch.placement[0].node))
+
+
+def _bytes(h: Harness, key: str) -> int:
+    return collections.deque(h.backend.disk_usage(key), maxlen=1)[0]
+
+
+def test_disk_usage_counts_a_jobs_folders_and_its_scratch_goes_when_it_ends(harness: Harness) -> None:
+    """``disk-usage``: what a worker writes into its working directory counts while the job runs,
+    is gone once the job has ended (its logs stay readable), and nothing is left after ``forget``."""
+    launch = harness.launch("disk", trainers=1)
+    harness.backend.start(launch)
+    harness.all_running(launch.key)
+    if not declares(harness, Capability.DISK_USAGE):
+        with pytest.raises(NotSupported):
+            list(harness.backend.disk_usage(launch.key))
+        stopped(harness, launch.key)
+        return
+    before = _bytes(harness, launch.key)
+    harness.write_scratch(launch.key, "trainer-0", 4 * 2**20)
+    during = _bytes(harness, launch.key)
+    assert during >= before + 4 * 2**20
+    harness.exit(launch.key, "trainer-0", 0)
+    wait_for("the job finished", lambda: harness.backend.sync(launch.key).finished)
+    wait_for("its scratch removed", lambda: _bytes(harness, launch.key) <= during - 4 * 2**20)
+    log = b"".join(harness.backend.read_log(LogRequest(launch.key, ("trainer-0",))))
+    assert b"hello from trainer-0" in log  # retention: the logs of a finished job stay
+    harness.backend.forget(launch.key)
+    assert _bytes(harness, launch.key) == 0

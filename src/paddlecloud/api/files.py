@@ -63,6 +63,12 @@ class StorageUsage(_Model):
     limit: int | None
     #: bytes of the user's SampleSet caches (included in ``used``)
     samplesets: int = 0
+    #: bytes of the user's jobs' own folders on the backend's disks, as last measured (included in
+    #: ``used``): the workers' copies of the package and their /tmp while a job runs, its logs until
+    #: it is deleted (docs/pfs.md "What counts")
+    jobs: int = 0
+    #: bytes of the files in the user's PFS home (included in ``used``: used = pfs + samplesets + jobs)
+    pfs: int = 0
 
 
 class PfsHome(_Model):

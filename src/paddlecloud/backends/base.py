@@ -21,7 +21,9 @@ never the reconcile cycle.
 Capabilities. Every backend declares its :class:`Capability` set; the controller calls an optional
 operation only when it is declared (``adopt``, ``add_trainer``/``remove_trainer``, ``read_log``
 with ``previous`` or ``follow``), and a backend raises ``NotSupported`` for one it did not declare.
-``shared-capacity``: ``nodes()`` reports other work's load (``NodeInfo.foreign``).
+``shared-capacity``: ``nodes()`` reports other work's load (``NodeInfo.foreign``). ``disk-usage``:
+``disk_usage(key)`` measures a job's own folders (they count in its owner's storage quota), and a
+job's scratch is removed once it ends (``backends.jobdirs``).
 ``fetch-package``: workers fetch the package with ``JobLaunch.package_url`` and the job token, since
 ``JobLaunch.package`` is a path on the server's machine. Endpoints are known before start, or, where
 the engine chooses hosts, resolved by the workers at run time (``Topology.at_run_time`` and
@@ -84,6 +86,9 @@ class Capability(StrEnum):
     #: SampleSets (data sets cached on the nodes, ``backends.samplesets``): the backend has a
     #: ``samplesets`` attribute (a ``SampleSetBackend``) and binds ``JobLaunch.sampleset``
     SAMPLESETS = "samplesets"
+    #: ``disk_usage`` measures what each job's own folders hold on the engine's disks (the
+    #: workers' copies of the package, their /tmp, logs): it counts in the owner's storage use
+    DISK_USAGE = "disk-usage"
 
 
 @dataclass(frozen=True)
@@ -269,6 +274,20 @@ class Backend(Protocol):
 
     def read_log(self, req: LogRequest) -> Iterator[bytes]:
         """The worker's log; with ``follow``, keeps yielding until the worker has ended."""
+        ...
+
+    def disk_usage(self, key: str) -> Iterator[int]:
+        """What the job's own folders on the engine's disks hold, in bytes (capability
+        ``disk-usage``): everything the backend keeps for the job outside PFS (the workers' copies
+        of the package and their /tmp while it runs, its logs until ``forget``), at least each
+        file's size. A walk that can be paused: running totals every few hundred entries, the last
+        one the total; a job it has no folders of: ``0``. Called from the controller's disk watch
+        thread (never the reconcile loop) while the job exists, so it must not hold a lock that
+        ``sync`` needs while it walks. Raises ``backends.jobdirs.DiskWalkError`` when the folders
+        cannot be measured (the controller fails closed: docs/pfs.md).
+
+        Retention (docs/pfs.md): when the job ends (``sync`` reports ``finished``) its scratch (the
+        package's copies, /tmp) is removed, so a finished job holds its logs and statuses only."""
         ...
 
     def forget(self, key: str) -> None:

@@ -26,6 +26,7 @@ from paddlecloud.cli.output import (
     jobs_text,
     print_table,
     role_cell,
+    storage_parts,
 )
 from paddlecloud.cli.tasks import summary_line, task_options, task_spec
 from paddlecloud.cli.watch import watch as watch_listing
@@ -338,6 +339,7 @@ def get_quota(fmt: str) -> None:
     rows.append(["storage", human_memory(storage.used + storage.reserved), limit_text, "-"])
     print_table(["RESOURCE", "USED", "LIMIT", "CLUSTER"], rows)
     click.echo(f"user {q.user}: {q.jobs_running} running, {q.jobs_queued} queued")
+    click.echo(storage_parts(storage))
 
 
 def _for_people(res: str, view: ResourceView | None) -> str:

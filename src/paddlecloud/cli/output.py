@@ -22,6 +22,7 @@ from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from paddlecloud.api.files import StorageUsage
     from paddlecloud.api.models import JobView, RoleStatus
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "jobs_text",
     "print_table",
     "role_cell",
+    "storage_parts",
 ]
 
 FORMATS = click.Choice(["table", "wide", "json", "yaml"])
@@ -167,3 +169,13 @@ def jobs_text(jobs: list[JobView], wide: bool, show_user: bool = False) -> str:
     if not rows:
         return "No jobs. (finished ones: paddlecloud get jobs -a)"
     return format_table(headers, rows)
+
+
+def storage_parts(u: StorageUsage) -> str:
+    """What a user's storage use is made of (docs/pfs.md "What counts"), one line."""
+    from paddlecloud.core.quantity import human_bytes
+
+    return (
+        f"storage used: {human_bytes(u.pfs)} in PFS, {human_bytes(u.jobs)} in jobs' folders (logs, "
+        f"the workers' copies and /tmp), {human_bytes(u.samplesets)} in SampleSet caches"
+    )

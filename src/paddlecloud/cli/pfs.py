@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import click
 
-from paddlecloud.cli.output import FORMATS, emit, print_table
+from paddlecloud.cli.output import FORMATS, emit, print_table, storage_parts
 from paddlecloud.client.pfs import CopyPlan, Pfs, TransferStats
 from paddlecloud.core.quantity import human_bytes
 
@@ -158,3 +158,4 @@ def du(fmt: str) -> None:
         return
     limit = human_bytes(u.limit) if u.limit is not None else "unlimited"
     click.echo(f"{u.user}: {human_bytes(u.used)} used, {human_bytes(u.reserved)} in uploads, limit {limit}")
+    click.echo(storage_parts(u))

@@ -89,6 +89,10 @@ class PlatformConfig:
     datacenter: str = "local"
     #: Default per-user PFS storage limit in bytes (None: unlimited); users.storage_quota overrides.
     storage_quota: int | None = 100 * 2**30
+    #: seconds between two measures of the storage use of a user with running jobs (their PFS home
+    #: and their jobs' own folders; ``controller.diskwatch``): a job whose owner passes the storage
+    #: quota is failed within about this, plus the walk's own time
+    disk_check_s: float = 10.0
     #: compute limits given to each new non-admin user (``admin set-quota`` changes them later)
     default_quota: ComputeLimits = field(default_factory=ComputeLimits)
     #: this server's URL as workers reach it (``PADDLECLOUD_API``: the task master); "" unknown

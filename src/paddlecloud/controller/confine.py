@@ -10,6 +10,9 @@ with its traceback and made that job's failure by :func:`fail_job`:
     to stop whatever of the job still runs; a terminal job holds no placement, so the next cycle
     admits other jobs in its place.
 
+The disk watch's verdict (``controller.diskwatch``: the owner passed their storage quota) ends a job
+the same way, through :func:`end_failed` (``StorageQuotaExceeded`` / ``StorageUnmeasurable``).
+
 The cycle goes on with the next job. Expected trouble is not raised at all: backends report it in
 the job's status (a worker that cannot be started, ``StartFailed``) or as an event (Kubernetes
 unreachable for a while).
@@ -35,7 +38,7 @@ from paddlecloud.controller.context import Context, job_key
 from paddlecloud.core.phases import JobPhase
 from paddlecloud.store.tables import JobRow
 
-__all__ = ["FailReason", "backend_recovered", "backend_trouble", "fail_job"]
+__all__ = ["FailReason", "backend_recovered", "backend_trouble", "end_failed", "fail_job"]
 
 log = logging.getLogger("paddlecloud.controller")
 
@@ -59,6 +62,12 @@ class FailReason(StrEnum):
     BACKEND_REJECTED = "BackendRejected"
     #: the operation is outside the backend's capabilities (``NotSupported``)
     NOT_SUPPORTED = "NotSupported"
+    #: the owner's storage use (PFS home, the jobs' own folders, SampleSet caches) passed their
+    #: storage quota while the job ran (``controller.diskwatch``)
+    STORAGE_QUOTA_EXCEEDED = "StorageQuotaExceeded"
+    #: the owner's storage use could not be measured (a folder the server may not read, or nested
+    #: too deep), so the quota could not be enforced: failed closed (``controller.diskwatch``)
+    STORAGE_UNMEASURABLE = "StorageUnmeasurable"
 
 
 def _describe(exc: BaseException) -> str:
@@ -78,11 +87,19 @@ def fail_job(ctx: Context, row: JobRow, reason: FailReason, what: str, exc: Base
         log.warning("job %s: %s", key, message)
     else:
         log.error("job %s: %s", key, message, exc_info=exc)
+    end_failed(ctx, row, reason, message)
+
+
+def end_failed(ctx: Context, row: JobRow, reason: FailReason, message: str) -> None:
+    """The one place where the controller fails a started job itself: whatever of it still runs is
+    stopped (SIGKILL, no grace), then phase Failed with ``reason`` and ``message`` and a Warning
+    event. A job whose stop fails is still taken off the cluster (its placement freed)."""
+    key = job_key(row.user, row.name)
     ctx.retrying.pop(key, None)
-    try:  # release what it may hold; a job whose stop itself fails is still taken off the cluster
+    try:
         ctx.backend.stop(key, 0.0)
     except Exception:
-        log.exception("job %s: stopping it after %s failed too", key, what)
+        log.exception("job %s: stopping it (%s) failed", key, reason)
     row.phase, row.reason, row.message = JobPhase.FAILED, str(reason), message
     row.finished_at = ctx.clock.now()
     ctx.event(row, "Warning", str(reason), message)

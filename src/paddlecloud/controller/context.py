@@ -1,5 +1,6 @@
 """What the controller's parts share: settings, database, backend, clock, one mutex, one wake-up,
-the platform's metrics (``controller.metrics``) and its recorded history (``controller.history``).
+the platform's metrics (``controller.metrics``), its recorded history (``controller.history``) and
+what the disk watch measured (``controller.diskbook``).
 
 The mutex serialises every change of job state: a reconcile cycle holds it from start to end, and
 request handlers hold it only around their database writes (never across a slow backend call; a
@@ -25,6 +26,7 @@ from paddlecloud.backends.errors import BackendError
 from paddlecloud.backends.samplesets import SampleSetRef
 from paddlecloud.controller.batches import BatchPlans, adaptive_spec, batch_env
 from paddlecloud.controller.config import PlatformConfig
+from paddlecloud.controller.diskbook import DiskBook
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.forecasts import ForecastBoard
 from paddlecloud.controller.history import History
@@ -86,6 +88,9 @@ class Context:
     history: History = field(default_factory=History)
     #: the latest start-time forecast (``controller.forecasts``); None: none is made
     forecasts: ForecastBoard | None = None
+    #: what the disk watch measured: the users' jobs' folders, the users over their storage quota
+    #: (``controller.diskwatch``; the file service reads the first, the reconciler takes the second)
+    disk: DiskBook = field(default_factory=DiskBook)
 
     def wake(self) -> None:
         self.wake_event.set()

@@ -8,7 +8,11 @@ Uploads of files larger than one chunk are resumable: ``begin`` returns an id th
 digests of the chunks it already holds and sends only the others. Each chunk is hashed while it is
 written and kept only if it matches the digest the client sent; ``complete`` checks the whole-file
 checksum from the kept digests and renames the file into place. Quota is checked before any byte is
-written: used + reserved by uploads in progress + this file <= limit. The bytes received (chunks,
+written: used + reserved by uploads in progress + this file <= limit, where used is the home's files
+(a walk, cached ``_USAGE_TTL`` and adjusted on writes through the service; refreshed by the disk
+watch while the user has running jobs, ``walk_home``) + SampleSet caches (``held_elsewhere``) + the
+user's jobs' own folders as the disk watch last measured them (``held_by_jobs``,
+``controller.diskwatch``). The bytes received (chunks,
 small files) and sent (downloads, as they are handed to the server) are counted in the platform's
 metrics (``paddlecloud_pfs_received_bytes_total`` / ``..._sent_bytes_total``).
 """
@@ -51,7 +55,8 @@ __all__ = ["ChunkWriter", "FileService", "QuotaSource"]
 
 #: user -> their storage limit in bytes (None: no limit)
 QuotaSource = Callable[[str], int | None]
-#: user -> bytes they hold outside PFS that count against the same limit (SampleSet caches)
+#: user -> bytes they hold outside PFS that count against the same limit (SampleSet caches, their
+#: jobs' own folders)
 UsageSource = Callable[[str], int]
 
 T = TypeVar("T")
@@ -154,10 +159,14 @@ class FileService:
         quota_of: QuotaSource,
         metrics: PlatformMetrics | None = None,
         held_elsewhere: UsageSource | None = None,
+        held_by_jobs: UsageSource | None = None,
     ) -> None:
         self.store = store
         #: bytes a user holds outside PFS (their SampleSets' caches): counted in their usage
         self.held_elsewhere: UsageSource = held_elsewhere or (lambda user: 0)
+        #: bytes of a user's jobs' own folders on the backend's disks, as the disk watch last
+        #: measured them (``controller.diskwatch``): counted in their usage
+        self.held_by_jobs: UsageSource = held_by_jobs or (lambda user: 0)
         self.metrics = metrics or PlatformMetrics()
         self.datacenter = datacenter
         self.quota_of = quota_of
@@ -476,12 +485,26 @@ class FileService:
         return live
 
     def usage(self, who: Identity) -> StorageUsage:
-        cached = self.held_elsewhere(who.name)
-        used = self._used(who.name) + cached
+        cached, jobs, pfs = self.held_elsewhere(who.name), self.held_by_jobs(who.name), self._used(who.name)
         reserved = sum(u.size for u in self._live_uploads(who.name))
         return StorageUsage(
-            user=who.name, used=used, reserved=reserved, limit=self.quota_of(who.name), samplesets=cached
-        )
+            user=who.name, used=pfs + cached + jobs, reserved=reserved, limit=self.quota_of(who.name),
+            samplesets=cached, jobs=jobs, pfs=pfs,
+        )  # fmt: skip
+
+    def walk_home(self, user: str) -> Iterator[int]:
+        """The bytes of ``user``'s home as a walk that can be paused (running totals, the last the
+        total, then also what :meth:`usage` answers for the next ``_USAGE_TTL`` seconds): the disk
+        watch's measure. Raises ``PaddleCloudError`` (``path_not_accessible``) as a request would."""
+        home = self.home(user)
+        total = 0
+        try:
+            for total in self.store.usage_walk(home.key):
+                yield total
+        except StorageError as exc:
+            raise _storage_error(exc, str(home)) from None
+        with self._lock:
+            self._usage[user] = _Usage(total, time.monotonic())
 
     def _used(self, user: str) -> int:
         with self._lock:
@@ -529,16 +552,18 @@ class FileService:
         limit = self.quota_of(owner)
         if limit is None:
             return
-        cached = self.held_elsewhere(owner)
-        used = self._used(owner) + cached
+        cached, jobs = self.held_elsewhere(owner), self.held_by_jobs(owner)
+        used = self._used(owner) + cached + jobs
         reserved = sum(u.size for u in self._live_uploads(owner) if u.id != exclude_upload)
         if used + reserved + size > limit:
             in_caches = f", SampleSet caches {human_bytes(cached)}" if cached else ""
+            in_jobs = f", jobs' folders {human_bytes(jobs)}" if jobs else ""
             raise Forbidden(
                 f"storage quota exceeded: {human_bytes(size)} more would make "
                 f"{human_bytes(used + reserved + size)} of {human_bytes(limit)} "
-                f"(used {human_bytes(used)}{in_caches}, in uploads {human_bytes(reserved)}); "
+                f"(used {human_bytes(used)}{in_caches}{in_jobs}, in uploads {human_bytes(reserved)}); "
                 "remove files with `paddlecloud pfs rm`"
-                + (" or clear caches with `paddlecloud sampleset clear NAME`" if cached else ""),
+                + (" or clear caches with `paddlecloud sampleset clear NAME`" if cached else "")
+                + (", delete finished jobs (their logs) with `paddlecloud kill JOB --rm`" if jobs else ""),
                 code=ErrorCode.QUOTA_EXCEEDED,
             )

@@ -376,6 +376,7 @@ class JobService:
             s.delete(row)
             s.commit()
             self.ctx.backend.forget(job_key(row.user, row.name))
+            self.ctx.disk.forget(job_key(row.user, row.name))  # its folders went with it
             if package == f"{self.ctx.config.job_dir(row.user, row.name)}/package.tar.gz":
                 self.ctx.files.discard(package)  # the copy `submit` uploaded; outputs stay
 

@@ -8,6 +8,9 @@
                            ├─ SampleSetService + SampleSetLoop (controller.samplesets: cached data
                            │                      sets; their caches count in the storage quota)
                            ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
+                           ├─ DiskWatch                  (storage use of users with running jobs,
+                           │                      measured in a thread; over quota: the reconciler
+                           │                      fails their jobs; controller.diskwatch)
                            ├─ ClusterState               (nodes and queue as the scheduler sees them)
                            ├─ Forecaster                 (start-time estimates, controller.forecasts)
                            └─ PlatformMetrics (a registry of its own) + History (controller.history)
@@ -31,6 +34,8 @@ from paddlecloud.backends.registry import BackendConfigError
 from paddlecloud.controller.adaptive import AdaptiveService
 from paddlecloud.controller.config import PlatformConfig
 from paddlecloud.controller.context import Context
+from paddlecloud.controller.diskbook import DiskBook
+from paddlecloud.controller.diskwatch import DiskWatch
 from paddlecloud.controller.files import FileService
 from paddlecloud.controller.files_local import LocalTransfers
 from paddlecloud.controller.forecasts import ForecastBoard, Forecaster
@@ -74,6 +79,8 @@ class Platform:
     sampleset_loop: SampleSetLoop
     #: refreshes the start-time forecast (``controller.forecasts``) in a thread of its own
     forecaster: Forecaster | None = None
+    #: measures the storage use of users with running jobs in a thread of its own (tests: ``step``)
+    disk_watch: DiskWatch | None = None
     #: the PFS same-host fast path (grants; the server's Unix socket sets its address)
     pfs_local: LocalTransfers = field(init=False, repr=False)
     #: sha256 of a user token -> who it is; dropped on any write to the users table
@@ -116,8 +123,13 @@ class Platform:
                 return cached_bytes_of(s, user)
 
         metrics = PlatformMetrics()
-        files = FileService(LocalDirStore(config.pfs_dir), config.datacenter, quota_of, metrics, cached_of)
-        ctx = Context(config=config, db=db, backend=backend, clock=clock, files=files, metrics=metrics)
+        disk = DiskBook()
+        files = FileService(
+            LocalDirStore(config.pfs_dir), config.datacenter, quota_of, metrics, cached_of, disk.user_bytes
+        )
+        ctx = Context(
+            config=config, db=db, backend=backend, clock=clock, files=files, metrics=metrics, disk=disk
+        )
         holder.append(ctx)
         reconciler = Reconciler(ctx, make_policy(config.policy))
         metrics.watch(lambda: live_figures(db, reconciler.nodes))
@@ -138,6 +150,7 @@ class Platform:
             samplesets=SampleSetService(ctx, sampleset_loop.wake),
             sampleset_loop=sampleset_loop,
             forecaster=forecaster,
+            disk_watch=DiskWatch(ctx),
         )
 
     @property
@@ -161,9 +174,13 @@ class Platform:
         self.sampleset_loop.start()
         if self.forecaster is not None:
             self.forecaster.start()
+        if self.disk_watch is not None:
+            self.disk_watch.start()
 
     def stop_loops(self) -> None:
-        """Stop the threads :meth:`start` started (the reconcile loop, the forecaster)."""
+        """Stop the threads :meth:`start` started (the reconcile loop, the forecaster, the disk watch)."""
+        if self.disk_watch is not None:
+            self.disk_watch.stop()
         if self.forecaster is not None:
             self.forecaster.stop()
         self.sampleset_loop.stop()

@@ -5,7 +5,9 @@ One cycle (``tick``), numbered, under the context mutex:
   1. sync every Starting/Running job with the backend; write worker states and backend events;
      account the service it received; decide the phase with ``core.phases.next_phase`` over its
      current trainers (a terminal phase waits until the backend reports every process ended);
-     release the task leases (``controller.tasks``) held by worker runs that ended;
+     release the task leases (``controller.tasks``) held by worker runs that ended; then fail the
+     running jobs of the users the disk watch found over their storage quota
+     (``controller.diskwatch``: StorageQuotaExceeded);
   2. build a frozen ``scheduler.Snapshot`` (nodes, what started jobs hold, the queue, the running
      jobs with attained service and elastic bounds, quotas, the clock);
   3. ask the policy for a ``Plan``;
@@ -55,8 +57,15 @@ from paddlecloud.api.history import ClusterPoint
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, JobStatus, NodeInfo
 from paddlecloud.controller.capacity import name_foreign_load, node_states
-from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
+from paddlecloud.controller.confine import (
+    FailReason,
+    backend_recovered,
+    backend_trouble,
+    end_failed,
+    fail_job,
+)
 from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.diskwatch import storage_failure
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
 from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
@@ -219,6 +228,7 @@ class Reconciler:
         with self.ctx.mutex, self.ctx.session() as s:
             self.cycle += 1
             self._observe(s)
+            self._enforce_storage(s)
             self._schedule(s)
             self._record_cluster(s)
         self.ctx.metrics.reconcile_cycle.observe(time.perf_counter() - started)
@@ -297,6 +307,25 @@ class Reconciler:
         if change_phase in TERMINAL_PHASES:
             row.finished_at = self.ctx.clock.now()
         self.ctx.event(row, "Warning" if change_phase == JobPhase.FAILED else "Normal", reason, message)
+
+    def _enforce_storage(self, s: Session) -> None:
+        """Every Starting/Running job of a user the disk watch found over their storage quota (or
+        could not measure) fails (``controller.diskwatch``): the quota is the user's, and a job of
+        theirs left running could go on filling the same home. A job whose outcome is known and
+        whose last processes are stopping keeps its outcome."""
+        for over in self.ctx.disk.take_over():
+            rows = s.scalars(
+                select(JobRow).where(
+                    JobRow.user == over.user, JobRow.phase.in_(ACTIVE), JobRow.stop_requested.is_(False)
+                )
+            ).all()
+            for row in rows:
+                if row.reason == STOPPING:
+                    continue
+                reason, message = storage_failure(over, row)
+                log.warning("job %s/%s: %s", row.user, row.name, reason)
+                end_failed(self.ctx, row, reason, message)
+                s.commit()
 
     def _schedule(self, s: Session) -> None:
         queued = s.scalars(

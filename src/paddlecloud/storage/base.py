@@ -106,6 +106,11 @@ class FileStore(Protocol):
         """Bytes of regular files under ``key``."""
         ...
 
+    def usage_walk(self, key: Key) -> Iterator[int]:
+        """:meth:`usage` as a walk that can be paused: running totals every few hundred entries,
+        the last one the total (the disk watch gives each walk a time budget)."""
+        ...
+
     def local_path(self, key: Key) -> Path | None: ...
 
     # -- resumable uploads ---------------------------------------------------------------------

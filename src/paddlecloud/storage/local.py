@@ -27,6 +27,7 @@ used by path.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import errno
@@ -389,13 +390,25 @@ class LocalDirStore:
     def usage(self, key: Key) -> int:
         """Bytes of the files below ``key`` (0 if it is missing). A folder the walk may not enter is
         DENIED, not skipped: a job must not hide bytes from the quota by making a folder unreadable."""
+        return collections.deque(self.usage_walk(key), maxlen=1)[0]
+
+    def usage_walk(self, key: Key, every: int = 512) -> Iterator[int]:
+        """:meth:`usage` as running totals, one every ``every`` entries (the last one the total)."""
+        total = 0
         try:
             with self._parent(key, below_file=E.NOT_FOUND) as (parent, name):
-                return sum(e.size for e in self._tree(parent, name, key, recursive=True))
+                fd = _open_dir(parent, name, key, _LIST)
+                try:
+                    for i, e in enumerate(self._entries(fd, key, recursive=True), 1):
+                        total += e.size
+                        if i % every == 0:
+                            yield total
+                finally:
+                    os.close(fd)
         except StorageError as exc:
-            if exc.kind in (E.NOT_FOUND, E.NOT_A_DIRECTORY):
-                return 0
-            raise
+            if exc.kind not in (E.NOT_FOUND, E.NOT_A_DIRECTORY):
+                raise
+        yield total
 
     def _place(self, tmp: Path, key: Key, overwrite: bool) -> Entry:
         """Move a finished (already fsynced) staged file into the namespace atomically, then fsync the

@@ -236,6 +236,12 @@ class KubernetesBackend:
         src = LogSource(self.kube, job.namespace, job.name, wait_s=self.settings.follow_wait_s)
         return read_logs(src, req)
 
+    def disk_usage(self, key: str) -> Iterator[int]:
+        """Not declared (no ``disk-usage``): a pod's files outside PFS (its workspace emptyDir, its
+        writable layer) are the kubelet's, on the node, and end with the pod; they count in no
+        quota here (docs/pfs.md, docs/kubernetes.md)."""
+        raise NotSupported(self.name, "measuring a job's own folders (pods' storage is the kubelet's)")
+
     def forget(self, key: str) -> None:
         with self._lock:
             job = self._jobs.pop(key, None)

@@ -10,6 +10,7 @@ Per job, under ``<root>/jobs/<user>/<name>/``::
     logs/<worker>.<run>.log, logs/prepare.<run>.log   one file per run, kept across preemptions
     run/<worker>.pid.json, run/<worker>/exit.json    (a sandboxed worker sees only run/<worker>/)
     tmp/<worker>/        a sandboxed worker's /tmp
+    .trash/              scratch (package/, workers/, tmp/) of an ended job, being removed
     contract/membership.json   the job's trainers and endpoints now, rewritten on every resize
                          (``runtime.membership``; workers get its path, read only)
 
@@ -36,6 +37,10 @@ worker starts, removed when the job is done): they reach each other over its loo
 through their run's socket, nothing else. Every run is started through its monitor
 (``node.monitor``) in a cgroup with its memory, CPU and pids limits, its log bounded
 (``LocalConfig.limits``); an OOM kill is the worker's reason ``OOMKilled``.
+
+Disk (``disk-usage``, ``backends/jobdirs.py``): ``disk_usage`` walks the job's directory (it counts
+in the owner's storage quota); when the job ends its scratch (package/, workers/, tmp/) is dropped,
+its logs stay until ``forget``.
 
 Restart policies (``launch.restarts``): a worker that fails or is lost is either started again, as
 the same worker with the current endpoints, after a backoff and in a later ``sync`` (the job goes
@@ -67,6 +72,7 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.errors import BackendError, JobRejected, NotSupported
+from paddlecloud.backends.jobdirs import drop_scratch, sweep_trash, walk_bytes
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.isolation import Confiners, RunLimits, choose_all
 from paddlecloud.backends.local.keeper import Keeper
@@ -179,6 +185,7 @@ class LocalBackend:
             Capability.LOGS_FOLLOW,
             Capability.FIXED_CAPACITY,
             Capability.SAMPLESETS,
+            Capability.DISK_USAGE,
         }
     )
 
@@ -202,6 +209,7 @@ class LocalBackend:
         self._collect()
         #: SampleSets: a JuiceFS mount per emulated node (``samplesets.py``)
         self.samplesets = LocalSampleSets(config.root / "samplesets", [n.name for n in self._nodes])
+        sweep_trash(config.root / "jobs")  # scratch an earlier server had not finished removing
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -361,6 +369,9 @@ class LocalBackend:
 
         return read_logs(jdir / "logs", req, ended)
 
+    def disk_usage(self, key: str) -> Iterator[int]:
+        return walk_bytes(self._job_dir(key))
+
     def forget(self, key: str) -> None:
         with self._lock:
             job = self._jobs.pop(key, None)
@@ -514,6 +525,8 @@ class LocalBackend:
             job.failure = f"preparing the job failed: {type(exc).__name__}: {exc}"
         finally:
             job.prepared.set()
+            if job.stage == Stage.DONE:  # stopped while it prepared: what it made is scratch
+                drop_scratch(job.dir)
             self._wake()
 
     def _advance(self, job: _Job) -> None:
@@ -652,6 +665,8 @@ class LocalBackend:
             self._ports.release(job.ports)
             self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
             self.samplesets.detach(job.launch.key)  # its mounts may be unmounted from now on
+            if job.prepared.is_set():  # else the preparation drops it when it ends
+                drop_scratch(job.dir)  # retention: the copies and /tmp go now, logs stay
 
     def _attach_sampleset(self, job: _Job, nodes: tuple[str, ...] = ()) -> None:
         """Mount the job's SampleSet on its workers' nodes (and ``nodes``) and keep it mounted

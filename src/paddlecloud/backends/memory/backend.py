@@ -12,6 +12,9 @@ calls ``engine.run``). ``engine.exit(key, worker, code)`` ends a worker (``Succe
 ``Stopped``. SampleSets: ``backends/memory/samplesets.py`` (``backend.samplesets``; a job launched
 with one must find it mounted on its nodes). ``engine.log`` appends a line to the worker's current
 run. ``engine.fail(method, key, exc)`` makes that call raise ``exc`` (once, or ``times``).
+``engine.write(key, place, n)`` stands for a job writing ``n`` bytes into its own folders
+(``"scratch"``: copies and /tmp, dropped when the job ends; ``"logs"``: kept until ``forget``):
+``disk_usage`` reports their sum.
 Endpoints are ``<node>:<port>``, ports counted from 40000 per engine.
 """
 
@@ -82,6 +85,8 @@ class _Job:
     failure_reason: str = "WorkerFailed"
     stopped: bool = False
     events: list[BackendEvent] = field(default_factory=list)
+    #: bytes in the job's own folders by place ("scratch", "logs")
+    disk: dict[str, int] = field(default_factory=dict)
 
     def finished(self) -> bool:
         return all(w.state in _ENDED for w in self.workers.values())
@@ -132,6 +137,12 @@ class MemoryEngine:
                 job.failure = f"{worker} exited with code {code}" + (f": {message}" if message else "")
                 job.failure_reason = str(reason) or "WorkerFailed"
             self.changed.notify_all()
+
+    def write(self, key: str, place: str, n: int) -> None:
+        """The job wrote ``n`` more bytes into its folders' ``place`` (``scratch`` or ``logs``)."""
+        with self.lock:
+            job = self.jobs[key]
+            job.disk[place] = job.disk.get(place, 0) + n
 
     def restart(self, key: str, worker: str) -> None:
         """A new run of ``worker`` (its earlier run's log kept, for ``logs --previous``)."""
@@ -262,6 +273,8 @@ class MemoryBackend:
                 return JobStatus(failure="the backend has no record of this job", finished=True)
             if self.settings.auto_run and not job.stopped and job.failure is None:
                 self._advance(job)
+            if job.finished():  # retention: scratch goes when the job ends, logs stay
+                job.disk.pop("scratch", None)
             events, job.events = tuple(job.events), []
             return JobStatus(
                 workers=tuple(w.status() for w in job.workers.values()),
@@ -288,6 +301,7 @@ class MemoryBackend:
             for w in job.workers.values():
                 if w.state not in _ENDED:
                     w.state, w.finished_at = WorkerState.STOPPED, self.engine.now()
+            job.disk.pop("scratch", None)  # retention: the job ended
             self.engine.changed.notify_all()
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
@@ -347,6 +361,14 @@ class MemoryBackend:
                     break
                 with self.engine.lock:
                     self.engine.changed.wait(0.2)
+
+    def disk_usage(self, key: str) -> Iterator[int]:
+        self._need(Capability.DISK_USAGE, "measuring a job's folders")
+        with self.engine.lock:
+            self.engine.check("disk_usage", key)
+            job = self.engine.jobs.get(key)
+            total = sum(job.disk.values()) if job is not None else 0
+        return iter((total,))
 
     def forget(self, key: str) -> None:
         with self.engine.lock:

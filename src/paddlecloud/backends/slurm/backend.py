@@ -9,6 +9,7 @@ Per job, under ``<root>/jobs/<user>/<name>/`` (``root`` on a file system every n
                          run/ a sandboxed worker can write)
     run/<worker>.<run>.jail.json   isolation sandbox: that run's confinement (``jail.py``)
     tmp/<worker>/        a sandboxed worker's /tmp
+    .trash/              scratch (package/, workers/, tmp/) of an ended job, being removed
     contract/membership.json   the job's trainers and endpoints now (``runtime.membership``)
 
 Each worker is ``sbatch --wrap "python -m paddlecloud.runtime.launcher ..."`` named
@@ -37,6 +38,11 @@ paddlecloud.backends.slurm.jail run/<worker>.<run>.jail.json`` instead of the la
 it builds the local backend's bubblewrap jail (``backends/local/sandbox.py``) from that spec and
 execs ``bwrap``, which runs the launcher under the job's own interpreter and sees only the job's
 places; the worker's environment is the local backend's whitelist plus the env contract.
+
+Disk (``disk-usage``, ``backends/jobdirs.py``): ``disk_usage`` walks the job's directory on the
+shared dir (it counts in the owner's storage quota); when the job ends its environment is released
+and its scratch (package/, workers/, tmp/) dropped; logs, statuses and the record stay until
+``forget``. What a worker writes on its node outside its folders (none, sandboxed) is not seen.
 
 SampleSets (``samplesets.py``, ``samplenode.py``): the volume and its admin mount (sync, rmr) on the
 server's host; warmup and clear as Slurm jobs on the nodes; a job's worker mounts the SampleSet on
@@ -69,6 +75,7 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.errors import JobRejected, NotSupported
+from paddlecloud.backends.jobdirs import drop_scratch, sweep_trash, walk_bytes
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.sandbox import (
@@ -121,6 +128,7 @@ class SlurmBackend:
             Capability.FIXED_CAPACITY,
             Capability.SHARED_CAPACITY,
             Capability.SAMPLESETS,
+            Capability.DISK_USAGE,
         }
     )
 
@@ -136,6 +144,7 @@ class SlurmBackend:
             raise ValueError("SlurmSettings.root: the shared directory is not set (create() sets it)")
         self.root: Path = settings.root
         self.root.mkdir(parents=True, exist_ok=True)
+        sweep_trash(self.root / "jobs")  # scratch an earlier server had not finished removing
         #: job environments (one per distinct requirements.txt) and the worker runtime for them,
         #: on the shared directory
         self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes)
@@ -288,6 +297,8 @@ class SlurmBackend:
                 if job.stage == Stage.PREPARING:
                     job.events.append(BackendEvent("Normal", "Prepared", "environment ready"))
                     self._begin(job)
+                elif job.stage == Stage.DONE:  # stopped while it was built: no longer in use
+                    self._envs.release(requirements, job.launch.key)
         self._wake()
 
     def _begin(self, job: JobRecord) -> None:
@@ -350,6 +361,7 @@ class SlurmBackend:
         with job.lock:
             self._refresh(job)
             self._done(job)
+            self._record(job)
 
     def add_trainer(self, key: str, placement: WorkerPlacement) -> None:
         job = self._get(key)
@@ -408,6 +420,9 @@ class SlurmBackend:
                 return status_file(job, w).exists()
 
         return read_logs(self._job_dir(req.key) / "logs", req, ended)
+
+    def disk_usage(self, key: str) -> Iterator[int]:
+        return walk_bytes(self._job_dir(key))
 
     def forget(self, key: str) -> None:
         with self._lock:
@@ -478,17 +493,21 @@ class SlurmBackend:
         self._record(job)
 
     def _done(self, job: JobRecord) -> None:
-        """Every Slurm job of ``job`` has ended. Its workers' monitors removed its namespace on
-        each host; one killed first (a cancelled run) left it: the one on this host, if any, goes
-        now (the others are collected by the next run on their host: ``nodekeep.py``)."""
+        """Every Slurm job of ``job`` has ended: its environment is released and its scratch
+        dropped (retention, docs/pfs.md); logs, statuses and the record stay until ``forget``. Its
+        workers' monitors removed its namespace on each host; one killed first (a cancelled run)
+        left it: the one on this host, if any, goes now (the others are collected by the next run
+        on their host: ``nodekeep.py``)."""
+        if job.stage == Stage.DONE:
+            return
         job.stage = Stage.DONE
-        self._record(job)
+        requirements = _requirements(job.dir / "package")
+        if requirements:
+            self._envs.release(requirements, job.launch.key)
+        drop_scratch(job.dir)
         name = self._scripts.netns(job)
-        if name and netns.exists(name):
-            try:
-                netns.remove(name, if_unused=True)
-            except netns.NetnsError as exc:
-                log.warning("%s: removing its network namespace here failed: %s", job.launch.key, exc)
+        if name and netns.exists(name):  # its processes may still be ending: wait for them aside
+            threading.Thread(target=_release_netns, args=(name,), name=f"netns-{name}", daemon=True).start()
 
     def _servers_ready(self, job: JobRecord) -> bool:
         """Every server runs and listens: its monitor's mark (the server cannot connect into the
@@ -781,6 +800,19 @@ def _listening(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _release_netns(name: str, wait_s: float = 30.0) -> None:
+    """Remove the job's namespace on this host once no process is left in it (bounded)."""
+    deadline = time.monotonic() + wait_s
+    while netns.exists(name) and time.monotonic() < deadline:
+        try:
+            if netns.remove(name, if_unused=True):
+                return
+        except netns.NetnsError as exc:
+            log.warning("removing the network namespace %s failed: %s", name, exc)
+            return
+        time.sleep(0.5)
 
 
 def create(setup: BackendSetup) -> SlurmBackend:
