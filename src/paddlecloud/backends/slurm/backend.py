@@ -30,7 +30,7 @@ from the launcher's status file; a Slurm job that ended without one (NODE_FAIL, 
 CANCELLED by someone else) is reported as ``Lost`` with Slurm's state and reason, and restarted or
 fails the job per the restart policy (``core.restarts``). One that Slurm ended ``OUT_OF_MEMORY``
 (its cgroup's limit is its ``--mem``: ``task/cgroup``) has ``Failed`` with reason ``OOMKilled`` and
-its limit in the message (:func:`oom_message`).
+its limit in the message (``commands.oom_message``).
 
 Isolation (``SlurmSettings.isolation``, docs/security.md): with ``sandbox`` (``auto``: where
 bubblewrap works on the server's host) the batch script runs ``python -I -m
@@ -55,7 +55,6 @@ import dataclasses
 import itertools
 import json
 import logging
-import math
 import shutil
 import socket
 import threading
@@ -101,7 +100,6 @@ from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology
 from paddlecloud.core.phases import WorkerReason, WorkerState
-from paddlecloud.core.quantity import human_memory
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import Exit, Restart, decide
 from paddlecloud.node import netns
@@ -633,7 +631,7 @@ class SlurmBackend:
             # whose launcher was killed too wrote no status: 137, as for any SIGKILL)
             need = job.launch.resources.get(w.role, DEFAULT_NEED)
             w.state, w.exit_code = WorkerState.FAILED, 137 if status is None else status
-            w.why, w.message = WorkerReason.OOM_KILLED, oom_message(need.memory, sj)
+            w.why, w.message = WorkerReason.OOM_KILLED, sc.oom_message(need.memory, sj)
             w.reason = f"{w.why}: {w.message}"
             job.events.append(BackendEvent("Warning", str(WorkerReason.OOM_KILLED), f"{w.name}: {w.message}"))
         elif status is not None:
@@ -763,17 +761,6 @@ class SlurmBackend:
     def _job_dir(self, key: str) -> Path:
         user, _, name = key.partition("/")
         return self.root / "jobs" / user / name
-
-
-def oom_message(memory: int, sj: sc.SlurmJob) -> str:
-    """What a worker that Slurm ended ``OUT_OF_MEMORY`` is told: its limit (``submit --memory``,
-    which the batch job asked for as ``--mem``) and where (``WorkerStatus.message``)."""
-    mib = max(1, math.ceil(memory / MIB))
-    where = f" on {sj.nodes}" if sj.nodes else ""
-    return (
-        f"memory limit {human_memory(memory)} (Slurm --mem={mib}M): killed by the kernel for using more "
-        f"(Slurm job {sj.id} OUT_OF_MEMORY{where})"
-    )
 
 
 def _requirements(package: Path) -> str:
