@@ -9,6 +9,9 @@
 #   bubblewrap   bwrap, the sandbox of every local worker (docs/security.md)
 #   chromium     headless Chromium and its WebDriver (Debian: chromium, chromium-driver) for the web
 #                console's browser tests (tests/e2e/test_console_browser.py)
+#   iproute2     ip, bridge: the multi-host test bed (scripts/ensure-hosts.sh)
+#   nftables     nft: the bed's hosts (per-job network isolation, next)
+#   ping         ping (Debian: iputils-ping): checks across the bed's hosts
 set -euo pipefail
 
 present() {
@@ -16,7 +19,10 @@ present() {
     postgresql) command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 ;;
     bubblewrap) command -v bwrap >/dev/null 2>&1 ;;
     chromium) command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 ;;
-    *) echo "ensure-system-packages: unknown package '$1' (known: postgresql, bubblewrap, chromium)" >&2; exit 2 ;;
+    iproute2) command -v ip >/dev/null 2>&1 && command -v bridge >/dev/null 2>&1 ;;
+    nftables) command -v nft >/dev/null 2>&1 ;;
+    ping) command -v ping >/dev/null 2>&1 ;;
+    *) echo "ensure-system-packages: unknown package '$1' (known: postgresql, bubblewrap, chromium, iproute2, nftables, ping)" >&2; exit 2 ;;
   esac
 }
 
@@ -24,6 +30,7 @@ present() {
 debs() {
   case "$1" in
     chromium) echo chromium chromium-driver ;;
+    ping) echo iputils-ping ;;
     *) echo "$1" ;;
   esac
 }

@@ -4,7 +4,9 @@
 #   lane "system": tests/e2e                 real servers, jobs, PostgreSQL, Chromium; timing-sensitive
 #   lane "rest":   tests/unit tests/fuzz     in-process tests, then
 #                  tests/kube                the operator against the strict fake API server, then
-#                  tests/conformance tests/slurm   the private Slurm cluster (one lane owns it)
+#                  tests/conformance tests/slurm   the private Slurm cluster (one lane owns it), then
+#                  tests/hosts               the multi-host test bed (scripts/ensure-hosts.sh: hosts in
+#                                            namespaces, Slurm on them; root only, else skipped)
 #
 # (tests/kube moved from the system lane on 2026-11-26: the system lane was the long pole by ~260 s
 # and the kube tests take ~110 s)
@@ -27,10 +29,10 @@ lane() {  # lane NAME PYTEST-ARGS...: run pytest, log to $LOGS/NAME.log, record 
 }
 
 started=$SECONDS
-echo "== tests in two lanes (logs in $LOGS/): system = e2e; rest = unit + fuzz + kube + conformance + slurm"
+echo "== tests in two lanes (logs in $LOGS/): system = e2e; rest = unit + fuzz + kube + conformance + slurm + hosts"
 lane system tests/e2e &
 system=$!
-lane rest tests/unit tests/fuzz tests/kube tests/conformance tests/slurm &
+lane rest tests/unit tests/fuzz tests/kube tests/conformance tests/slurm tests/hosts &
 rest=$!
 while kill -0 "$system" 2>/dev/null || kill -0 "$rest" 2>/dev/null; do  # a heartbeat for CI logs
     sleep 60

@@ -1,8 +1,9 @@
 """GPUs through Slurm's GRES, on a second private cluster whose nodes have 2 emulated GPUs each
 (``PADDLECLOUD_SLURM_GPUS``: character devices stand for them, so Slurm allocates and binds them
 as it would real ones; nothing computes on them). The backend asks for ``--gres=gpu:N``, Slurm
-picks the GPUs and sets ``CUDA_VISIBLE_DEVICES``; ``nodes()`` counts the GPUs and what other
-users' jobs hold of them."""
+picks the GPUs (``SLURM_JOB_GPUS``), confines the job's device cgroup to them (``ConstrainDevices``)
+and sets ``CUDA_VISIBLE_DEVICES`` to their indices as the job sees them; ``nodes()`` counts the GPUs
+and what other users' jobs hold of them."""
 
 from __future__ import annotations
 
@@ -72,13 +73,51 @@ def test_trainers_get_the_gpus_slurm_gives_them_and_other_users_gpus_count(
         print(json.dumps(env))
         assert {w: e["SLURMD_NODENAME"] for w, e in env.items()} == {
             "trainer-0": "n1", "trainer-1": "n1", "trainer-2": "n2"}  # fmt: skip
-        n1 = sorted(env[f"trainer-{i}"]["CUDA_VISIBLE_DEVICES"] for i in (0, 1))
+        n1 = sorted(env[f"trainer-{i}"]["SLURM_JOB_GPUS"] for i in (0, 1))
         assert n1 == ["0", "1"], env  # one GPU each, not the same one
+        # each job's device cgroup holds its one GPU, which it sees as device 0
+        assert {e["CUDA_VISIBLE_DEVICES"] for e in env.values()} == {"0"}, env
         detail = subprocess.run(
             ["scontrol", "show", "job", "-d", other], capture_output=True, text=True
         ).stdout
         theirs = re.findall(r"IDX:(\d+)", detail)
-        assert len(theirs) == 1 and env["trainer-2"]["CUDA_VISIBLE_DEVICES"] in {"0", "1"} - set(theirs), env
+        assert len(theirs) == 1 and env["trainer-2"]["SLURM_JOB_GPUS"] in {"0", "1"} - set(theirs), env
         assert {e["PADDLE_DISTRI_BACKEND"] for e in env.values()} == {"nccl"}
     finally:
         subprocess.run(["scancel", other], check=False)
+
+
+def test_a_job_opens_only_the_gpus_slurm_gave_it(
+    slurm_gpu: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``ConstrainDevices=yes``: two jobs of one GPU each on n1, each can open its own GPU's device
+    node (the emulation's /dev/ttyN) and is refused the other's by its device cgroup."""
+    monkeypatch.setenv("SLURM_CONF", slurm_gpu["SLURM_CONF"])
+    probe = (
+        'echo "gpu $SLURM_JOB_GPUS"; for i in 0 1; do if (exec 3</dev/tty$i) 2>/dev/null; '
+        'then echo "tty$i open"; else echo "tty$i refused"; fi; done'
+    )
+    outs = [tmp_path / f"probe{i}.out" for i in range(2)]
+    ids = [
+        subprocess.run(
+            ["sbatch", "--parsable", "-w", "n1", "--gres=gpu:1", "--mem=100M", f"--chdir={tmp_path}",
+             "-o", str(out), "--wrap", probe],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        for out in outs
+    ]  # fmt: skip
+
+    def ended() -> bool:  # each probe's last line is about tty1
+        return all(o.is_file() and "tty1 " in o.read_text() for o in outs)
+
+    try:
+        wait_for("both probes", ended, timeout=60)
+    finally:
+        subprocess.run(["scancel", *ids], check=False)
+    seen = sorted(o.read_text().split("\n", 1)[0] for o in outs)
+    assert seen == ["gpu 0", "gpu 1"], seen
+    for out in outs:
+        text = out.read_text()
+        mine = text.split()[1]
+        other = "1" if mine == "0" else "0"
+        assert f"tty{mine} open" in text and f"tty{other} refused" in text, text

@@ -28,7 +28,9 @@ Start sequence (driven by ``sync``)::
 Status comes from one ``squeue --json`` per ``sync`` for all the job's Slurm jobs, and the exit code
 from the launcher's status file; a Slurm job that ended without one (NODE_FAIL, TIMEOUT, PREEMPTED,
 CANCELLED by someone else) is reported as ``Lost`` with Slurm's state and reason, and restarted or
-fails the job per the restart policy (``core.restarts``).
+fails the job per the restart policy (``core.restarts``). One that Slurm ended ``OUT_OF_MEMORY``
+(its cgroup's limit is its ``--mem``: ``task/cgroup``) has ``Failed`` with reason ``OOMKilled`` and
+its limit in the message (``commands.oom_message``).
 
 Isolation (``SlurmSettings.isolation``, docs/security.md): with ``sandbox`` (``auto``: where
 bubblewrap works on the server's host) the batch script runs ``python -I -m
@@ -97,7 +99,7 @@ from paddlecloud.backends.slurm.script import DEFAULT_NEED, MIB, BatchScripts, r
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology
-from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.phases import WorkerReason, WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import Exit, Restart, decide
 from paddlecloud.node import netns
@@ -570,6 +572,7 @@ class SlurmBackend:
                 None,
                 False,
             )
+            w.why = w.message = ""
             job.events.append(BackendEvent("Normal", "Submitted", f"{w.name} is Slurm job {w.slurm_id}"))
         self._record(job)
 
@@ -591,11 +594,14 @@ class SlurmBackend:
                 continue
             if sj is not None and sj.nodes:
                 w.ran_on = sj.nodes
-            if sj is not None and sj.state in ("RUNNING", "COMPLETING", "CONFIGURING") and status is None:
+            # a run is over once Slurm has ended its job, not when its status file appears: the
+            # launcher writes that first, then Slurm empties the job's cgroup, frees what it held
+            # and only then says OUT_OF_MEMORY (the reason) or COMPLETED
+            if sj is not None and sj.state in ("RUNNING", "COMPLETING", "CONFIGURING"):
                 if w.state != WorkerState.RUNNING:
                     w.state, w.started_at, w.reason = WorkerState.RUNNING, now, ""
                 continue
-            self._ended(w, sj, status, now)
+            self._ended(job, w, sj, status, now)
 
     def _why_pending(self, w: WorkerRecord, reason: str) -> str:
         """``trainer-1 waits for n2 (Slurm: Resources); n2 is held by bob's job 12 (big, 4 CPUs)``."""
@@ -610,7 +616,9 @@ class SlurmBackend:
                 text += f"; {w.node} is held by {', '.join(held)}"
         return text
 
-    def _ended(self, w: WorkerRecord, sj: sc.SlurmJob | None, status: int | None, now: float) -> None:
+    def _ended(
+        self, job: JobRecord, w: WorkerRecord, sj: sc.SlurmJob | None, status: int | None, now: float
+    ) -> None:
         if w.state in ENDED:
             return
         w.finished_at = now
@@ -618,6 +626,14 @@ class SlurmBackend:
             w.started_at = now
         if w.stopped:
             w.state, w.exit_code = WorkerState.STOPPED, status
+        elif sj is not None and sj.out_of_memory and status != 0:
+            # the kernel killed it (or a process of it) at its --mem: failed, for that reason (a run
+            # whose launcher was killed too wrote no status: 137, as for any SIGKILL)
+            need = job.launch.resources.get(w.role, DEFAULT_NEED)
+            w.state, w.exit_code = WorkerState.FAILED, 137 if status is None else status
+            w.why, w.message = WorkerReason.OOM_KILLED, sc.oom_message(need.memory, sj)
+            w.reason = f"{w.why}: {w.message}"
+            job.events.append(BackendEvent("Warning", str(WorkerReason.OOM_KILLED), f"{w.name}: {w.message}"))
         elif status is not None:
             w.exit_code = status
             w.state = WorkerState.SUCCEEDED if status == 0 else WorkerState.FAILED
@@ -705,6 +721,7 @@ class SlurmBackend:
             endpoint=f"{self._host(w)}:{w.port}", restarts=w.run, exit_code=w.exit_code,
             started_at=w.started_at, finished_at=w.finished_at,
             log_path=str(job.dir / "logs" / f"{w.name}.{w.run}.log"),
+            reason=WorkerReason(w.why), message=w.message,
         )  # fmt: skip
 
     def _requested_by_us(self) -> dict[str, Resources]:

@@ -13,6 +13,7 @@ client. A command that fails or hangs raises :class:`SlurmCommandError` with its
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -20,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from paddlecloud.backends.errors import BackendUnavailable
+from paddlecloud.core.quantity import human_memory
 
 __all__ = [
-    "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "queue", "running",
-    "submit",
+    "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "oom_message",
+    "queue", "running", "submit",
 ]  # fmt: skip
 
 #: Slurm job states after which the job's processes are gone
@@ -57,6 +59,24 @@ class SlurmJob:
     @property
     def ended(self) -> bool:
         return self.state in ENDED_STATES
+
+    @property
+    def out_of_memory(self) -> bool:
+        """Slurm ended it for its memory: with ``task/cgroup`` and ``ConstrainRAMSpace`` the job's
+        cgroup is limited to its ``--mem``, the kernel OOM-kills inside it past that, and Slurm then
+        reports the job ``OUT_OF_MEMORY`` (whatever the batch script's exit code)."""
+        return self.state == "OUT_OF_MEMORY"
+
+
+def oom_message(memory: int, job: SlurmJob) -> str:
+    """What a worker whose Slurm job ended ``OUT_OF_MEMORY`` is told (``WorkerStatus.message``):
+    its limit, ``memory`` bytes (``submit --memory``, asked for as ``--mem`` in whole MiB), and where."""
+    mib = max(1, math.ceil(memory / 2**20))
+    where = f" on {job.nodes}" if job.nodes else ""
+    return (
+        f"memory limit {human_memory(memory)} (Slurm --mem={mib}M): killed by the kernel for using more "
+        f"(Slurm job {job.id} OUT_OF_MEMORY{where})"
+    )
 
 
 @dataclass(frozen=True)

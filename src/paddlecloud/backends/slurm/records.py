@@ -70,6 +70,10 @@ class WorkerRecord:
     stopped: bool = False  # stopped by the platform
     restart_at: float | None = None  # a restart is due then
     reason: str = ""  # Slurm's pending reason, or how the run ended
+    #: why the run ended as it did beyond its exit code (``core.phases.WorkerReason``: "OOMKilled")
+    #: and the details (the limit); "" while it runs and for a plain exit
+    why: str = ""
+    message: str = ""
 
     @property
     def name(self) -> str:
