@@ -67,9 +67,10 @@ class BedPlatform:
         probe = self.bed.run("laptop", "curl", "-sf", "-m", "2", f"{self.url}/api/v1/health", check=False)
         return probe.returncode == 0
 
-    def cli(self, *args: str, timeout: float = 120) -> str:
-        """``paddlecloud ARGS`` on the laptop."""
-        proc = self.bed.run("laptop", PADDLECLOUD, *args, timeout=timeout, check=False, env=self.laptop_env)
+    def cli(self, *args: str, timeout: float = 120, config: str = "") -> str:
+        """``paddlecloud ARGS`` on the laptop (``config``: another user's client config there)."""
+        env = {"PADDLECLOUD_CONFIG": config} if config else self.laptop_env
+        proc = self.bed.run("laptop", PADDLECLOUD, *args, timeout=timeout, check=False, env=env)
         what = f"laptop: paddlecloud {' '.join(args)}: {proc.stdout}{proc.stderr}"
         assert proc.returncode == 0, f"{what}\nserver log:\n{self.log.read_text()[-3000:]}"
         return proc.stdout

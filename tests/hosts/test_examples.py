@@ -12,6 +12,7 @@ rendezvous store's one."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -100,3 +101,107 @@ def test_elastic_torch_trains_across_hosts(platform: BedPlatform, jobs: float) -
     acc = re.findall(r"final accuracy ([0-9.]+)$", out, re.M)
     assert acc and float(acc[-1]) >= 0.97, out[-3000:]
     print(f"elastic torch: final accuracy {acc[-1]}, workers {where}, {elapsed(jobs)} after its submit")
+
+
+#: what each of bob's workers tries from inside its sandbox: every endpoint of alice's job, then every
+#: TCP port of every compute host's address that it can reach at all (an address whose host has no
+#: worker of bob's leads nowhere in bob's own network: one attempt tells)
+SCAN = """\
+import errno, json, os, socket, time
+from pathlib import Path
+
+found, unreachable, scanned = [], [], []
+for target in os.environ["TARGETS"].split(","):
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        found.append(target)
+    except OSError:
+        pass
+for host in os.environ["HOSTS"].split(","):
+    probe = socket.socket()
+    probe.settimeout(3)
+    code = probe.connect_ex((host, 9))
+    probe.close()
+    if code not in (0, errno.ECONNREFUSED):
+        unreachable.append(host)
+        continue
+    scanned.append(host)
+    for port in range(1, 65536):
+        s = socket.socket()
+        s.settimeout(0.5)
+        code = s.connect_ex((host, port))
+        if code == 0 and s.getsockname() != s.getpeername():
+            found.append(f"{host}:{port}")
+        s.close()
+        if code not in (0, errno.ECONNREFUSED):  # that host's worker of bob's is gone: so is the way
+            unreachable.append(host)
+            break
+me = os.environ["PADDLECLOUD_WORKER"]
+out = {"found": found, "unreachable": unreachable, "scanned": scanned}
+done = Path(os.environ["PADDLECLOUD_OUTPUT_DIR"])
+(done / f"{me}.json").write_text(json.dumps(out))
+for _ in range(1200):  # keep this host's part of bob's network until every worker has scanned
+    if len(list(done.glob("trainer-*.json"))) >= int(os.environ["PADDLECLOUD_TRAINERS"]):
+        break
+    time.sleep(0.1)
+"""
+
+
+def _phase(p: BedPlatform, name: str, config: str = "") -> str:
+    return str(json.loads(p.cli("describe", name, "-o", "json", config=config))["phase"])
+
+
+@pytest.mark.timeout(900)
+def test_another_users_job_reaches_nothing_of_a_job_training_across_hosts(
+    bed: Bed, platform: BedPlatform
+) -> None:
+    """alice's elastic torch job trains across hosts (its rendezvous store, torchrun agents, their
+    process group), each of its hosts holding its network namespace, joined by its own VXLAN; bob's
+    job, with workers on several hosts too, tries alice's endpoints and every port of every host it
+    can reach: it reaches nothing of alice's (the hosts' addresses lead into bob's own namespaces)."""
+    p = platform
+    p.cli(
+        "submit", str(EXAMPLES / "torch_ddp"), "--name", "long", "--framework", "torch",
+        "--entry", "torchrun train.py", "--trainers", "3", "--min-instance", "2", "--max-instance", "3",
+        "--cpu", "3", "--env", "EPOCHS=2000",
+    )  # fmt: skip
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while " world 3 " not in p.cli("logs", "long"):  # training, in one group of 3 across hosts
+        assert time.monotonic() < deadline, p.cli("logs", "long")[-3000:]
+        time.sleep(3)
+    workers = p.json("get", "workers", "long")["items"]
+    targets = [w["endpoint"] for w in workers if w["endpoint"]]
+    hosts = {w["node"] for w in workers}
+    assert any(w["role"] == "rendezvous" for w in workers) and len(hosts & set(COMPUTE)) >= 2, workers
+    for host in hosts:  # the job's namespace on each of its hosts, with the job's VXLAN
+        each = "for n in $(ip netns list | awk '/^pcs-/ {print $1}'); do ip -n $n -d link; done"
+        assert "vxlan id" in bed.out(host, "sh", "-c", each), host
+    token = json.loads(p.cli("admin", "create-user", "bob", "-o", "json"))["token"]
+    bob = f"/tmp/{p.base.name}/bob-config"
+    p.cli("login", "--endpoint", p.url, "--token", token, "--user", "bob", config=bob)
+    scan_dir = f"/tmp/{p.base.name}/scan"  # the package, made on the laptop
+    write = (
+        f"import pathlib; d = pathlib.Path({scan_dir!r}); d.mkdir(parents=True); "
+        f"(d / 'scan.py').write_text({SCAN!r})"
+    )
+    bed.run("laptop", sys.executable, "-c", write)
+    addresses = ",".join(bed.addresses[h] for h in COMPUTE)
+    p.cli("submit", scan_dir, "--name", "scan", "--entry", "python scan.py", "--trainers", "3",
+          "--cpu", "4", "--env", "TARGETS=" + ",".join(targets), "--env", f"HOSTS={addresses}",
+          config=bob)  # fmt: skip
+    deadline = time.monotonic() + 600
+    while (phase := _phase(p, "scan", bob)) not in ("Succeeded", "Failed"):
+        assert time.monotonic() < deadline, f"bob's scan still {phase}"
+        time.sleep(3)
+    assert phase == "Succeeded", p.cli("logs", "scan", config=bob)[-3000:]
+    assert _phase(p, "long") == "Running"  # alice's job trained on meanwhile
+    output = Path(json.loads(p.cli("describe", "scan", "-o", "json", config=bob))["output_dir"])
+    seen = [json.loads((output / f"trainer-{i}.json").read_text()) for i in range(3)]
+    assert [s["found"] for s in seen] == [[], [], []], seen  # nothing of alice's, anywhere
+    scanned = {h for s in seen for h in s["scanned"]}
+    assert len(scanned) >= 2, seen  # bob's own workers' hosts: their whole port ranges, empty
+    p.cli("kill", "long", "--grace", "1")
+    print(
+        f"bob's scan: {len(targets)} of alice's endpoints and every port of {sorted(scanned)}: none reached"
+    )

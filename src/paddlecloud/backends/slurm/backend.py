@@ -83,6 +83,7 @@ from paddlecloud.backends.local.sandbox import (
     make_dirs,
     read_status,
 )
+from paddlecloud.backends.slurm import capacity
 from paddlecloud.backends.slurm import commands as sc
 from paddlecloud.backends.slurm.records import (
     ENDED,
@@ -95,7 +96,7 @@ from paddlecloud.backends.slurm.records import (
     write_record,
 )
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
-from paddlecloud.backends.slurm.script import DEFAULT_NEED, MIB, BatchScripts, ready_file, status_file
+from paddlecloud.backends.slurm.script import DEFAULT_NEED, BatchScripts, ready_file, status_file
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology
@@ -165,11 +166,8 @@ class SlurmBackend:
     # -- contract -------------------------------------------------------------------------------
 
     def nodes(self) -> tuple[NodeInfo, ...]:
-        """Nodes with their size and, as ``foreign``
-        (capability ``shared-capacity``), what Slurm has allocated there beyond what our running
-        workers asked for: other users' jobs (named in ``note``), and Slurm's rounding of our requests
-        (a 250m worker holds a whole CPU); the controller counts our own placements itself. A node
-        that is down, drained or not responding has no capacity until it is back, and says why."""
+        """Nodes with their size and, as ``foreign`` (capability ``shared-capacity``), what Slurm has
+        allocated there beyond what our running workers asked for (``capacity.snapshot``)."""
         try:
             found = sc.cluster_nodes(self.settings.command_timeout, self.settings.partition)
         except sc.SlurmCommandError as exc:  # Slurm busy or down: the last snapshot, no cycle lost
@@ -178,48 +176,19 @@ class SlurmBackend:
         self._addresses.update({n.name: n.address for n in found})
         mine = self._requested_by_us()
         holders = self._foreign_holders() if any(n.alloc_cpus for n in found) else {}
-        out = []
-        for n in found:
-            if not n.usable:  # no capacity until it is back; its state named in wait reasons
-                state = "+".join([n.state, *(f.lower() for f in n.flags)])
-                why = f"Slurm: {state}" + (f" ({n.reason})" if n.reason else "") + ", takes no work"
-                out.append(NodeInfo(n.name, Resources(), note=why))
-                continue
-            ours = mine.get(n.name, Resources())
-            foreign = Resources(
-                max(n.alloc_cpus * 1000 - ours.cpu_m, 0),
-                max(n.alloc_memory_mib * MIB - ours.memory, 0),
-                max(n.alloc_gpus - ours.gpu, 0),
-            )
-            size = Resources(n.cpus * 1000, n.memory_mib * MIB, n.gpus)
-            note = f"Slurm: {', '.join(holders[n.name])}" if foreign and holders.get(n.name) else ""
-            # Slurm picks the GPU indices: which ones other work holds is not ours to know, only how
-            # many (the highest indices stand for them)
-            held = tuple(range(n.gpus - foreign.gpu, n.gpus))
-            out.append(NodeInfo(n.name, size, tuple(range(n.gpus)), foreign, held, note))
-        self._last_nodes = tuple(out)
+        self._last_nodes = capacity.snapshot(found, mine, holders)
         return self._last_nodes
 
     def _foreign_holders(self) -> dict[str, list[str]]:
-        """Per node, the running Slurm jobs that are not our workers: ``bob's job 12 (big, 8 CPUs)``
-        (the wait reasons name them); {} when squeue fails (the reasons then say less)."""
+        """Per node, the running Slurm jobs that are not ours; {} when squeue fails (the wait
+        reasons then say less)."""
         with self._lock:
             jobs_here = list(self._jobs.values())
-        ours: set[int | None] = set()
-        for job in jobs_here:
-            with job.lock:
-                ours |= {w.slurm_id for w in [*job.workers.values(), *job.retired.values()]}
         try:
-            jobs = sc.running(self.settings.command_timeout)
+            running = sc.running(self.settings.command_timeout)
         except sc.SlurmCommandError:
             return {}
-        out: dict[str, list[str]] = {}
-        for j in jobs:
-            if j.id in ours:
-                continue
-            for node in j.node_names:
-                out.setdefault(node, []).append(f"{j.user}'s job {j.id} ({j.name}, {j.cpus} CPUs)")
-        return out
+        return capacity.foreign_holders(jobs_here, running)
 
     def start(self, launch: JobLaunch) -> None:
         jdir = self._job_dir(launch.key)
@@ -266,20 +235,7 @@ class SlurmBackend:
         threading.Thread(target=self._prepare, args=(job, requirements), name=f"prepare-{launch.key}").start()
 
     def _store_node(self, launch: JobLaunch) -> str:
-        """Where the rendezvous store of ``launch`` fits beside its planned trainers: the node with
-        the most CPUs left after them in the last snapshot ("" : none has room, Slurm chooses).
-        The scheduler does not count the store (it is small), but Slurm gives it a whole CPU: put
-        where Slurm likes (the first node), it could take a CPU that a trainer planned there needs."""
-        planned: dict[str, Resources] = {}
-        for p in launch.placement:
-            planned[p.node] = planned.get(p.node, Resources()) + launch.resources.get(p.role, DEFAULT_NEED)
-        mine = self._requested_by_us()
-        room = {
-            n.name: n.capacity - n.foreign - mine.get(n.name, Resources()) - planned.get(n.name, Resources())
-            for n in self._last_nodes
-        }
-        fits = [(free.cpu_m, name) for name, free in room.items() if DEFAULT_NEED.fits_in(free)]
-        return max(fits)[1] if fits else ""
+        return capacity.store_node(launch, self._last_nodes, self._requested_by_us())
 
     def _prepare(self, job: JobRecord, requirements: str) -> None:
         """Build the job's environment on the shared directory (the server's host runs pip)."""
@@ -725,21 +681,9 @@ class SlurmBackend:
         )  # fmt: skip
 
     def _requested_by_us(self) -> dict[str, Resources]:
-        """What our running workers asked for, per node: the load the controller counts itself (from
-        its placements), so not the store (the scheduler does not count it), not retired trainers,
-        and not a worker that runs elsewhere than it was placed (a restart: Slurm chose its node; the
-        controller still counts it where it was placed, so it is counted twice rather than not at
-        all, which would let the scheduler plan onto what it holds)."""
-        out: dict[str, Resources] = {}
         with self._lock:
             jobs = list(self._jobs.values())
-        for job in jobs:
-            with job.lock:
-                for w in job.workers.values():
-                    if w.state == WorkerState.RUNNING and w.ran_on == w.node and w.role != RENDEZVOUS:
-                        need = job.launch.resources.get(w.role, DEFAULT_NEED)
-                        out[w.ran_on] = out.get(w.ran_on, Resources()) + need
-        return out
+        return capacity.requested_by_us(jobs)
 
     def _allocate_ports(self, n: int) -> list[int]:
         """``n`` ports of the range that no live job of ours uses."""
