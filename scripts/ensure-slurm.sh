@@ -282,6 +282,14 @@ exports() {
   echo "export PADDLECLOUD_SLURM_DIR=$DIR"
 }
 
+remove_job_netns() {  # the jobs' network namespaces the runs here left (nodekeep.py: pcs-*), when empty
+  command -v ip >/dev/null 2>&1 || return 0
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '/^pcs-/ {print $1}'); do
+    if [ -z "$(ip netns pids "$ns" 2>/dev/null)" ]; then ip netns delete "$ns" 2>/dev/null || true; fi
+  done
+}
+
 stop_slurm() {
   local pid
   for node in $(node_names); do kill_node_procs "$node"; done
@@ -291,6 +299,7 @@ stop_slurm() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
   for node in $(node_names); do remove_cgroups "$node"; done
+  remove_job_netns
   rm -f "$DIR"/run/slurm*.pid
 }
 
