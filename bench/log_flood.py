@@ -78,9 +78,7 @@ def main() -> None:
     print(f"  job {job['phase']} after {took:.1f} s; it wrote {written / mib:,.0f} MiB ({rate:.0f} MiB/s)")
     blocks = st.st_blocks * 512 / mib
     print(f"  on disk: {st.st_size / mib:.1f} MiB ({blocks:.1f} MiB of blocks), limit {limit / mib:.0f} MiB")
-    print(
-        f"  largest seen while it ran: {largest / mib:.1f} MiB; dropped {dropped / mib:,.0f} MiB (said in the log)"
-    )
+    print(f"  largest seen while it ran: {largest / mib:.1f} MiB; {dropped / mib:,.0f} MiB dropped (said so)")
     if st.st_size > limit or largest > limit:
         raise SystemExit("the log passed its limit")
 
