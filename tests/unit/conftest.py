@@ -25,6 +25,7 @@ from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.client import Client
 from paddlecloud.controller import Identity, Platform, PlatformConfig
 from paddlecloud.core.phases import JobPhase
+from paddlecloud.node import netns
 from paddlecloud.server import create_app
 
 # pyproject turns warnings into errors; Starlette warns at import time that its TestClient prefers
@@ -94,6 +95,18 @@ def platform_factory(tmp_path: Path) -> Iterator[Callable[..., Platform]]:
             _kill_everything(p)
         finally:
             p.close()
+    _remove_namespaces(tmp_path)
+
+
+def _remove_namespaces(tmp_path: Path) -> None:
+    """The network namespaces the test's backends made (marked under ``cluster/netns/``) go, once
+    the processes killed above have left them (bounded): a test that made a stop fail leaves its
+    job's namespace to nobody."""
+    for mark in tmp_path.glob("*/cluster/netns/pcj-*"):
+        for _ in range(100):
+            if not netns.exists(mark.name) or netns.remove(mark.name, if_unused=True):
+                break
+            time.sleep(0.05)
 
 
 @pytest.fixture

@@ -390,6 +390,9 @@ class LocalBackend:
             if job.stopper is not None:
                 job.stopper.join(timeout=self.config.cleanup_grace + 5)
         self.samplesets.close()  # mounted again by the controller's ensure after a restart
+        # namespaces no process lives in go (running jobs keep theirs; one whose workers are all
+        # between runs gets it again at its next start: Keeper.open_net)
+        self._keeper.collect(set())
 
     # -- internals ------------------------------------------------------------------------------
 
