@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from paddlecloud.node import monitor
+from paddlecloud.node import apirelay, monitor
 from paddlecloud.node.logcap import MIN_LIMIT
 from paddlecloud.runtime import apiclient
 
@@ -143,11 +143,14 @@ def test_the_api_relay_carries_requests_from_its_socket_to_the_server(tmp_path: 
         "print(apiclient.opener().open(req, timeout=10).read().decode())\n"
     )
     env = {**os.environ, "PADDLECLOUD_API_SOCKET": str(sock)}
+    listening = apirelay.listen(str(sock))  # the backend makes it and hands it over
+    fd = listening.fileno()
     r = subprocess.run(
-        [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(tmp_path / "w.log"),
-         "--api-socket", str(sock), "--api-target", f"127.0.0.1:{api}", "--", sys.executable, "-c", client],
-        env=env, capture_output=True, text=True, timeout=60,
+        [*monitor.command(), "--log", str(tmp_path / "w.log"), "--api-fd", str(fd),
+         "--api-target", f"127.0.0.1:{api}", "--", sys.executable, "-c", client],
+        env=env, capture_output=True, text=True, timeout=60, pass_fds=(fd,),
     )  # fmt: skip
+    listening.close()
     assert r.returncode == 0, (tmp_path / "w.log").read_text()
     answer = json.loads((tmp_path / "w.log").read_text())
     assert answer == {"path": "/api/v1/x", "auth": "Bearer t"}

@@ -142,7 +142,8 @@ def test_a_node_without_bubblewrap_fails_the_worker_with_the_reason(node: dict[s
 
 
 def test_the_node_side_imports_only_the_sandbox() -> None:
-    """Each worker start pays for the jail's imports: not the backends' contract, Pydantic, ..."""
+    """Each worker start pays for the jail's imports: not the backends' contract, Pydantic, ...;
+    only the sandbox and the node's keeping of the run (``nodekeep``: ``paddlecloud.node``)."""
     code = (
         "import sys, paddlecloud.backends.slurm.jail\n"
         "print(sorted(m for m in sys.modules if 'pydantic' in m or m.startswith('paddlecloud.backends.')))"
@@ -152,7 +153,8 @@ def test_the_node_side_imports_only_the_sandbox() -> None:
     ).stdout
     assert out.strip() == str(
         ["paddlecloud.backends.local", "paddlecloud.backends.local.sandbox", "paddlecloud.backends.options",
-         "paddlecloud.backends.slurm", "paddlecloud.backends.slurm.jail"]
+         "paddlecloud.backends.slurm", "paddlecloud.backends.slurm.jail",
+         "paddlecloud.backends.slurm.nodekeep"]
     )  # fmt: skip
 
 

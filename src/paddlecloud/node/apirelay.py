@@ -21,7 +21,7 @@ import selectors
 import socket
 import threading
 
-__all__ = ["MAX_CONNECTIONS", "Relay"]
+__all__ = ["MAX_CONNECTIONS", "Relay", "listen"]
 
 MAX_CONNECTIONS = 32
 IDLE_TIMEOUT_S = 600.0
@@ -43,17 +43,28 @@ def _bind_unix(sock: socket.socket, path: str) -> None:
         os.close(fd)
 
 
-class Relay:
-    """Listen on the Unix socket ``path`` and relay each connection to ``target`` (host, port)."""
-
-    def __init__(self, path: str, target: tuple[str, int]) -> None:
-        self.path, self.target = path, target
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        _bind_unix(self.sock, path)
+def listen(path: str) -> socket.socket:
+    """The run's API socket at ``path``, listening (made by the backend before the run's monitor
+    starts, and handed to it: ``--api-fd``); whoever may connect to a file there may use it."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        _bind_unix(sock, path)
         os.chmod(path, 0o666)  # the sandbox's user (uid 1000 in its user namespace) connects
-        self.sock.listen(64)
+        sock.listen(64)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class Relay:
+    """Accept on the listening Unix socket ``fd`` and relay each connection to ``target``."""
+
+    def __init__(self, fd: int, target: tuple[str, int]) -> None:
+        self.target = target
+        self.sock = socket.socket(fileno=fd)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
     def start(self) -> None:
@@ -62,8 +73,6 @@ class Relay:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
 
     def _accept(self) -> None:
         while True:

@@ -1,21 +1,25 @@
 """The monitor of one worker run: the process a backend starts for it, which owns the run.
 
-    python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]...
-        [--api-socket PATH --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F]
-        [--release-netns NAME] -- ARGV...
+    env --ignore-signal=TERM,INT python -I -S -c BOOT PATH --log FILE [--max-log-bytes N]
+        [--cgroup DIR]... [--api-fd FD --api-target HOST:PORT] [--status FILE]
+        [--ready-port P --ready-file F] [--release-netns NAME] -- ARGV...
 
-In order, before the run's program exists:
+(``command()`` builds the start of that line: ``BOOT`` puts ``PATH``, where this package lies, on
+``sys.path`` and runs :func:`main`; without ``site`` and the package's lazy exports the interpreter
+starts in about half the time of ``-m``.) In order, before the run's program exists:
 
-1. SIGTERM, SIGINT and SIGHUP are ignored: a graceful stop is sent to the run's process group and
-   must reach the launcher inside the sandbox (it passes it to the program); the monitor lives as
-   long as what it runs and SIGKILL to the group ends it with the rest.
+1. SIGTERM and SIGINT are ignored (inherited: ``env --ignore-signal``, or the Slurm jail; checked,
+   and set if they were not): a graceful stop is sent to the run's process group and must reach
+   the launcher inside the sandbox (it passes it to the program); the monitor lives as long as
+   what it runs and SIGKILL to the group ends it with the rest.
 2. It writes itself into each ``--cgroup`` folder's ``cgroup.procs`` (``cgroups.RunCgroup``, made
    by the backend with the run's limits): everything it starts is inside, and cannot leave.
-3. With ``--api-socket``, it listens there and relays to the API (``apirelay``); the sandbox binds
-   the socket, the job's network namespace has no other way out.
-4. It runs ARGV with stdin from /dev/null and stdout and stderr into a pipe. The backend puts the
+3. It runs ARGV with stdin from /dev/null and stdout and stderr into a pipe. The backend puts the
    way into the job's network namespace at the front of ARGV (``netns.enter_argv``): the program
    runs inside it while the monitor stays outside, where the API is.
+4. With ``--api-fd`` (a Unix socket the backend made, listening: ``apirelay.listen``, bound into
+   the sandbox) it relays connections to the API (``apirelay``), from a thread started once the
+   child runs (the imports it needs are then not on the start's path).
 5. It copies the pipe into ``--log``, bounded by ``--max-log-bytes`` (``logcap.CappedLog``), and
    with ``--ready-port`` writes ``--ready-file`` once the program listens there: the backend cannot
    see into the job's namespace, the monitor reads the child's ``/proc/<pid>/net/tcp``.
@@ -27,22 +31,22 @@ way ARGV did: the same code, or the same signal. If a step
 before the start fails, the reason goes to its stderr (the log) and ``--status`` (the launcher's
 status file, when given) gets exit code 126, as the Slurm jail does.
 
-Standard library only, and imports as little as it can (no argparse, dataclasses or pathlib): its
-start-up is part of every worker's.
+Standard library only, and imports as little as it can (no argparse, dataclasses, pathlib, not
+even ``signal``, whose enums cost more than the rest of the start): its start-up is part of every
+worker's (bench/isolation_cost.py).
 """
 
 from __future__ import annotations
 
 import os
 import select
-import signal
 import sys
 import time
 
 from paddlecloud.node import ports
 from paddlecloud.node.logcap import CappedLog
 
-__all__ = ["CANNOT_START", "DRAIN_S", "Options", "main", "parse"]
+__all__ = ["BOOT", "CANNOT_START", "DRAIN_S", "Options", "command", "main", "parse"]
 
 #: the exit status of a run whose monitor could not set it up
 CANNOT_START = 126
@@ -51,9 +55,23 @@ DRAIN_S = 2.0
 _CHUNK = 64 * 1024
 _USAGE = (
     "usage: python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]... "
-    "[--api-socket PATH --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] "
+    "[--api-fd FD --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] "
     "[--release-netns NAME] -- ARGV..."
 )
+#: the program ``python -S -c`` runs: the package's folder (argv[1]) on the path, then main()
+BOOT = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from paddlecloud.node.monitor import main; sys.exit(main())"
+)
+#: SIGINT (2) and SIGTERM (15) in /proc/self/status's SigIgn mask
+_IGNORED = (1 << 1) | (1 << 14)
+
+
+def command(python: str = sys.executable) -> list[str]:
+    """The start of the monitor's command line: signals ignored, the interpreter without ``site``
+    and the lazy package exports, the folder this package lies in on its path."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return ["/usr/bin/env", "--ignore-signal=TERM,INT", python, "-I", "-S", "-c", BOOT, here]
 
 
 class Options:
@@ -63,7 +81,7 @@ class Options:
         self.log = ""
         self.max_log_bytes: int | None = None
         self.cgroups: list[str] = []
-        self.api_socket = ""
+        self.api_fd = -1
         self.api_target = ""
         self.status = ""
         self.ready_port = 0
@@ -89,8 +107,10 @@ def parse(argv: list[str]) -> Options:
             o.max_log_bytes = int(value)
         elif name == "--cgroup":
             o.cgroups.append(value)
-        elif name == "--api-socket":
-            o.api_socket = value
+        elif name == "--api-fd":
+            if not value.isdigit():
+                raise ValueError(f"--api-fd {value!r} is not a descriptor")
+            o.api_fd = int(value)
         elif name == "--api-target":
             o.api_target = value
         elif name == "--status":
@@ -132,15 +152,33 @@ def _join(folders: list[str]) -> None:
             f.write(str(os.getpid()))
 
 
-def _relay(o: Options) -> None:
-    if not o.api_socket:
-        return
-    from paddlecloud.node.apirelay import Relay  # sockets and threads only when relaying
-
+def _target(o: Options) -> tuple[str, int] | None:
+    if o.api_fd < 0:
+        return None
     host, _, port = o.api_target.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--api-target {o.api_target!r} is not HOST:PORT")
-    Relay(o.api_socket, (host.strip("[]"), int(port))).start()
+    return host.strip("[]"), int(port)
+
+
+def _relay(fd: int, target: tuple[str, int]) -> None:
+    from paddlecloud.node.apirelay import Relay  # sockets and threads: after the start
+
+    Relay(fd, target).start()
+
+
+def _ignore_stops() -> None:
+    """SIGTERM and SIGINT ignored, as the backend started us (read from /proc: no ``signal``)."""
+    try:
+        with open("/proc/self/status") as f:
+            mask = next((int(ln.split()[1], 16) for ln in f if ln.startswith("SigIgn:")), 0)
+    except (OSError, ValueError):
+        mask = 0
+    if mask & _IGNORED != _IGNORED:
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _spawn(argv: list[str], out: int) -> int:
@@ -208,6 +246,8 @@ def _release(name: str) -> None:
 def _exit_like(status: int) -> int:
     """Exit the way the child did: its code, or its signal."""
     if os.WIFSIGNALED(status):
+        import signal
+
         sig = os.WTERMSIG(status)
         if sig not in (signal.SIGKILL, signal.SIGSTOP):  # the others may be ignored here: not now
             signal.signal(sig, signal.SIG_DFL)
@@ -217,8 +257,7 @@ def _exit_like(status: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
+    _ignore_stops()
     try:
         o = parse(sys.argv[1:] if argv is None else argv)
     except ValueError as exc:
@@ -226,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         _join(o.cgroups)
-        _relay(o)
+        target = _target(o)
+        if o.api_fd >= 0:  # the relay's socket is ours alone: the child must not inherit it
+            os.set_inheritable(o.api_fd, False)
         fd = os.open(o.log, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         log = CappedLog(fd, o.max_log_bytes)
         r, w = os.pipe()
@@ -236,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             os.close(w)
     except (OSError, ValueError) as exc:
         return _fail(o.status, str(exc))
+    if target is not None:
+        _relay(o.api_fd, target)
     status = _pump(r, log, pid, _Ready(o, pid))
     if o.release_netns:
         _release(o.release_netns)

@@ -44,13 +44,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import psutil
 
 from paddlecloud.backends.local.sandbox import API_SOCKET, Command, JobJail, WorkerDirs, read_status
 from paddlecloud.core.phases import WorkerReason, WorkerState
-from paddlecloud.node import netns
+from paddlecloud.node import apirelay, monitor, netns
 from paddlecloud.node.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, describe_memory, safe_name
 from paddlecloud.runtime import contract
 from paddlecloud.runtime.launcher import write_json_atomic
@@ -183,7 +183,7 @@ class WorkerProc:
         launcher = [python, "-m", "paddlecloud.runtime.launcher",
                     "--status", str(self.status_file), "--cwd", str(self.cwd), entry]  # fmt: skip
         try:
-            self._popen(jail, launcher, env, self._monitor(plan, api), api)
+            self._popen(jail, launcher, env, plan, api)
         except BaseException:
             if self.cgroup is not None:
                 self.cgroup.remove()
@@ -209,35 +209,38 @@ class WorkerProc:
             },
         )
 
-    def _monitor(self, plan: RunPlan, api: bool) -> list[str]:
+    def _monitor(self, plan: RunPlan, api_fd: int) -> list[str]:
         """The monitor's command line up to the sandbox's (``node.monitor``), with the way into
-        the job's network namespace."""
-        argv = [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(self.log_path),
-                "--status", str(self.status_file)]  # fmt: skip
+        the job's network namespace; ``api_fd``: the run's API socket (-1: none)."""
+        argv = [*monitor.command(), "--log", str(self.log_path), "--status", str(self.status_file)]
         if plan.max_log_bytes:
             argv += ["--max-log-bytes", str(plan.max_log_bytes)]
         for folder in self.cgroup.paths if self.cgroup is not None else ():
             argv += ["--cgroup", str(folder)]
-        if api:
-            argv += ["--api-socket", str(self.api_socket), "--api-target", plan.api_target]
+        if api_fd >= 0:
+            argv += ["--api-fd", str(api_fd), "--api-target", plan.api_target]
         if plan.ready_port:
             argv += ["--ready-port", str(plan.ready_port), "--ready-file", str(self.ready_file)]
         return [*argv, "--", *(netns.enter_argv(plan.netns) if plan.netns else [])]
 
-    def _popen(self, jail: JobJail | None, launcher: list[str], env: dict[str, str], monitor: list[str],
+    def _popen(self, jail: JobJail | None, launcher: list[str], env: dict[str, str], plan: RunPlan,
                api: bool) -> None:  # fmt: skip
-        with self._command(jail, launcher, api) as cmd, open(self.log_path, "ab") as log:
-            self.popen = subprocess.Popen(
-                [*monitor, *cmd.argv],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.cwd,
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=cmd.fds,
-            )
+        """Start the monitor; the run's API socket is made here and handed to it (``--api-fd``)."""
+        sock = apirelay.listen(str(self.api_socket)) if api else None
+        fds = (sock.fileno(),) if sock is not None else ()
+        try:
+            with self._command(jail, launcher, api) as cmd, open(self.log_path, "ab") as log:
+                argv = [*self._monitor(plan, fds[0] if fds else -1), *cmd.argv]
+                self._run(argv, env, log, (*cmd.fds, *fds))
+        finally:
+            if sock is not None:
+                sock.close()  # the monitor holds it now
+
+    def _run(self, argv: list[str], env: dict[str, str], log: BinaryIO, fds: tuple[int, ...]) -> None:
+        self.popen = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd,
+            start_new_session=True, close_fds=True, pass_fds=fds,
+        )  # fmt: skip
 
     @contextlib.contextmanager
     def _command(self, jail: JobJail | None, launcher: list[str], api: bool) -> Iterator[Command]:

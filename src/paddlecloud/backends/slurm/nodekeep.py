@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paddlecloud.node import apirelay, monitor
 from paddlecloud.node import netns as namespaces
 from paddlecloud.node.cgroups import CgroupError, Hierarchy, Limits, safe_name
 
@@ -119,7 +120,7 @@ class RunKeep:
         """Set up this run on this node (``node``: Slurm's name of it, ``run``: a name unique to the
         run); the monitor's command line, ending where the sandbox's begins. namespaces.NetnsError when
         the job's namespace cannot be made here."""
-        argv = [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", self.log, "--status", status]
+        argv = [*monitor.command(), "--log", self.log, "--status", status]
         if self.max_log_bytes:
             argv += ["--max-log-bytes", str(self.max_log_bytes)]
         for folder in self._pids(run):
@@ -132,8 +133,10 @@ class RunKeep:
             namespaces.ensure(self._net(node))
             argv += ["--release-netns", self.netns]
             enter = namespaces.enter_argv(self.netns)
-            socket = self.api_socket(run)
-            if socket:
+            path = self.api_socket(run)
+            if path:  # made here, inherited by the monitor through the jail's exec
                 os.makedirs(self.api_dir, exist_ok=True)
-                argv += ["--api-socket", socket, "--api-target", self.api_target]
+                sock = apirelay.listen(path)
+                os.set_inheritable(sock.fileno(), True)
+                argv += ["--api-fd", str(sock.detach()), "--api-target", self.api_target]
         return [*argv, "--", *enter]
