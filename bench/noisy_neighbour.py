@@ -121,9 +121,8 @@ def main() -> None:
     reason = hogged["workers"][0]["reason"]
     print(f"  the hog: {restarts} OOM kills and restarts while bob ran; last reason {reason!r}")
     w = bombed["workers"][0]
-    print(
-        f"  the bomb: {w['restarts']} runs while bob ran; its last: {w['reason'] or w['state']} {w['message']}"
-    )
+    last = f"{w['reason'] or w['state']} {w['message']}"
+    print(f"  the bomb: {w['restarts']} runs while bob ran; its last: {last}")
 
 
 if __name__ == "__main__":
