@@ -1,9 +1,9 @@
 """The ``paddlecloud`` rendezvous backend on torch's own pieces: a real ``TCPStore``, c10d's backend,
 torch's state holder and handler, agents in processes of their own.
 
-Skipped where torch is not importable (the dev venv has no torch; a venv with the local wheel, e.g.
-``pip install torch==2.13.0`` beside ``.[dev]``, runs them). test_runtime_torchelastic.py
-checks the same properties without torch.
+``make test`` runs them in a venv of their own with torch (``.venv-torch``, made by scripts/test.sh
+from the local CPU wheel: the dev venv has no torch); they are skipped where torch cannot be
+imported. tests/unit/test_runtime_torchelastic.py checks the same properties without torch.
 
 - A forged state (a pickle whose ``__reduce__`` creates a file, unsigned or with a wrong MAC) written
   into the store by someone outside the job is refused by torch's ``_BackendRendezvousStateHolder``
