@@ -7,7 +7,7 @@
 #                  tests/conformance tests/slurm   the private Slurm cluster (one lane owns it), then
 #                  tests/hosts               the multi-host test bed (scripts/ensure-hosts.sh: hosts in
 #                                            namespaces, Slurm on them; root only, else skipped), then
-#                  tests/torch               torch's own rendezvous pieces, in .venv-torch (made here
+#                  tests/torch_rendezvous    torch's own rendezvous pieces, in .venv-torch (made here
 #                                            from the local CPU wheel: the dev venv has no torch)
 #
 # (tests/kube moved from the system lane on 2026-11-26: the system lane was the long pole by ~260 s
@@ -30,7 +30,7 @@ lane() {  # lane NAME PYTEST-ARGS...: run pytest ($PYTEST), log to $LOGS/NAME.lo
     echo $? >"$LOGS/$name.rc"
 }
 
-torch_venv() {  # tests/torch runs on torch's own pieces: a venv with torch (the local CPU wheel)
+torch_venv() {  # tests/torch_rendezvous needs torch: a venv with it (the local CPU wheel)
     local venv=.venv-torch
     if ! "$venv/bin/python" -c "import torch, pytest, pytest_timeout" 2>/dev/null; then
         "${PYTHON:-python3}" -m venv "$venv" &&
@@ -43,7 +43,7 @@ rest_lane() {  # the rest, then the torch tests in their own venv (their log app
     local rc
     rc=$(cat "$LOGS/rest.rc")
     if torch_venv >>"$LOGS/rest.log" 2>&1; then
-        PYTHONPATH=src PYTEST=.venv-torch/bin/pytest lane torch tests/torch
+        PYTHONPATH=src PYTEST=.venv-torch/bin/pytest lane torch tests/torch_rendezvous
         cat "$LOGS/torch.log" >>"$LOGS/rest.log"
         [ "$(cat "$LOGS/torch.rc")" = 0 ] || rc=1
     else
@@ -54,7 +54,7 @@ rest_lane() {  # the rest, then the torch tests in their own venv (their log app
 }
 
 started=$SECONDS
-echo "== tests in two lanes (logs in $LOGS/): system = e2e; rest = unit + fuzz + kube + conformance + slurm + hosts + torch"
+echo "== tests in two lanes (logs in $LOGS/): system = e2e; rest = unit + fuzz + kube + conformance + slurm + hosts + torch_rendezvous"
 lane system tests/e2e &
 system=$!
 rest_lane &

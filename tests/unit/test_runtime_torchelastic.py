@@ -4,7 +4,7 @@ state is signed with the job's key, and whose bootstrap is retried when a peer v
 Without torch: the handler wraps whatever c10d handler it is given (a fake here), the signed backend
 a fake of c10d's over a fake store (``get`` / ``compare_set``, c10d's base64 and sentinel). With torch
 importable (a job environment, or a dev venv with the local wheel) the same properties are checked
-on torch's own pieces in tests/unit/test_runtime_torchelastic_torch.py; the whole thing runs in
+on torch's own pieces in tests/unit/tests/torch_rendezvous/test_rendezvous_torch.py; the whole thing runs in
 tests/e2e/test_chaos.py and test_elastic_torch.py.
 """
 
