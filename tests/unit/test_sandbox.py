@@ -9,6 +9,7 @@ read safely, environment builds run confined, and the sandbox refuses what it ca
 
 from __future__ import annotations
 
+import ast
 import functools
 import http.server
 import io
@@ -110,6 +111,48 @@ def test_each_worker_has_its_own_host_name_that_resolves_to_loopback(
     seen = [ln.split()[-2:] for ln in _log(alice, "hosts").splitlines() if "HOST " in ln]
     assert len(seen) == 2 and seen[0][0] != seen[1][0], seen
     assert {addr for _, addr in seen} == {"127.0.0.1"}
+
+
+KERNEL_PROBE = """\
+import os
+seen = {}
+try:  # a host sysctl (kernel.core_pattern, kernel.modprobe... would run a program as host root);
+    # the value it has is written back, so that a sandbox that lets it through changes nothing
+    with open("/proc/sys/kernel/core_uses_pid") as f:
+        value = f.read()
+    with open("/proc/sys/kernel/core_uses_pid", "w") as f:
+        f.write(value)
+    seen["sysctl"] = "written"
+except OSError as exc:
+    seen["sysctl"] = exc.strerror
+for path in ("/proc/sysrq-trigger", "/proc/kcore", "/proc/keys", "/proc/kallsyms", "/proc/timer_list"):
+    try:
+        with open(path, "rb") as f:
+            seen[path] = f"read {len(f.read(64))}"
+    except OSError as exc:
+        seen[path] = exc.strerror
+seen["ssl private"] = os.path.exists("/etc/ssl/private")
+seen["ssl certs"] = os.path.isdir("/etc/ssl/certs")
+seen["firmware"] = os.listdir("/sys/firmware") if os.path.isdir("/sys/firmware") else []
+print("SEEN", seen)
+"""
+
+
+def test_a_worker_cannot_change_the_hosts_kernel_settings_or_read_its_secrets(
+    alice: Client, make_package: MakePackage, drive: Drive
+) -> None:
+    """The sandbox's uid is the server's outside (host root when the server is root): without
+    capabilities, but the owner of /proc/sys and of root-only files. Found in review: a job wrote a
+    host sysctl (kernel.core_pattern would have run its script as root on the host). /proc/sys is
+    read-only, the kernel's special files are masked, /etc/ssl holds only the certificates."""
+    alice.submit({"name": "kernel", "entry": "python main.py"}, make_package({"main.py": KERNEL_PROBE}))
+    job = drive(alice, "kernel", DONE)
+    assert job.phase == JobPhase.SUCCEEDED, job.message
+    line = next(ln for ln in _log(alice, "kernel").splitlines() if ln.startswith("SEEN "))
+    seen = ast.literal_eval(line.removeprefix("SEEN "))
+    assert seen["sysctl"] == "Read-only file system", seen
+    assert not any(str(v).startswith("read") for k, v in seen.items() if k.startswith("/proc/")), seen
+    assert seen["ssl private"] is False and seen["ssl certs"] is True and seen["firmware"] == [], seen
 
 
 # -- environment ----------------------------------------------------------------------------------

@@ -89,10 +89,21 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: nothing else of /etc (keys, service configuration) exists inside
 ETC = (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "host.conf", "resolv.conf",
-    "gai.conf", "localtime", "timezone", "protocols", "services", "ssl", "ca-certificates",
-    "ca-certificates.conf", "pki", "crypto-policies", "alternatives", "mime.types", "os-release",
-    "debian_version", "pip.conf", "xdg/pip",
+    "gai.conf", "localtime", "timezone", "protocols", "services", "ssl/certs", "ssl/openssl.cnf",
+    "ca-certificates", "ca-certificates.conf", "pki/tls/certs", "pki/tls/openssl.cnf", "pki/ca-trust",
+    "crypto-policies", "alternatives", "mime.types", "os-release", "debian_version", "pip.conf",
+    "xdg/pip",
 )  # fmt: skip
+#: what of /proc and /sys a sandbox must not write or read, as a container runtime masks them (the
+#: sandbox's uid is the server's outside, root where the server is root: without capabilities, but
+#: the owner of these files): /proc/sys read-only (sysctls such as kernel.core_pattern are the
+#: host's), these files replaced by /dev/null, these folders by an empty read-only tmpfs
+PROC_READ_ONLY = ("/proc/sys",)
+PROC_MASKED_FILES = (
+    "/proc/sysrq-trigger", "/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list",
+    "/proc/sched_debug", "/proc/latency_stats", "/proc/kallsyms", "/proc/kmsg",
+)  # fmt: skip
+PROC_MASKED_DIRS = ("/proc/acpi", "/proc/scsi", "/sys/firmware")
 #: server variables every worker gets (when set), besides those of the env contract
 PASS_ENV = (
     "LANG", "LANGUAGE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
@@ -330,6 +341,14 @@ def _system_args(gpus: bool) -> list[str]:
     for name in ETC:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     args += ["--ro-bind-try", "/sys", "/sys"]
+    for path in PROC_READ_ONLY:  # after --proc (``_base``): over the sandbox's own /proc
+        args += ["--ro-bind", path, path]
+    for path in PROC_MASKED_FILES:
+        if os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    for path in PROC_MASKED_DIRS:
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
     if gpus:  # the NVIDIA (and DRM) device nodes; which GPUs a trainer uses is CUDA_VISIBLE_DEVICES
         for dev in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")):
             args += ["--dev-bind", dev, dev]
