@@ -61,3 +61,20 @@ def test_an_unbounded_log_keeps_everything_and_a_tiny_limit_is_refused(tmp_path:
     assert (tmp_path / "a.log").stat().st_size == 1_000_000
     with pytest.raises(ValueError, match="no room"):
         _log(tmp_path / "b.log", MIN_LIMIT - 1)
+
+
+def test_writes_larger_than_the_tail_never_leave_an_unmarked_gap(tmp_path: Path) -> None:
+    """Found in review: after the first cut a write longer than the tail was trimmed, but the old
+    tail stayed in front of it, the bytes between them gone without a marker."""
+    limit = MIN_LIMIT
+    log = _log(tmp_path / "a.log", limit)
+    written = b""
+    for i, size in enumerate((5000, 20_000, 20_000, 300, 20_000, 7000)):
+        chunk = bytes([65 + i]) * size
+        log.write(chunk)
+        written += chunk
+        out = (tmp_path / "a.log").read_bytes()
+        tail = out[limit // 2 + MARKER_SIZE :] if log.marked else b""
+        assert len(out) <= limit and written.endswith(tail)  # what is kept is the latest, whole
+        assert len(out) - (MARKER_SIZE if log.marked else 0) + log.dropped == len(written)
+

@@ -16,10 +16,12 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import selectors
 import socket
 import threading
+import time
 
 __all__ = ["MAX_CONNECTIONS", "Relay", "listen"]
 
@@ -75,14 +77,24 @@ class Relay:
             self.sock.close()
 
     def _accept(self) -> None:
+        """Until the socket is closed; a refusal of the moment (no descriptors, memory or threads
+        left in the run's limits) is waited out, never the end of the relay."""
         while True:
             self._slots.acquire()
             try:
                 conn, _ = self.sock.accept()
-            except OSError:
+            except OSError as exc:
                 self._slots.release()
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                if exc.errno == errno.EBADF or self.sock.fileno() < 0:
+                    return
+                time.sleep(0.5)
+                continue
+            try:
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            except RuntimeError:  # no thread now (the run's pids limit): this connection is refused
+                conn.close()
+                self._slots.release()
+                time.sleep(0.5)
 
     def _serve(self, conn: socket.socket) -> None:
         try:

@@ -78,9 +78,11 @@ class CappedLog:
             self.marked = True
             os.pwrite(self.fd, marker(self.dropped, self.limit), self.head)
             size = max(size, start)
-        if len(data) > self.keep:  # more than a whole tail in one write: only its end is kept
-            self.dropped += len(data) - self.keep
-            data = data[-self.keep :]
+        if len(data) > self.keep:  # more than a whole tail in one write: only its end is kept, and
+            # what was kept before goes (it would stand before the gap, unmarked)
+            self.dropped += size - start + len(data) - self.keep
+            os.ftruncate(self.fd, start)
+            data, size = data[-self.keep :], start
         if size + len(data) > self.limit:
             size = self._cut(size)
         _pwrite_all(self.fd, data, size)

@@ -136,13 +136,30 @@ def _fail(status: str, message: str) -> int:
     print(f"paddlecloud: the worker could not be started: {message}", file=sys.stderr, flush=True)
     if status:
         try:
-            tmp = f"{status}.tmp{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(f'{{"exit_code": {CANNOT_START}, "signal": null, "finished_at": {time.time()}}}')
-            os.replace(tmp, status)
+            _write_status(status)
         except OSError as exc:
             print(f"paddlecloud: writing the exit status failed: {exc}", file=sys.stderr, flush=True)
     return CANNOT_START
+
+
+def _write_status(status: str) -> None:
+    """The launcher's status, as the launcher would write it, in a folder the job can write to (its
+    status folder): through the folder's descriptor, a new file that no link can stand for
+    (``O_EXCL | O_NOFOLLOW``), renamed over the status (a rename replaces a link, never its target)."""
+    folder, name = os.path.split(status)
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        tmp = f".{name}.monitor{os.getpid()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644, dir_fd=dfd)
+        try:
+            body = f'{{"exit_code": {CANNOT_START}, "signal": null, "finished_at": {time.time()}}}'
+            os.write(fd, body.encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
 
 
 def _join(folders: list[str]) -> None:
@@ -199,38 +216,52 @@ class _Ready:
         self.done = not (self.port and self.path)
 
     def check(self) -> None:
-        if not self.done and ports.listening(self.pid, self.port):
+        if self.done or not ports.listening(self.pid, self.port):
+            return
+        try:  # in the backend's folder, not the job's (``run/``, ``RunPlan``): a plain write
             with open(self.path, "w") as f:
                 f.write(f"{self.port}\n")
             self.done = True
+        except OSError:  # the disk is full, say: tried again at the next look
+            pass
+
+
+def _write(log: CappedLog, data: bytes) -> None:
+    """Into the log; what cannot be written (a full disk, an I/O error) is dropped and counted, and
+    the pipe is still drained: the run never stops because its log cannot grow."""
+    try:
+        log.write(data)
+    except OSError:
+        log.dropped += len(data)
 
 
 def _pump(pipe: int, log: CappedLog, pid: int, ready: _Ready) -> int:
     """Copy the pipe into the log until it ends (or ``DRAIN_S`` after ``pid`` ended); the wait
-    status of ``pid``."""
+    status of ``pid``. A server that closes its output before it listens is still seen listening."""
     status: int | None = None
     ended_at = 0.0
     reads = 0
+    eof = False
     while True:
-        ready_to_read, _, _ = select.select([pipe], [], [], 0.2)
+        ready_to_read, _, _ = select.select([] if eof else [pipe], [], [], 0.2)
         if ready_to_read:
             data = os.read(pipe, _CHUNK)
-            if not data:
-                break
-            log.write(data)
-            reads += 1
-            if reads % 64:
-                continue
-        ready.check()
+            if data:
+                _write(log, data)
+                reads += 1
+                if reads % 64:
+                    continue
+            else:
+                eof = True
+        if eof and status is None and ready.done:  # nothing more to read or to look for
+            return os.waitpid(pid, 0)[1]
         if status is None:
+            ready.check()  # not once the child is reaped: its pid may be another's
             done, st = os.waitpid(pid, os.WNOHANG)
             if done:
                 status, ended_at = st, time.monotonic()
-        elif time.monotonic() - ended_at > DRAIN_S:
-            break
-    if status is None:
-        _, status = os.waitpid(pid, 0)
-    return status
+        if status is not None and (eof or time.monotonic() - ended_at > DRAIN_S):
+            return status
 
 
 def _release(name: str) -> None:

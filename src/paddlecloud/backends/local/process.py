@@ -35,6 +35,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,8 +167,8 @@ class WorkerProc:
         (None: unconfined) and kept as ``plan`` says (CgroupError: its cgroup cannot be made)."""
         plan = plan or RunPlan()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.status_dir.mkdir(parents=True, exist_ok=True)
-        self.status_file.unlink(missing_ok=True)
+        shutil.rmtree(self.status_dir, ignore_errors=True)  # the job writes there: fresh per run
+        self.status_dir.mkdir(parents=True)
         self.ready_file.unlink(missing_ok=True)
         self.tag = uuid.uuid4().hex
         env = {**env, RUN_TAG: self.tag}
