@@ -161,6 +161,17 @@ def test_a_jobs_pods_reach_the_api_and_dns_and_nothing_else() -> None:
         assert not allowed(policies, fit, outside(ip), port), (ip, port)  # metadata, the internet, ...
 
 
+def test_an_api_named_outside_the_cluster_opens_its_port_at_public_addresses_only() -> None:
+    """Found in review: a host named outside the cluster opened its port at every address, the
+    metadata address and the cluster's own services among them."""
+    policies = [policy("fit", platform={"api": "https://api.example.org", "tokenSecret": "t"})]
+    fit = worker("fit")
+    assert allowed(policies, fit, outside("203.0.113.7"), 443)  # where the name may lead
+    for ip in ("169.254.169.254", "10.96.0.1", "10.244.1.6", "192.168.1.1", "172.17.0.1", "127.0.0.1"):
+        assert not allowed(policies, fit, outside(ip), 443), ip
+    assert not allowed(policies, fit, outside("203.0.113.7"), 80)
+
+
 def test_spec_network_egress_opens_exactly_its_blocks_and_ports() -> None:
     extra = [
         egress_rule("10.0.0.9/32:443"),
@@ -198,7 +209,8 @@ def test_spec_network_egress_opens_exactly_its_blocks_and_ports() -> None:
                                   "ports": [{"protocol": "TCP", "port": 8080}]}),
         ("https://[fd00::5]", {"to": [{"ipBlock": {"cidr": "fd00::5/128"}}],
                                "ports": [{"protocol": "TCP", "port": 443}]}),
-        ("https://files.example.org/pkg.tar.gz", {"ports": [{"protocol": "TCP", "port": 443}]}),
+        ("https://files.example.org/pkg.tar.gz", {"to": [{"ipBlock": dict(b)} for b in network.PUBLIC],
+                                                  "ports": [{"protocol": "TCP", "port": 443}]}),
         ("http://files.example.org:99999/", None),
         ("", None),
     ],

@@ -59,6 +59,15 @@ def policy_name(job: JobView) -> str:
     return job.name
 
 
+#: the public internet, for a host named outside the cluster: every address but the private,
+#: link-local (metadata: 169.254.169.254), loopback and shared ranges, IPv4 and IPv6
+PUBLIC: tuple[Obj, ...] = (
+    {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                                     "169.254.0.0/16", "127.0.0.0/8"]},
+    {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10", "::1/128"]},
+)  # fmt: skip
+
+
 def _tcp(port: int) -> list[Obj]:
     return [{"protocol": "TCP", "port": port}]
 
@@ -88,7 +97,10 @@ def url_rule(url: str) -> Obj | None:
             "podSelector": {"matchLabels": {API_POD_LABEL: names[0]}},
         }
         return {"to": [peer], "ports": _tcp(port)}
-    return {"ports": _tcp(port)}  # a host outside the cluster by name: any address on its port
+    # a host outside the cluster by name (a NetworkPolicy cannot name one): its port at public
+    # addresses only, never the pods', the services', the nodes' or a cloud's metadata address
+    # (give an IP, or --kube-egress, for a server on a private one)
+    return {"to": [{"ipBlock": dict(block)} for block in PUBLIC], "ports": _tcp(port)}
 
 
 def _dns() -> Obj:
