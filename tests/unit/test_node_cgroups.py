@@ -56,6 +56,14 @@ def test_a_v1_host_gets_a_base_per_controller_under_the_servers_own_cgroup(tmp_p
     assert RunCgroup.from_json(run.to_json()) == run and RunCgroup.from_json({"version": 3}) is None
 
 
+def test_all_runs_together_are_capped_in_processes(tmp_path: Path) -> None:
+    """Found in review: the pids limit was per run only, so a user's many runs could take the
+    host's whole pid table."""
+    tree = _v1_tree(tmp_path)
+    tree.cap_pids(24576)
+    assert (tmp_path / "pids/paddlecloud/pids.max").read_text() == "24576"
+
+
 def test_a_v2_host_with_the_controllers_gets_one_folder_per_run(tmp_path: Path) -> None:
     own = tmp_path / "user.slice/server.service"
     own.mkdir(parents=True)

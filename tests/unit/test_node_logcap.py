@@ -77,4 +77,3 @@ def test_writes_larger_than_the_tail_never_leave_an_unmarked_gap(tmp_path: Path)
         tail = out[limit // 2 + MARKER_SIZE :] if log.marked else b""
         assert len(out) <= limit and written.endswith(tail)  # what is kept is the latest, whole
         assert len(out) - (MARKER_SIZE if log.marked else 0) + log.dropped == len(written)
-

@@ -92,3 +92,22 @@ def test_the_hosts_loopback_services_do_not_exist_inside(nets: list[str]) -> Non
     assert r.stdout.startswith("refused")
     links = subprocess.run([*netns.enter_argv(name), "ip", "-o", "link"], capture_output=True, text=True)
     assert [line.split(":")[1].strip() for line in links.stdout.splitlines()] == ["lo"]
+
+
+def test_a_held_namespace_is_never_removed_under_its_holder(nets: list[str]) -> None:
+    """Found in review: nothing held a namespace between its making and a worker entering it, so
+    another worker's end (or a collection) could remove it then; a hold (``netns.hold``, kept by
+    each run's monitor) now keeps it."""
+    name = netns.name_for(f"t{os.getpid()}h")
+    nets.append(name)
+    hold = netns.hold(name)
+    try:
+        netns.ensure(netns.JobNet(name))
+        assert not netns.remove(name, if_unused=True) and netns.exists(name)  # no process, but held
+        assert netns.collect(name, older_than=0) == 0 and netns.exists(name)
+        second = netns.hold(name)  # another worker of the job: both hold it
+        os.close(second)
+        assert netns.exists(name)
+    finally:
+        os.close(hold)
+    assert netns.remove(name, if_unused=True) and not netns.exists(name)

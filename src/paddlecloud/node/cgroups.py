@@ -241,6 +241,17 @@ class Hierarchy:
         run.limit(limits)
         return run
 
+    def cap_pids(self, total: int) -> None:
+        """All runs together may have at most ``total`` processes and threads (``pids.max`` of the
+        base folder): one user's many runs, each within its own limit, cannot take the host's."""
+        if self.version == 2:
+            self._prepare_v2()
+            folder = self.base
+        else:
+            folder = self.dirs["pids"]
+            folder.mkdir(parents=True, exist_ok=True)
+        _write(folder / "pids.max", str(total))
+
     def collect(self, older_than: float = 600.0) -> int:
         """Remove the empty run folders made more than ``older_than`` seconds ago: left by runs whose
         end no server saw (a server stopped for good with jobs running, a killed monitor, a lost

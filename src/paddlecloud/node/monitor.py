@@ -2,7 +2,7 @@
 
     env --ignore-signal=TERM,INT python -I -S -c BOOT PATH --log FILE [--max-log-bytes N]
         [--cgroup DIR]... [--api-fd FD --api-target HOST:PORT] [--status FILE]
-        [--ready-port P --ready-file F] [--release-netns NAME] -- ARGV...
+        [--ready-port P --ready-file F] [--hold-fd FD] [--release-netns NAME] -- ARGV...
 
 (``command()`` builds the start of that line: ``BOOT`` puts ``PATH``, where this package lies, on
 ``sys.path`` and runs :func:`main`; without ``site`` and the package's lazy exports the interpreter
@@ -24,9 +24,11 @@ starts in about half the time of ``-m``.) In order, before the run's program exi
    with ``--ready-port`` writes ``--ready-file`` once the program listens there: the backend cannot
    see into the job's namespace, the monitor reads the child's ``/proc/<pid>/net/tcp``.
 
-When ARGV ends the monitor drains the pipe (at most ``DRAIN_S`` more if something the run left
-behind still holds it), with ``--release-netns`` removes the job's namespace on this host when no
-process is left in it (a Slurm node: the job's last worker there; ``netns.remove``), and exits the
+With ``--hold-fd`` it keeps the hold on its job's namespace (``netns.hold``) for the run's life:
+the namespace is never removed under it. When ARGV ends the monitor drains the pipe (at most
+``DRAIN_S`` more if something the run left behind still holds it), with ``--release-netns``
+removes the job's namespace on this host when nobody holds it and no process is left in it (a
+Slurm node: the job's last worker there; ``netns.remove``), and exits the
 way ARGV did: the same code, or the same signal. If a step
 before the start fails, the reason goes to its stderr (the log) and ``--status`` (the launcher's
 status file, when given) gets exit code 126, as the Slurm jail does.
@@ -56,7 +58,7 @@ _CHUNK = 64 * 1024
 _USAGE = (
     "usage: python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]... "
     "[--api-fd FD --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] "
-    "[--release-netns NAME] -- ARGV..."
+    "[--hold-fd FD] [--release-netns NAME] -- ARGV..."
 )
 #: the program ``python -S -c`` runs: the package's folder (argv[1]) on the path, then main()
 BOOT = (
@@ -87,6 +89,7 @@ class Options:
         self.ready_port = 0
         self.ready_file = ""
         self.release_netns = ""
+        self.hold_fd = -1
         self.argv: list[str] = []
 
 
@@ -123,6 +126,10 @@ def parse(argv: list[str]) -> Options:
             o.ready_file = value
         elif name == "--release-netns":
             o.release_netns = value
+        elif name == "--hold-fd":
+            if not value.isdigit():
+                raise ValueError(f"--hold-fd {value!r} is not a descriptor")
+            o.hold_fd = int(value)
         else:
             raise ValueError(f"unknown option {name!r}; {_USAGE}")
         i += 2
@@ -297,8 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _join(o.cgroups)
         target = _target(o)
-        if o.api_fd >= 0:  # the relay's socket is ours alone: the child must not inherit it
-            os.set_inheritable(o.api_fd, False)
+        for held in (o.api_fd, o.hold_fd):  # ours alone (the relay's socket, the hold on the
+            if held >= 0:  # job's namespace: netns.hold): the child must not inherit them
+                os.set_inheritable(held, False)
         fd = os.open(o.log, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         log = CappedLog(fd, o.max_log_bytes)
         r, w = os.pipe()
@@ -311,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     if target is not None:
         _relay(o.api_fd, target)
     status = _pump(r, log, pid, _Ready(o, pid))
+    if o.hold_fd >= 0:
+        os.close(o.hold_fd)  # before the release: a namespace is removed only when nobody holds it
     if o.release_netns:
         _release(o.release_netns)
     return _exit_like(status)

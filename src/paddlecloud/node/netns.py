@@ -49,6 +49,7 @@ __all__ = [
     "ensure",
     "enter_argv",
     "exists",
+    "hold",
     "in_use",
     "listening",
     "name_for",
@@ -122,6 +123,36 @@ def _locked(name: str) -> Iterator[None]:
         os.close(fd)
 
 
+def hold(name: str) -> int:
+    """A hold on the namespace ``name`` (a descriptor with a shared lock on its users' file): taken
+    before ``ensure`` by whoever is about to start a worker in it, and kept by the worker's monitor
+    for the run's life (``--hold-fd``). ``remove(if_unused=True)`` never removes a held namespace,
+    so none goes between being made and being entered, or while a run is in it."""
+    _LOCKS.mkdir(parents=True, exist_ok=True)
+    fd = os.open(_LOCKS / f"{name}.users", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _held(name: str) -> bool:
+    """Whether someone holds ``name`` (``hold``); the caller holds ``_locked(name)``."""
+    try:
+        fd = os.open(_LOCKS / f"{name}.users", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def in_use(name: str) -> bool:
     """Whether any process lives in the namespace ``name``."""
     try:
@@ -152,8 +183,10 @@ def _overlay(name: str, v: Vxlan) -> None:
     link = f"pcv{v.vni}"
     with contextlib.suppress(NetnsError):  # a leftover of a job whose namespace went first
         _run("ip", "link", "delete", link)
+    # learning: a frame to a known MAC goes to its host alone; only what is flooded (ARP, unknown
+    # MACs) goes to every host of the flood list
     _run("ip", "link", "add", link, "type", "vxlan", "id", str(v.vni), "local", v.local,
-         "dstport", str(VXLAN_PORT), "nolearning")  # fmt: skip
+         "dstport", str(VXLAN_PORT))  # fmt: skip
     for peer in v.peers:
         if peer != v.local:
             _run("bridge", "fdb", "append", "00:00:00:00:00:00", "dev", link, "dst", peer)
@@ -164,21 +197,17 @@ def _overlay(name: str, v: Vxlan) -> None:
 
 
 def ensure(net: JobNet) -> None:
-    """Make the job's namespace here unless it exists. One that exists with no process in it is
-    left from an earlier run (a killed node, a lost monitor) and is made afresh."""
+    """Make the job's namespace here unless it exists (the caller holds it: ``hold``)."""
     with _locked(net.name):
-        if exists(net.name):
-            if net.vxlan is None or in_use(net.name):
-                return
-            with contextlib.suppress(NetnsError):
-                _run("ip", "netns", "delete", net.name)
-        _make(net)
+        if not exists(net.name):
+            _make(net)
 
 
 def remove(name: str, *, if_unused: bool = False) -> bool:
-    """Delete the namespace (``if_unused``: only when no process is left in it). True if it went."""
+    """Delete the namespace (``if_unused``: only when nobody holds it and no process is left in it).
+    True if it went."""
     with _locked(name):
-        if not exists(name) or (if_unused and in_use(name)):
+        if not exists(name) or (if_unused and (_held(name) or in_use(name))):
             return False
         _run("ip", "netns", "delete", name)
         return True

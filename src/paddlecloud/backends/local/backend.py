@@ -551,12 +551,14 @@ class LocalBackend:
         if job.stage == Stage.STOPPING and job.stopper is not None and not job.stopper.is_alive():
             self._finish(job)
 
-    def _plan(self, job: _Job, w: WorkerProc) -> RunPlan:
+    def _plan(self, job: _Job, w: WorkerProc, hold: int = -1) -> RunPlan:
         """How ``w``'s next run is kept (``keeper.py``): its role's --memory and --cpu, the pids
         limit, the job's network namespace, the API relay, the log cap."""
         launch = job.launch
         need = Keeper.need(launch.resources, w.role, helper=w.command is not None)
-        plan = self._keeper.plan(launch.key, launch.user, launch.api.url, need)
+        plan = dataclasses.replace(
+            self._keeper.plan(launch.key, launch.user, launch.api.url, need), hold_fd=hold
+        )
         return dataclasses.replace(plan, ready_port=w.port) if w.role in _SERVER_ROLES else plan
 
     def _collect(self) -> None:
@@ -706,8 +708,17 @@ class LocalBackend:
             shim=self._pythonpath, user=job.launch.user,
         )  # fmt: skip
         jail = self._jail(job)
-        if jail is not None:
-            self._keeper.open_net(job.launch.key)  # made before the job's first worker
+        # the job's namespace, made before its first worker and held until they are all started
+        # (their monitors keep the hold for their runs: it is never removed under them)
+        hold = self._keeper.open_net(job.launch.key) if jail is not None else -1
+        try:
+            self._spawn_each(job, workers, jail, base, hold)
+        finally:
+            if hold >= 0:
+                os.close(hold)
+
+    def _spawn_each(self, job: _Job, workers: list[WorkerProc], jail: JobJail | None, base: dict[str, str],
+                    hold: int) -> None:  # fmt: skip
         now = self._now()
         for w in workers:
             if not w.cwd.exists():  # added after the package was copied for the others
@@ -718,7 +729,7 @@ class LocalBackend:
                 w.sampleset = job.sampleset_mounts[w.node]  # bound read-only in its sandbox
             if w.command is not None:  # a platform helper: no user contract, never on GPUs
                 env = {**base, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}
-                w.spawn(w.command, env, now, jail, self._plan(job, w))
+                w.spawn(w.command, env, now, jail, self._plan(job, w, hold))
                 watch_exit(w, self._wake)
                 continue
             ctx = WorkerContext(
@@ -730,7 +741,9 @@ class LocalBackend:
                 rendezvous_key=job.rendezvous_key,
             )  # fmt: skip
             extra = {SAMPLESET_DIR_ENV: str(w.sampleset)} if w.sampleset is not None else {}
-            w.spawn(job.launch.entry, {**base, **worker_env(ctx), **extra}, now, jail, self._plan(job, w))
+            w.spawn(
+                job.launch.entry, {**base, **worker_env(ctx), **extra}, now, jail, self._plan(job, w, hold)
+            )
             watch_exit(w, self._wake)
 
     def _statuses(self, job: _Job) -> tuple[WorkerStatus, ...]:

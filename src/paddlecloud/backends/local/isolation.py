@@ -27,7 +27,7 @@ from paddlecloud.node import netns
 from paddlecloud.node.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, safe_name
 from paddlecloud.node.logcap import MIN_LIMIT
 
-__all__ = ["DEFAULT_MAX_LOG_BYTES", "DEFAULT_MAX_PIDS", "Confiners", "RunLimits", "choose_all"]
+__all__ = ["DEFAULT_MAX_LOG_BYTES", "DEFAULT_MAX_PIDS", "Confiners", "RunLimits", "choose_all", "host_pids"]
 
 #: processes and threads one worker run may have (``up --max-pids``)
 DEFAULT_MAX_PIDS = 1024
@@ -91,12 +91,26 @@ class Confiners:
         return self.cgroups.create(safe_name(*names), limits)
 
 
+def host_pids() -> int:
+    """What all runs together may have of processes and threads: three quarters of what the
+    host's kernel allows (``kernel.pid_max``, ``kernel.threads-max``), the rest for the host."""
+    limits = []
+    for name in ("pid_max", "threads-max"):
+        try:
+            limits.append(int(Path(f"/proc/sys/kernel/{name}").read_text()))
+        except (OSError, ValueError):
+            continue
+    return max(min(limits, default=32768) * 3 // 4, 1024)
+
+
 def _check_cgroups(root: str | None) -> tuple[Hierarchy | None, str]:
-    """The hierarchy and "" when a run's cgroup can be made and removed here, else None and why."""
+    """The hierarchy and "" when a run's cgroup can be made and removed here, else None and why;
+    all runs together are capped at ``host_pids()``."""
     try:
         tree = Hierarchy.detect(root)
         probe = tree.create(safe_name("probe", str(id(tree))), Limits(memory=64 * 2**20, pids=16))
         probe.remove()
+        tree.cap_pids(host_pids())
     except CgroupError as exc:
         return None, str(exc)
     except OSError as exc:

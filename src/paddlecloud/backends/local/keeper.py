@@ -1,7 +1,7 @@
 """How the local backend keeps each run beyond its sandbox: its job's network, its limits, its log.
 
     LocalBackend ──Keeper(root, Confiners)──▶ keeper.net_for(key)       the job's namespace name
-                                              keeper.open_net(key)      made before its first worker
+                                              keeper.open_net(key)      held and made before its first worker
                                               keeper.plan(launch, role) a run's RunPlan (monitor options)
                                               keeper.close_net(key)     the job is done
                                               keeper.collect(live)      what ended unseen goes
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,21 +61,30 @@ class Keeper:
         ident = f"{self.root}\0{key}"
         return netns.name_for(hashlib.sha256(ident.encode()).hexdigest()[:16])
 
-    def open_net(self, key: str) -> None:
-        """Make the job's namespace (idempotent; NetnsError when it cannot be made)."""
+    def open_net(self, key: str) -> int:
+        """Hold and make the job's namespace (idempotent; NetnsError when it cannot be made): the
+        hold's descriptor (``netns.hold``), for the caller to close once its workers' monitors
+        hold it too; -1 when the job has none."""
         name = self.net_for(key)
-        if name:
-            self._marks.mkdir(exist_ok=True)
-            (self._marks / name).touch()
+        if not name:
+            return -1
+        self._marks.mkdir(exist_ok=True)
+        (self._marks / name).touch()
+        hold = netns.hold(name)
+        try:
             netns.ensure(netns.JobNet(name))
+        except BaseException:
+            os.close(hold)
+            raise
+        return hold
 
     def close_net(self, key: str) -> None:
         name = self.net_for(key)
         if not name:
             return
-        try:
-            netns.remove(name)
-            (self._marks / name).unlink(missing_ok=True)
+        try:  # nobody holds it once its workers' monitors are gone (else: collect, later)
+            if netns.remove(name, if_unused=True) or not netns.exists(name):
+                (self._marks / name).unlink(missing_ok=True)
         except netns.NetnsError as exc:  # left for collect, or the next job of that name
             log.warning("%s: removing its network namespace failed: %s", key, exc)
 

@@ -86,6 +86,8 @@ class RunPlan:
     max_log_bytes: int | None = None
     #: a server (pserver, rendezvous store): its monitor marks the run ready once it listens there
     ready_port: int = 0
+    #: the backend's hold on the job's namespace (``netns.hold``): the monitor keeps a copy
+    hold_fd: int = -1
 
 
 @dataclass
@@ -222,6 +224,8 @@ class WorkerProc:
             argv += ["--api-fd", str(api_fd), "--api-target", plan.api_target]
         if plan.ready_port:
             argv += ["--ready-port", str(plan.ready_port), "--ready-file", str(self.ready_file)]
+        if plan.hold_fd >= 0:
+            argv += ["--hold-fd", str(plan.hold_fd)]
         return [*argv, "--", *(netns.enter_argv(plan.netns) if plan.netns else [])]
 
     def _popen(self, jail: JobJail | None, launcher: list[str], env: dict[str, str], plan: RunPlan,
@@ -232,7 +236,8 @@ class WorkerProc:
         try:
             with self._command(jail, launcher, api) as cmd, open(self.log_path, "ab") as log:
                 argv = [*self._monitor(plan, fds[0] if fds else -1), *cmd.argv]
-                self._run(argv, env, log, (*cmd.fds, *fds))
+                held = (plan.hold_fd,) if plan.hold_fd >= 0 else ()
+                self._run(argv, env, log, (*cmd.fds, *fds, *held))
         finally:
             if sock is not None:
                 sock.close()  # the monitor holds it now

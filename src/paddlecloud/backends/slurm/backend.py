@@ -52,6 +52,7 @@ its node for its run (``PADDLECLOUD_SAMPLESET_DIR``, read-only) before it starts
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import logging
@@ -111,8 +112,8 @@ __all__ = ["SlurmBackend", "create"]
 
 log = logging.getLogger("paddlecloud.backends.slurm")
 
-#: the first VXLAN id handed to a job (the lower ones are left to the site)
-_FIRST_VNI = 4096
+#: the VXLAN ids handed to jobs (the lower ones are left to the site)
+_FIRST_VNI, _LAST_VNI = 4096, 2**24 - 1
 
 
 class SlurmBackend:
@@ -215,7 +216,7 @@ class SlurmBackend:
             workers[store.name] = store
         job = JobRecord(launch, jdir, workers, (ports[-2], ports[-1]))
         with self._lock:
-            job.vni = self._free_vni()
+            job.vni = self._free_vni(launch.key)
             self._jobs[launch.key] = job
         with job.lock:
             try:
@@ -283,7 +284,7 @@ class SlurmBackend:
         )
         with self._lock:
             if not job.vni or any(j.vni == job.vni for j in self._jobs.values()):  # an older record
-                job.vni = self._free_vni()
+                job.vni = self._free_vni(launch.key)
             self._jobs[launch.key] = job
 
     def sync(self, key: str) -> JobStatus:
@@ -471,10 +472,16 @@ class SlurmBackend:
             return all(w.state == WorkerState.RUNNING and ready_file(job, w).exists() for w in servers)
         return all(w.state == WorkerState.RUNNING and _listening(self._host(w), w.port) for w in servers)
 
-    def _free_vni(self) -> int:
-        """The smallest VXLAN id no live job of this server has (the caller holds ``_lock``)."""
+    def _free_vni(self, key: str) -> int:
+        """A VXLAN id for job ``key`` that no live job of this server has (the caller holds
+        ``_lock``): from a hash of the server's root and the job, so that a job just ended (whose
+        links may linger on a node whose monitors were killed) and another server's jobs on the
+        same cluster are unlikely to have it."""
         used = {j.vni for j in self._jobs.values() if j.stage != Stage.DONE}
-        return next(v for v in itertools.count(_FIRST_VNI) if v not in used)
+        span = _LAST_VNI - _FIRST_VNI + 1
+        first = int(hashlib.sha256(f"{self.root}\0{key}".encode()).hexdigest()[:8], 16) % span
+        candidates = (_FIRST_VNI + (first + i) % span for i in range(span))
+        return next(v for v in candidates if v not in used)
 
     def _restart_or_fail(self, job: JobRecord, w: WorkerRecord, now: float) -> None:
         ran = (w.finished_at - w.started_at) if w.finished_at and w.started_at else None

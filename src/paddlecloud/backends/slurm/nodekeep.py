@@ -130,8 +130,10 @@ class RunKeep:
         enter: list[str] = []
         if self.netns:
             namespaces.collect(NETNS_PREFIX, older_than=60.0)
+            hold = namespaces.hold(self.netns)  # kept by the monitor (through the jail's exec)
+            os.set_inheritable(hold, True)
             namespaces.ensure(self._net(node))
-            argv += ["--release-netns", self.netns]
+            argv += ["--hold-fd", str(hold), "--release-netns", self.netns]
             enter = namespaces.enter_argv(self.netns)
             path = self.api_socket(run)
             if path:  # made here, inherited by the monitor through the jail's exec
