@@ -2,7 +2,8 @@
 
     env --ignore-signal=TERM,INT python -I -S -c BOOT PATH --log FILE [--max-log-bytes N]
         [--cgroup DIR]... [--api-fd FD --api-target HOST:PORT] [--status FILE]
-        [--ready-port P --ready-file F] [--hold-fd FD] [--release-netns NAME] -- ARGV...
+        [--ready-port P --ready-file F] [--hold-fd FD] [--release-netns NAME] [--remove PATH]...
+        -- ARGV...
 
 (``command()`` builds the start of that line: ``BOOT`` puts ``PATH``, where this package lies, on
 ``sys.path`` and runs :func:`main`; without ``site`` and the package's lazy exports the interpreter
@@ -58,7 +59,7 @@ _CHUNK = 64 * 1024
 _USAGE = (
     "usage: python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]... "
     "[--api-fd FD --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] "
-    "[--hold-fd FD] [--release-netns NAME] -- ARGV..."
+    "[--hold-fd FD] [--release-netns NAME] [--remove PATH]... -- ARGV..."
 )
 #: the program ``python -S -c`` runs: the package's folder (argv[1]) on the path, then main()
 BOOT = (
@@ -90,6 +91,7 @@ class Options:
         self.ready_file = ""
         self.release_netns = ""
         self.hold_fd = -1
+        self.remove: list[str] = []
         self.argv: list[str] = []
 
 
@@ -126,6 +128,8 @@ def parse(argv: list[str]) -> Options:
             o.ready_file = value
         elif name == "--release-netns":
             o.release_netns = value
+        elif name == "--remove":
+            o.remove.append(value)
         elif name == "--hold-fd":
             if not value.isdigit():
                 raise ValueError(f"--hold-fd {value!r} is not a descriptor")
@@ -323,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
         os.close(o.hold_fd)  # before the release: a namespace is removed only when nobody holds it
     if o.release_netns:
         _release(o.release_netns)
+    for path in o.remove:  # what the run's set-up made for it alone (a Slurm run's API socket)
+        try:  # noqa: SIM105  (no contextlib: it is not imported here, on the start's path)
+            os.unlink(path)
+        except OSError:
+            pass
     return _exit_like(status)
 
 

@@ -140,5 +140,5 @@ class RunKeep:
                 os.makedirs(self.api_dir, exist_ok=True)
                 sock = apirelay.listen(path)
                 os.set_inheritable(sock.fileno(), True)
-                argv += ["--api-fd", str(sock.detach()), "--api-target", self.api_target]
+                argv += ["--api-fd", str(sock.detach()), "--api-target", self.api_target, "--remove", path]
         return [*argv, "--", *enter]
