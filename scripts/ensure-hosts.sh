@@ -151,6 +151,12 @@ mountpoint_dir() {  # mkdir DIR on the machine's file system, remembering it was
   echo "$1" >>"$RUN/made-dirs"
 }
 
+checkout_under_tmp() {  # this checkout's folder when it lies under /tmp (each host replaces /tmp)
+  local top
+  top=$(cd "$HERE/.." && pwd -P)
+  case "$top/" in /tmp/*) echo "$top" ;; esac
+}
+
 make_host() {  # make_host NAME: its keeper, mounts, hostname and network
   local name=$1 h=$DIR/hosts/$1 addr pid sw
   addr=$(addr_of "$name")
@@ -164,8 +170,12 @@ make_host() {  # make_host NAME: its keeper, mounts, hostname and network
   # the mounts, in the host's mount namespace only (private propagation: the machine sees none)
   # shellcheck disable=SC2016  # expanded by that sh, from its arguments
   on "$pid" --mount -- /bin/sh -euc '
-    h=$1 dir=$2 laptop=$3
+    h=$1 dir=$2 laptop=$3 keep=$4
+    # a checkout under /tmp (CI clones there) stays visible on every host: kept aside, then bound
+    # back at its path inside the host's own /tmp
+    if [ -n "$keep" ]; then mkdir -p "$h/keep" && mount --bind "$keep" "$h/keep"; fi
     mount --bind "$h/tmp" /tmp
+    if [ -n "$keep" ]; then mkdir -p "$keep" && mount --bind "$h/keep" "$keep"; fi
     mount --bind "$h/home" /home
     mount --bind "$h/cache" /var/cache/paddlecloud
     mount -t tmpfs -o mode=0755,size=4m netns /run/netns
@@ -175,7 +185,7 @@ make_host() {  # make_host NAME: its keeper, mounts, hostname and network
       mount -t tmpfs -o ro,mode=0755,size=4k hidden "$dir"
       if [ -d /run/munge ]; then mount -t tmpfs -o ro,mode=0755,size=4k hidden /run/munge; fi
     fi
-  ' sh "$h" "$DIR" "$([ "$name" = laptop ] && echo 1 || echo 0)"
+  ' sh "$h" "$DIR" "$([ "$name" = laptop ] && echo 1 || echo 0)" "$(checkout_under_tmp)"
   sw=$(keeper_pid switch)
   on "$sw" --net -- ip link add "v-$name" type veth peer name eth0 netns "$pid"
   on "$sw" --net -- ip link set "v-$name" master br0 up
