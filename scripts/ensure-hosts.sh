@@ -172,7 +172,7 @@ make_host() {  # make_host NAME: its keeper, mounts, hostname and network
   on "$pid" --mount -- /bin/sh -euc '
     h=$1 dir=$2 laptop=$3 keep=$4
     # a checkout under /tmp (CI clones there) stays visible on every host: kept aside, then bound
-    # back at its path inside the host's own /tmp
+    # back at its path inside the own /tmp of the host
     if [ -n "$keep" ]; then mkdir -p "$h/keep" && mount --bind "$keep" "$h/keep"; fi
     mount --bind "$h/tmp" /tmp
     if [ -n "$keep" ]; then mkdir -p "$keep" && mount --bind "$h/keep" "$keep"; fi
