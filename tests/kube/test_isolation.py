@@ -61,8 +61,12 @@ def test_the_policy_comes_before_the_pods_and_goes_with_the_job(
     assert policy["spec"]["ingress"] == [
         {"from": [{"podSelector": {"matchLabels": {"paddlecloud.org/job": "job"}}}]}
     ]
-    # the package URL of the helpers' jobs (http://files.example/...) is reachable on its port
-    assert {"ports": [{"protocol": "TCP", "port": 80}]} in policy["spec"]["egress"]
+    # the package URL of the helpers' jobs (http://files.example/...) is reachable on its port, at
+    # public addresses only (never the node's, a pod's or the cloud's metadata one)
+    (files,) = [r for r in policy["spec"]["egress"] if r.get("ports") == [{"protocol": "TCP", "port": 80}]]
+    blocks = [peer["ipBlock"] for peer in files["to"]]
+    assert {"cidr": "0.0.0.0/0", "except": blocks[0]["except"]} in blocks
+    assert "169.254.0.0/16" in blocks[0]["except"] and "10.0.0.0/8" in blocks[0]["except"]
     custom.delete_namespaced_custom_object(G, V, NS, P, "job")
     wait_for("the TrainingJob to go", lambda: kube.list(P, NS, group=G) == [])
     wait_for("its policy to go with it", lambda: kube.list(NETPOL, NS, group=NET) == [])
