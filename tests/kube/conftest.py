@@ -80,6 +80,26 @@ def kubelet(kube: FakeKube, api: client.ApiClient) -> Kubelet:
     return Kubelet(kube, api)
 
 
+@pytest.fixture
+def custom(api: client.ApiClient, crd: dict[str, Any]) -> client.CustomObjectsApi:
+    """The custom objects API, with the CRD and the test namespace made (a test's own ``custom``
+    fixture may make another)."""
+    from tests.kube.helpers import NS  # helpers imports this module
+
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+    return client.CustomObjectsApi(api)
+
+
+@pytest.fixture
+def operator(kube: FakeKube, custom: client.CustomObjectsApi) -> Iterator[None]:
+    """The operator running in a thread for the test; it must stop without an exception."""
+    from tests.kube.helpers import running_operator
+
+    with running_operator(kube) as runner:
+        yield
+    assert runner.exception is None
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float = DEADLINE_S) -> Any:
     """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -186,7 +186,7 @@ def test_the_operator_command_runs_the_operator(
         )  # fmt: skip
     try:
         client.CustomObjectsApi(api).create_namespaced_custom_object(G, "v1", "ns1", P, training_job("job"))
-        wait_for("the operator's pod", lambda: kube.list("pods", "ns1"), timeout=30)
+        wait_for("the operator's pod", lambda: kube.list("pods", "ns1"), timeout=60)
         assert "paddlecloud.org/cleanup" in kube.get(P, "job", "ns1", group=G)["metadata"]["finalizers"]
     finally:
         proc.terminate()

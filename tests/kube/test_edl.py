@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from paddlecloud.backends.kubernetes.edl import ANNOTATION_REQUESTED, EdlController, build_snapshot
@@ -16,12 +15,6 @@ from tests.kube.helpers import NS, G, P, V, kube_client, training_job
 from tests.kube.kubelet import Kubelet
 
 ONE_CPU = {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
-
-
-@pytest.fixture
-def custom(api: client.ApiClient, crd: dict[str, Any]) -> client.CustomObjectsApi:
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
-    return client.CustomObjectsApi(api)
 
 
 def _pod(job: str, index: int, run_on: str | None = None) -> dict[str, Any]:

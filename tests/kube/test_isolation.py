@@ -6,7 +6,6 @@ OOM-killed worker is named in the job's failure."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,19 +24,6 @@ from tests.kube.test_backend import launch
 
 NETPOL = "networkpolicies"
 NET = "networking.k8s.io"
-
-
-@pytest.fixture
-def custom(api: client.ApiClient, crd: dict[str, Any]) -> client.CustomObjectsApi:
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
-    return client.CustomObjectsApi(api)
-
-
-@pytest.fixture
-def operator(kube: FakeKube, custom: client.CustomObjectsApi) -> Iterator[None]:
-    with running_operator(kube) as runner:
-        yield
-    assert runner.exception is None
 
 
 def _posts(kube: FakeKube, *collections: str) -> list[str]:

@@ -4,7 +4,6 @@ delete with the finalizer, a 409 retried, a watch that expired (410) restarted."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,21 +11,8 @@ from kubernetes import client
 
 from tests.kube.conftest import wait_for
 from tests.kube.fakeapi import FakeKube
-from tests.kube.helpers import NS, G, P, V, running_operator, training_job
+from tests.kube.helpers import NS, G, P, V, training_job
 from tests.kube.kubelet import Kubelet
-
-
-@pytest.fixture
-def custom(api: client.ApiClient, crd: dict[str, Any]) -> client.CustomObjectsApi:
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
-    return client.CustomObjectsApi(api)
-
-
-@pytest.fixture
-def operator(kube: FakeKube, custom: client.CustomObjectsApi) -> Iterator[None]:
-    with running_operator(kube) as runner:
-        yield
-    assert runner.exception is None
 
 
 def pods(kube: FakeKube, role: str | None = None) -> dict[str, dict[str, Any]]:
