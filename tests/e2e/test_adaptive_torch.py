@@ -23,6 +23,10 @@ pytestmark = pytest.mark.timeout(900)  # a loaded machine builds the torch envir
 INIT = 32
 #: epochs at the initial batch: long enough to report on one trainer and to be grown
 EPOCHS = 30
+#: epochs of the job that is grown: 0.2-0.5 s each on one trainer here, so 20-50 s for the 3 new trainers
+#: to start (torch's import, under load) and join before the one trainer would finish alone (with 30,
+#: two CPU hogs beside the tests made it finish first)
+GROW_EPOCHS = 100
 
 
 def _adaptive(srv: Server, name: str) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def test_the_adaptive_example_trains_at_the_batch_the_scheduler_grows(small: Ser
         "submit", str(ROOT / "examples" / "torch_ddp"), "--name", "ada", "--framework", "torch",
         "--entry", "torchrun train.py", "--trainers", "1", "--min-instance", "1", "--max-instance", "4",
         "--cpu", "1", "--batch-size", str(INIT), "--adaptive-batch-size", f"{INIT}:1024",
-        "--env", "ADAPTIVE=1", "--env", f"EPOCHS={EPOCHS}",
+        "--env", "ADAPTIVE=1", "--env", f"EPOCHS={GROW_EPOCHS}",
     )  # fmt: skip
     small.wait_phase("ada", {"Running"}, timeout=600)  # builds the torch environment first
     # one trainer reports what it measures (the first report ~2 s after it starts training)

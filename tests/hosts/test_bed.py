@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+import warnings
+from pathlib import Path
 
 import pytest
 
@@ -97,8 +99,24 @@ def test_hosts_reach_each_other_and_nothing_else(bed: Bed) -> None:
         assert bed.out("c1", python, "-c", CONNECT, "10.78.0.1", "80").strip() == "ENETUNREACH"
         assert bed.out("laptop", python, "-c", CONNECT, "192.0.2.1", "80").strip() == "ENETUNREACH"
     finally:
-        server.terminate()
-        server.wait(10)
+        _stop(server)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s (once, in the full rest lane with two CPU hogs beside it, the
+    server outlived its SIGTERM by 10 s: what it was then is kept as a warning)."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            seen = " ".join(ln for ln in status.splitlines() if ln.startswith(("Name", "State", "Sig")))
+        except OSError as e:
+            seen = str(e)
+        warnings.warn(f"the bed's HTTP server outlived SIGTERM by 10 s: {seen}", stacklevel=1)
+        proc.kill()
+        proc.wait(10)
 
 
 def test_network_namespaces_inside_a_host_are_its_own(bed: Bed) -> None:

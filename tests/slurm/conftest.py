@@ -21,10 +21,13 @@ import atexit
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ensure-slurm.sh"
 #: the longest ensure-slurm.sh may take (a fresh machine: apt-get install included, ~20 s here)
@@ -104,3 +107,13 @@ def slurm_gpu(slurm: dict[str, str]) -> Iterator[dict[str, str]]:
         yield parse_exports(proc.stdout)
     finally:
         _sh("stop", env=GPU_CLUSTER)
+
+
+@pytest.fixture
+def backend(slurm: dict[str, str], tmp_path: Path) -> Iterator[SlurmBackend]:
+    """A Slurm backend on the test cluster, its data under ``tmp_path``; every job it still holds
+    is stopped at the end (a test's own ``backend`` fixture may configure another)."""
+    b = SlurmBackend(SlurmSettings(root=tmp_path / "slurm", cleanup_grace=1), time.time, lambda: None)
+    yield b
+    for key in list(b._jobs):
+        b.stop(key, 0)

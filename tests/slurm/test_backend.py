@@ -11,14 +11,14 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from paddlecloud.backends.base import JobLaunch, JobStatus, LogRequest
-from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
+from paddlecloud.backends.slurm import SlurmBackend
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import RestartPolicy, RestartRules
@@ -76,14 +76,6 @@ def launch(package: Path, tmp: Path, nodes: tuple[str, ...] = ("n1", "n2", "n3")
     )  # fmt: skip
     defaults.update(kw)
     return JobLaunch(**defaults)
-
-
-@pytest.fixture
-def backend(slurm: dict[str, str], tmp_path: Path) -> Iterator[SlurmBackend]:
-    b = SlurmBackend(SlurmSettings(root=tmp_path / "slurm", cleanup_grace=1), time.time, lambda: None)
-    yield b
-    for key in list(b._jobs):
-        b.stop(key, 0)
 
 
 def sync_until(

@@ -5,15 +5,13 @@ it ``Failed`` with reason ``OOMKilled`` and the limit in its message; a worker w
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from paddlecloud.backends.base import JobLaunch, LogRequest
-from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
+from paddlecloud.backends.slurm import SlurmBackend
 from paddlecloud.core.phases import WorkerReason, WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
@@ -43,14 +41,6 @@ else:
     block = bytearray(int(e["BIG"]) * 2**20)
     print("allocated", len(block) // 2**20, "MiB: not killed", flush=True)
 """
-
-
-@pytest.fixture
-def backend(slurm: dict[str, str], tmp_path: Path) -> Iterator[SlurmBackend]:
-    b = SlurmBackend(SlurmSettings(root=tmp_path / "slurm", cleanup_grace=1), time.time, lambda: None)
-    yield b
-    for key in list(b._jobs):
-        b.stop(key, 0)
 
 
 def test_a_worker_over_its_memory_is_oom_killed_and_says_so(backend: SlurmBackend, tmp_path: Path) -> None:
