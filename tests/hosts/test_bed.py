@@ -103,8 +103,9 @@ def test_hosts_reach_each_other_and_nothing_else(bed: Bed) -> None:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after 10 s (once, in the full rest lane with two CPU hogs beside it, the
-    server outlived its SIGTERM by 10 s: what it was then is kept as a warning)."""
+    """SIGTERM, then SIGKILL after 10 s, what it was then kept as a warning (in the full rest lane the
+    server once outlived its SIGTERM: a unit test had left SIGTERM ignored in the pytest process, and
+    so in every process it started; tests/conftest.py now fails such a test)."""
     proc.terminate()
     try:
         proc.wait(10)

@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -171,7 +172,13 @@ def test_without_fuse_on_a_node_the_worker_fails_with_the_reason_not_a_hang(
     status = tmp_path / "run" / "trainer-0.0" / "exit.json"
     started = time.monotonic()
     where = ["--volume", str(tmp_path / "vol"), "--name", "ss-7", "--node-cache", str(tmp_path / "local")]
-    code = main(["run", *where, "--run", "alice.j.trainer-0.0", "--status", str(status), "--", "true"])
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:  # the node side, meant to be a process of its own, ignores the stop signals while it waits
+        code = main(["run", *where, "--run", "alice.j.trainer-0.0", "--status", str(status), "--", "true"])
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
     assert time.monotonic() - started < 5.0
     assert code == CANNOT_MOUNT == json.loads(status.read_text())["exit_code"]
     err = capsys.readouterr().err
