@@ -61,7 +61,12 @@ class Session:
         args = [PADDLECLOUD, "up", "--port", str(self.port), "--data-dir", str(base / "data"), *up_args]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env)
-        wait_for("the server", self._healthy, timeout=60)
+        try:
+            wait_for("the server", self._healthy, timeout=60)
+        except BaseException:
+            self.proc.kill()  # a server that never answered is not left behind
+            self.proc.wait(30)
+            raise
 
     def _healthy(self) -> bool:
         assert self.proc.poll() is None, self.log.read_text()[-3000:]
@@ -80,10 +85,16 @@ class Session:
         return json.loads(self.cli(*args, "-o", "json"))
 
     def close(self) -> None:
-        for job in self.json("get", "jobs")["items"]:
-            subprocess.run([PADDLECLOUD, "kill", job["name"], "--grace", "1"], env=self.env, timeout=60)
-        self.proc.terminate()
-        self.proc.wait(30)
+        try:
+            for job in self.json("get", "jobs")["items"]:
+                subprocess.run([PADDLECLOUD, "kill", job["name"], "--grace", "1"], env=self.env, timeout=60)
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                raise
         assert "Traceback" not in self.log.read_text(), self.log.read_text()[-5000:]
 
 
