@@ -11,7 +11,7 @@ written), median of ``--runs`` alternating runs of:
            (made once per job, as the backend does: its cost is printed on its own), then the sandbox
 
 ``--part torch``: the wall time of examples/torch_ddp as an elastic torch job (2 trainers of 1 CPU,
-torchrun on the platform's rendezvous store, ``EPOCHS`` epochs) on a real server, from submit to
+torchrun on the platform's rendezvous store, ``EPOCHS`` epochs) on one real server per mode, from submit to
 Succeeded, with ``--isolation sandbox`` (everything) and with ``--isolation none --resource-limits
 off`` (nothing: workers on the host's network, no limits, no sandbox), ``--repeat`` times each,
 alternating; the job's environment is built first (not timed).
@@ -25,6 +25,7 @@ Not a test: prints figures (bench/README.md, "Isolation between jobs").
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -147,28 +148,29 @@ def torch(epochs: int, repeat: int) -> None:
         "none": ["--isolation", "none", "--resource-limits", "off"],
     }
     walls: dict[str, list[float]] = {m: [] for m in modes}
-    for i in range(repeat + 1):  # round 0 builds each server's torch environment: not timed
-        for mode, args in modes.items():
-            with platform(up_args=["--node-cpu", "2", *args]) as (srv, _client, _base):
-                if i == 0:
-                    srv.cli("submit", str(ROOT / "examples" / "torch_ddp"), "--name", "warm", "--framework",
-                            "torch", "--entry", "python -c pass", "--wait", timeout=900)  # fmt: skip
+    with contextlib.ExitStack() as stack:  # one server per mode for every round (one environment each)
+        servers = {
+            m: stack.enter_context(platform(up_args=["--node-cpu", "2", *a]))[0] for m, a in modes.items()
+        }
+        for srv in servers.values():  # each server's torch environment built first: not timed
+            srv.cli("submit", str(ROOT / "examples" / "torch_ddp"), "--name", "warm", "--framework", "torch",
+                    "--entry", "python -c pass", "--wait", timeout=900)  # fmt: skip
+        for i in range(1, repeat + 1):
+            for mode, srv in servers.items():
+                name = f"elastic-{i}"
                 start = time.monotonic()
                 srv.cli(
-                    "submit", str(ROOT / "examples" / "torch_ddp"), "--name", "elastic", "--framework",
+                    "submit", str(ROOT / "examples" / "torch_ddp"), "--name", name, "--framework",
                     "torch", "--entry", "torchrun train.py", "--trainers", "2", "--min-instance", "1",
                     "--max-instance", "2", "--cpu", "1", "--memory", "2Gi", "--env", f"EPOCHS={epochs}",
                     "--wait", timeout=1800,
                 )  # fmt: skip
                 took = time.monotonic() - start
-                phase = srv.job("elastic")["phase"]
+                phase = srv.job(name)["phase"]
                 if phase != "Succeeded":
-                    raise SystemExit(
-                        f"{mode}: the job ended {phase}: {srv.cli('logs', 'elastic').stdout[-2000:]}"
-                    )
-                if i:
-                    walls[mode].append(took)
-                print(f"  round {i} {mode:8} {took:6.1f} s{'' if i else ' (environment built, not counted)'}")
+                    raise SystemExit(f"{mode}: the job ended {phase}: {srv.cli('logs', name).stdout[-2000:]}")
+                walls[mode].append(took)
+                print(f"  round {i} {mode:8} {took:6.1f} s", flush=True)
     print(f"examples/torch_ddp, elastic, 2 trainers x 1 CPU, EPOCHS={epochs}, submit -> Succeeded:")
     for mode, values in walls.items():
         runs = ", ".join(f"{v:.1f}" for v in values)
