@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Drive, MakePackage
 
+from conftest import Drive, MakePackage
 from paddlecloud.backends.local.process import tagged_pids
 from paddlecloud.backends.local.sandbox import (
     SYSTEM_PATH,
