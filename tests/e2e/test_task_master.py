@@ -122,8 +122,12 @@ def test_a_server_killed_while_tasks_are_leased_loses_and_repeats_nothing(
     server.wait_phase("tm-crash", {"Running"}, timeout=60)
     log = Path(next(w["log"] for w in server.json("get", "workers", "tm-crash")["items"]))
     wait_for_line(log, r"^acked (\S+) pass 0$")
-    before = tasks(server, "tm-crash")
-    assert before["summary"]["leased"] >= 1
+    # a trainer between an ack and its next lease holds none: the kill waits for a held lease
+    # (bounded; once, under two CPU hogs, both trainers were between tasks at the first look)
+    deadline = time.monotonic() + 30
+    while (before := tasks(server, "tm-crash"))["summary"]["leased"] < 1:
+        assert time.monotonic() < deadline, f"no task leased in 30 s: {before['summary']}"
+        time.sleep(0.05)
     server.stop(signal.SIGKILL)
     time.sleep(2.0)  # the trainers' requests fail and are retried meanwhile
     server.start()
