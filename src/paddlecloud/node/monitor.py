@@ -113,9 +113,7 @@ def parse(argv: list[str]) -> Options:
         elif name == "--cgroup":
             o.cgroups.append(value)
         elif name == "--api-fd":
-            if not value.isdigit():
-                raise ValueError(f"--api-fd {value!r} is not a descriptor")
-            o.api_fd = int(value)
+            o.api_fd = _descriptor(name, value)
         elif name == "--api-target":
             o.api_target = value
         elif name == "--status":
@@ -131,9 +129,7 @@ def parse(argv: list[str]) -> Options:
         elif name == "--remove":
             o.remove.append(value)
         elif name == "--hold-fd":
-            if not value.isdigit():
-                raise ValueError(f"--hold-fd {value!r} is not a descriptor")
-            o.hold_fd = int(value)
+            o.hold_fd = _descriptor(name, value)
         else:
             raise ValueError(f"unknown option {name!r}; {_USAGE}")
         i += 2
@@ -141,6 +137,12 @@ def parse(argv: list[str]) -> Options:
     if not o.log or not o.argv:
         raise ValueError(_USAGE)
     return o
+
+
+def _descriptor(name: str, value: str) -> int:
+    if not value.isdigit():
+        raise ValueError(f"{name} {value!r} is not a descriptor")
+    return int(value)
 
 
 def _fail(status: str, message: str) -> int:
