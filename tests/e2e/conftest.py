@@ -100,6 +100,10 @@ class Server:
         data: dict[str, Any] = self.json("describe", name)
         return data
 
+    def log_file(self, job: str, worker: dict[str, Any], user: str = "default") -> Path:
+        """Where the local backend keeps ``worker``'s current log (the API names it, no path)."""
+        return self.data_dir / "cluster" / "jobs" / user / job / "logs" / str(worker["log"])
+
     def wait_phase(self, name: str, phases: set[str], timeout: float = 120) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:

@@ -71,7 +71,8 @@ def test_fit_a_line_loses_nothing_when_a_trainer_is_killed(server: Server, tmp_p
     )
     deadline = time.monotonic() + 120
     while (
-        not re.search(r"^pass [1-3]:", Path(victim["log"]).read_text(), re.M) and time.monotonic() < deadline
+        not re.search(r"^pass [1-3]:", server.log_file("fit-a-line-kill", victim).read_text(), re.M)
+        and time.monotonic() < deadline
     ):
         time.sleep(0.02)
     os.killpg(victim["pid"], signal.SIGKILL)
@@ -88,13 +89,19 @@ def test_fit_a_line_loses_nothing_when_a_trainer_is_killed(server: Server, tmp_p
     )  # a re-lease
 
 
-def test_torch_ddp(server: Server) -> None:
+@pytest.mark.parametrize("entry", ["python train.py", "torchrun train.py"])
+def test_torch_ddp(server: Server, entry: str) -> None:
+    """A fixed-size torch job forms one world of its trainers, started by python or by torchrun
+    (issue 25: under torchrun each trainer was a world of 1, training its own copy)."""
+    name = f"torch-ddp-{entry.split()[0]}"
     r = server.cli(
-        "submit", str(ROOT / "examples" / "torch_ddp"), "--name", "torch-ddp", "--framework", "torch",
-        "--entry", "python train.py", "--trainers", "2", "--cpu", "500m", "--wait", timeout=900,
+        "submit", str(ROOT / "examples" / "torch_ddp"), "--name", name, "--framework", "torch",
+        "--entry", entry, "--trainers", "2", "--cpu", "500m", "--wait", timeout=900,
     )  # fmt: skip
-    job = server.job("torch-ddp")
+    job = server.job(name)
     assert job["phase"] == "Succeeded", job["message"]
+    for rank in (0, 1):
+        assert re.search(rf"^\[trainer-{rank}\] rank {rank}/2 started", r.stdout, re.M), r.stdout[-3000:]
     acc = re.search(r"^\[trainer-0\] final accuracy ([0-9.]+)$", r.stdout, re.M)
     assert acc, r.stdout[-3000:]
     assert float(acc.group(1)) >= 0.97

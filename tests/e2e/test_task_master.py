@@ -86,7 +86,8 @@ def test_a_killed_trainer_loses_no_task_and_none_is_acknowledged_twice(
     )  # fmt: skip
     server.wait_phase("tm-kill", {"Running"}, timeout=60)
     victim = next(w for w in server.json("get", "workers", "tm-kill")["items"] if w["name"] == "trainer-1")
-    held = wait_for_line(Path(victim["log"]), r"^start (\S+) pass 0$")  # it holds this task until killed
+    # it holds this task until killed
+    held = wait_for_line(server.log_file("tm-kill", victim), r"^start (\S+) pass 0$")
     os.killpg(victim["pid"], signal.SIGKILL)
     killed = time.monotonic()
     while True:  # the task goes to someone else long before its 60 s lease would expire
@@ -120,7 +121,7 @@ def test_a_server_killed_while_tasks_are_leased_loses_and_repeats_nothing(
 ) -> None:
     submit(server, tmp_path, "tm-crash", "--trainers", "2", "--passes", "2", "--env", "TASK_SECONDS=0.4")
     server.wait_phase("tm-crash", {"Running"}, timeout=60)
-    log = Path(next(w["log"] for w in server.json("get", "workers", "tm-crash")["items"]))
+    log = server.log_file("tm-crash", server.json("get", "workers", "tm-crash")["items"][0])
     wait_for_line(log, r"^acked (\S+) pass 0$")
     # a trainer between an ack and its next lease holds none: the kill waits for a held lease
     # (bounded; once, under two CPU hogs, both trainers were between tasks at the first look)

@@ -41,6 +41,11 @@ def _processes_of(base: Path) -> list[str]:
     return [args for stat, args in rows if not stat.startswith("Z") and "paddlecloud up" not in args]
 
 
+def _log(s: Session, job: str, worker: dict[str, Any]) -> Path:
+    """The worker's current log on the shared disk (the API names it, never a path)."""
+    return s.base / "data" / "slurm" / "jobs" / "default" / job / "logs" / str(worker["log"])
+
+
 def fit_a_line(s: Session, tmp_path: Path, name: str, *extra: str) -> list[str]:
     """Its data set in PFS, and the submit arguments: 2 pservers of 1 CPU, 2 trainers of 3 CPUs (so
     one per node), 8 shards leased for PASSES passes."""
@@ -73,7 +78,7 @@ def test_elastic_torch_across_slurm_nodes_survives_a_node_failure(
             return {w["name"]: w for w in s.json("get", "workers", "elastic")["items"]}
 
         def steps() -> bool:  # rank 0 prints step lines once a group of every trainer trains
-            logs = [Path(w["log"]) for w in workers().values() if w["role"] == "trainer"]
+            logs = [_log(s, "elastic", w) for w in workers().values() if w["role"] == "trainer"]
             return any(log.is_file() and STEP_3.search(log.read_text()) for log in logs)
 
         wait_for("training with 3 trainers", steps, timeout=420)
@@ -125,7 +130,7 @@ def test_fit_a_line_survives_the_failure_of_a_trainers_node(
             return next(w for w in s.json("get", "workers", "fit")["items"] if w["name"] == "trainer-1")
 
         wait_for("trainer-1 running", lambda: trainer1()["state"] == "Running", timeout=300)
-        victim, log = trainer1()["node"], Path(trainer1()["log"])
+        victim, log = trainer1()["node"], _log(s, "fit", trainer1())
 
         def training() -> bool:  # polled fast: each pass takes a second or so
             return log.is_file() and re.search(r"^pass [1-3]:", log.read_text(), re.M) is not None

@@ -113,6 +113,13 @@ TORCH_TRAINER_2 = {
     "LOCAL_WORLD_SIZE": "1",
     "GROUP_RANK": "2",
     "PADDLECLOUD_CURRENT_ENDPOINT": "10.0.1.3:7002",
+    # torchrun train.py: the same world, as a static rendezvous (issue 25: it made N worlds of 1)
+    "PET_NNODES": "3",
+    "PET_NPROC_PER_NODE": "1",
+    "PET_NODE_RANK": "2",
+    "PET_RDZV_BACKEND": "static",
+    "PET_MASTER_ADDR": "10.0.1.1",
+    "PET_MASTER_PORT": "29500",
 }
 
 PLATFORM_KEYS = {

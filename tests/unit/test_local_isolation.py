@@ -205,7 +205,7 @@ def test_a_job_writing_logs_at_full_speed_keeps_at_most_its_limit(
     spec = {"name": "spew", "entry": "python spew.py", "trainers": {"cpu": "1"}}
     alice.submit(spec, package_dir=make_package(SPEW))
     job = _until(platform, alice, "spew", lambda j: j.phase == JobPhase.SUCCEEDED)
-    log = Path(job.workers[0].log)
+    log = platform.ctx.config.data_dir / "cluster" / "jobs" / "alice" / "spew" / "logs" / job.workers[0].log
     text = log.read_text()
     assert log.stat().st_size <= limit and "bytes" in text and "were dropped here" in text
     dropped = int(text.split("[paddlecloud: ")[1].split(" bytes")[0].replace(",", ""))

@@ -108,6 +108,7 @@ def test_workers_of_a_finished_job(alice: Client, make_package: MakePackage, dri
         assert w.node == "node-0"
         assert w.endpoint.startswith("127.0.0.1:")
         assert w.pid is not None
+        assert w.log == f"{w.name}.0.log"  # its name, never the server's path (issue 25)
     assert len({w.endpoint for w in workers}) == 2
 
 

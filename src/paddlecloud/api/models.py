@@ -414,6 +414,8 @@ class WorkerView(_Model):
     exit_code: int | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: the current run's log by name (``trainer-0.2.log``: run 2), read with ``logs JOB -w NAME``;
+    #: never a path on the server or a node
     log: str = ""
     #: why the last run ended as it did, beyond its exit code ("OOMKilled"); "" none
     reason: WorkerReason = WorkerReason.NONE

@@ -57,6 +57,9 @@ class BackendEntry:
     options: tuple[str, ...] = ()
     #: the pip extra its module needs, named when the import fails ("": none)
     extra: str = ""
+    #: its workers run on other hosts than the server's: the API URL they get must not be loopback
+    #: (``server.addresses``: ``up --host 0.0.0.0`` then gives them this host's name)
+    remote_workers: bool = False
 
     def settings(self, options: Mapping[str, Any]) -> Any:
         """The settings from ``up``'s option values (only this entry's ``options`` are read)."""
@@ -102,6 +105,7 @@ def _builtin() -> dict[str, BackendEntry]:
                 factory="paddlecloud.backends.kubernetes.backend:create",
                 options=KubeSettings.OPTIONS,
                 extra="kubernetes",
+                remote_workers=True,
             ),
             BackendEntry(
                 name="slurm",
@@ -109,6 +113,7 @@ def _builtin() -> dict[str, BackendEntry]:
                 settings_type=SlurmSettings,
                 factory="paddlecloud.backends.slurm.backend:create",
                 options=SlurmSettings.OPTIONS,
+                remote_workers=True,
             ),
         )
     }

@@ -204,7 +204,11 @@ data_dir_option = click.option(
     help="kubernetes: one more destination job pods may reach, e.g. a pip index: 10.0.0.9/32:443 "
     "(repeatable; default: only their own job, the API and DNS; docs/kubernetes.md)",
 )
-@click.option("--api-url", help="this server's URL as workers reach it (default: http://HOST:PORT)")
+@click.option(
+    "--api-url",
+    help="this server's URL as workers reach it (default: http://HOST:PORT; for --host 0.0.0.0 "
+    "this host's name where the backend's workers run on other hosts: slurm, kubernetes)",
+)
 @click.option(
     "--isolation",
     type=click.Choice(["auto", "sandbox", "none"]),
@@ -309,15 +313,20 @@ def up(
         ForecastSettings,
         IsolationError,
         PlatformConfig,
+        backend_entry,
         prepare,
         serve,
+        server_urls,
     )
 
     settings = _backend_settings(backend, backend_options)
     tls = _tls(tls_cert, tls_key, tls_ca)
     metrics_access = _metrics_access(metrics_public, metrics_token_file)  # before any --detach
-    scheme = "https" if tls else "http"
-    endpoint = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    urls = server_urls(
+        "https" if tls else "http", host, port, api_url=api_url or "",
+        remote_workers=backend_entry(backend).remote_workers,
+    )  # fmt: skip
+    endpoint = urls.client
     data_dir = data_dir.expanduser().resolve()
     other, _stale = daemon.running(data_dir)
     if other is not None:
@@ -338,7 +347,7 @@ def up(
         if storage_quota == "none"
         else _quantity(parse_memory, storage_quota, "--storage-quota"),
         default_quota=ComputeLimits(**_limits(default_quota)),
-        api_url=api_url or endpoint,  # the workers' PADDLECLOUD_API (their task master)
+        api_url=urls.worker,  # the workers' PADDLECLOUD_API (their task master)
         api_ca=tls[2] if tls else "",  # ... and PADDLECLOUD_API_CA
         backend=backend,
         backend_settings=settings,
@@ -359,6 +368,10 @@ def up(
         )
     )
     click.echo(f"PaddleCloud {__version__} at {endpoint}  (data: {config.data_dir}; client config: {path})")
+    if urls.worker != endpoint:
+        click.echo(f"workers reach it at {urls.worker} ({urls.source})")
+    if urls.warning:
+        click.secho(f"WARNING: {urls.warning}", fg="yellow", err=True)
     if ready.confined:
         click.echo(f"isolation: {ready.isolation}")
     else:

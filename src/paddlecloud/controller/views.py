@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import PurePosixPath
 
 from pydantic import ValidationError
 
@@ -92,7 +93,7 @@ def worker_view(w: WorkerRow) -> WorkerView:
         exit_code=w.exit_code,
         started_at=ts(w.started_at),
         finished_at=ts(w.finished_at),
-        log=w.log_path,
+        log=PurePosixPath(w.log_path).name,  # its name: users never see the server's paths
         reason=WorkerReason(w.reason) if w.reason in _WORKER_REASONS else WorkerReason.NONE,
         message=w.message or "",
     )

@@ -246,17 +246,30 @@ def _torch_elastic(ctx: WorkerContext, lo: int, hi: int) -> dict[str, str]:
 
 
 def _torch(ctx: WorkerContext) -> dict[str, str]:
+    """A fixed-size job: ``python train.py`` reads the process group's variables (``env://``);
+    ``torchrun train.py`` reads the same world from ``PET_*``, a static rendezvous of N nodes of one
+    process each on the master endpoint (rank 0's agent hosts the store there and its worker uses
+    the agent's), so both entries form one world of N (without them torchrun's defaults made each
+    trainer a world of 1, every one training its own copy)."""
     if ctx.trainer_range is not None:
         return _torch_elastic(ctx, *ctx.trainer_range)
     host, port = _host_port(ctx.topology.master_endpoint)
+    world, rank = str(len(ctx.topology.trainer_endpoints)), str(ctx.index)
     return {
         "MASTER_ADDR": host,
         "MASTER_PORT": port,
-        "WORLD_SIZE": str(len(ctx.topology.trainer_endpoints)),
-        "RANK": str(ctx.index),
+        "WORLD_SIZE": world,
+        "RANK": rank,
         "LOCAL_RANK": "0",
         "LOCAL_WORLD_SIZE": "1",
-        "GROUP_RANK": str(ctx.index),
+        "GROUP_RANK": rank,
+        "PET_NNODES": world,
+        "PET_NPROC_PER_NODE": "1",
+        "PET_NODE_RANK": rank,
+        "PET_RDZV_BACKEND": "static",
+        "PET_MASTER_ADDR": host,
+        "PET_MASTER_PORT": port,
+        "PET_MAX_RESTARTS": "0",  # a failed trainer is the platform's to restart (--restart-policy)
     }
 
 

@@ -27,6 +27,7 @@ from paddlecloud.backends.options import OptionError
 from paddlecloud.backends.registry import BackendEntry, UnknownBackend, backend_names
 from paddlecloud.backends.registry import entry as backend_entry
 from paddlecloud.controller import ComputeLimits, ForecastSettings, MetricsAccess, Platform, PlatformConfig
+from paddlecloud.server.addresses import ServerUrls, server_urls
 from paddlecloud.server.app import create_app
 
 __all__ = [
@@ -37,12 +38,14 @@ __all__ = [
     "OptionError",
     "PlatformConfig",
     "Prepared",
+    "ServerUrls",
     "UnknownBackend",
     "backend_entries",
     "backend_entry",
     "prepare",
     "run_operator",
     "serve",
+    "server_urls",
 ]
 
 #: where earlier versions kept the default user's token (read once, then removed)
