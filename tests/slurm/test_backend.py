@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from paddlecloud.backends.base import JobLaunch, JobStatus, LogRequest
+from paddlecloud.backends.base import Capability, JobLaunch, JobStatus, LogRequest
 from paddlecloud.backends.slurm import SlurmBackend
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
@@ -295,18 +295,19 @@ def test_requirements_become_an_environment_on_the_shared_dir(backend: SlurmBack
     assert f"prefix {backend.root / 'envs'}" in out and "six ok" in out, out
 
 
-def test_nodes_count_slurms_rounding_of_our_requests(
+def test_nodes_count_our_workers_at_the_whole_cpus_slurm_gives_them(
     backend: SlurmBackend, package: Path, tmp_path: Path
 ) -> None:
-    """A 250m worker holds a whole CPU in Slurm; the controller counts 250m itself, so the other
-    750m are reported as foreign: what Slurm really has free once the controller has counted ours."""
+    """A 250m worker holds a whole CPU in Slurm, and the controller counts it so (``whole-cpus``):
+    nothing of it is foreign (before, the other 750m were, and the plan did not hold them)."""
+    assert Capability.WHOLE_CPUS in backend.capabilities
     small = {"trainer": Resources(250, 256 * MI)}
     job = launch(package, tmp_path, pservers=0, nodes=("n2", "n3"), env={"SLEEP": "300"}, resources=small)
     backend.start(job)
     sync_until(backend, job.key, lambda s: set(states(s).values()) == {WorkerState.RUNNING})
     nodes = {n.name: n for n in backend.nodes()}
     assert nodes["n2"].capacity == nodes["n1"].capacity == Resources(4000, 4000 * MI)
-    assert nodes["n2"].foreign == Resources(750, 0) and nodes["n1"].foreign == Resources()
+    assert nodes["n2"].foreign == Resources() and nodes["n1"].foreign == Resources()
 
 
 def test_a_worker_waits_for_a_node_another_job_holds_and_says_whose(

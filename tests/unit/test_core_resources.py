@@ -66,3 +66,11 @@ def test_shortfall(need: Resources, free: Resources, phrases: list[str]) -> None
 )
 def test_describe(r: Resources, text: str) -> None:
     assert r.describe() == text
+
+
+def test_cpus_in_units_round_up_to_at_least_one_unit() -> None:
+    assert Resources(250, 5, 1).cpus_in_units(1000) == Resources(1000, 5, 1)
+    assert Resources(3000).cpus_in_units(1000) == Resources(3000)
+    assert Resources(3001).cpus_in_units(1000) == Resources(4000)
+    assert Resources(0).cpus_in_units(1000) == Resources(1000)  # Slurm's -c is at least 1
+    assert Resources(250).cpus_in_units(1) == Resources(250)

@@ -89,6 +89,10 @@ class Capability(StrEnum):
     #: ``disk_usage`` measures what each job's own folders hold on the engine's disks (the
     #: workers' copies of the package, their /tmp, logs): it counts in the owner's storage use
     DISK_USAGE = "disk-usage"
+    #: the engine allocates each worker whole CPUs (Slurm's ``--cpus-per-task``: a ``500m`` worker
+    #: holds one CPU): the controller plans and counts every worker at its CPU rounded up, so that
+    #: what it plans onto a node is what the engine will allocate there
+    WHOLE_CPUS = "whole-cpus"
 
 
 @dataclass(frozen=True)

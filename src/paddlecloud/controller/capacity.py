@@ -45,9 +45,9 @@ def check_capacity(ctx: Context, user: str, spec: JobSpec) -> None:
         priority=spec.priority,
         submitted_at=0.0,
         pservers=spec.pservers.count,
-        pserver=spec.pservers.resources(),
+        pserver=spec.pservers.resources().cpus_in_units(ctx.cpu_unit_m),
         trainers=spec.trainers.count,
-        trainer=spec.trainers.resources(),
+        trainer=spec.trainers.resources().cpus_in_units(ctx.cpu_unit_m),
         min_trainers=(spec.trainers.min or 0) if elastic else 0,
     )
     found = never_placeable(idle, request)
@@ -117,7 +117,7 @@ def node_states(ctx: Context, holding: Sequence[JobRow], nodes: Sequence[NodeInf
     used: dict[str, Resources] = {}
     gpus_used: dict[str, set[int]] = {}
     for row in holding:
-        req = job_request(row, specs=ctx.specs)
+        req = job_request(row, specs=ctx.specs, cpu_unit_m=ctx.cpu_unit_m)
         for p in row.placement or []:
             need = req.pserver if p["role"] == "pserver" else req.trainer
             used[p["node"]] = used.get(p["node"], Resources()) + need

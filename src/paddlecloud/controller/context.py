@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, object_session
 
 from paddlecloud.api import API_PREFIX
 from paddlecloud.api.models import JobSpec
-from paddlecloud.backends.base import Backend, JobLaunch
+from paddlecloud.backends.base import Backend, Capability, JobLaunch
 from paddlecloud.backends.errors import BackendError
 from paddlecloud.backends.samplesets import SampleSetRef
 from paddlecloud.controller.batches import BatchPlans, adaptive_spec, batch_env
@@ -91,6 +91,12 @@ class Context:
     #: what the disk watch measured: the users' jobs' folders, the users over their storage quota
     #: (``controller.diskwatch``; the file service reads the first, the reconciler takes the second)
     disk: DiskBook = field(default_factory=DiskBook)
+
+    @property
+    def cpu_unit_m(self) -> int:
+        """The CPU the backend's engine allocates a worker in units of (``Capability.WHOLE_CPUS``:
+        whole CPUs), which plans and counts use (``records.job_request``)."""
+        return 1000 if Capability.WHOLE_CPUS in self.backend.capabilities else 1
 
     def wake(self) -> None:
         self.wake_event.set()

@@ -363,7 +363,7 @@ class Reconciler:
             nodes=node_states(self.ctx, holding, nodes),
             queue=waiting,
             running=tuple(
-                job_request(r, elastic, self.ctx.specs, self.ctx.batch_plans)
+                job_request(r, elastic, self.ctx.specs, self.ctx.batch_plans, cpu_unit_m=self.ctx.cpu_unit_m)
                 for r in active
                 if not r.stop_requested and r.reason != STOPPING
             ),
@@ -395,7 +395,16 @@ class Reconciler:
             try:
                 specs[key] = self.ctx.specs.get(row)
                 if row.phase == JobPhase.QUEUED:
-                    waiting.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans, caches))
+                    waiting.append(
+                        job_request(
+                            row,
+                            elastic,
+                            self.ctx.specs,
+                            self.ctx.batch_plans,
+                            caches,
+                            cpu_unit_m=self.ctx.cpu_unit_m,
+                        )
+                    )
             except Exception:  # an unreadable spec: the reconciler fails the job next cycle
                 continue
             ids[key] = row.id
@@ -450,7 +459,16 @@ class Reconciler:
                 continue
             caches = found.cache_nodes if found is not None else frozenset()
             try:
-                out.append(job_request(row, elastic, self.ctx.specs, self.ctx.batch_plans, caches))
+                out.append(
+                    job_request(
+                        row,
+                        elastic,
+                        self.ctx.specs,
+                        self.ctx.batch_plans,
+                        caches,
+                        cpu_unit_m=self.ctx.cpu_unit_m,
+                    )
+                )
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.INVALID_SPEC, "reading the job's spec", exc)
                 s.commit()

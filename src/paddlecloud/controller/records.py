@@ -41,6 +41,8 @@ def job_request(
     specs: SpecCache | None = None,
     plans: BatchPlans | None = None,
     cache_nodes: frozenset[str] = frozenset(),
+    *,
+    cpu_unit_m: int = 1,
 ) -> JobRequest:
     """The scheduler's view of a job; a started job's ``running`` and ``placement`` are what it holds.
 
@@ -49,6 +51,8 @@ def job_request(
     per job (the controller's cache) instead of on every call. ``plans``: an adaptive-batch job's
     ``batches`` and goodput ``speedup`` (the controller's cache; without it, none: views that do
     not schedule). ``cache_nodes``: the nodes holding the cache of the job's SampleSet.
+    ``cpu_unit_m``: the engine allocates CPUs in units of this (``Context.cpu_unit_m``: 1000 where
+    it gives whole CPUs), so each worker is planned at what it will hold.
     """
     spec = specs.get(row) if specs is not None else JobSpec.from_stored(row.spec)
     placement = placement_of(row)
@@ -64,9 +68,9 @@ def job_request(
         priority=row.priority,
         submitted_at=row.submitted_at,
         pservers=spec.pservers.count,
-        pserver=spec.pservers.resources(),
+        pserver=spec.pservers.resources().cpus_in_units(cpu_unit_m),
         trainers=spec.trainers.count,
-        trainer=spec.trainers.resources(),
+        trainer=spec.trainers.resources().cpus_in_units(cpu_unit_m),
         min_trainers=(spec.trainers.min or 0) if elastic else 0,
         max_trainers=(spec.trainers.max or 0) if elastic else 0,
         attained=row.attained,

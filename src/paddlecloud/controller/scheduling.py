@@ -93,7 +93,10 @@ class ClusterState:
             requests = {}
             for row in rows:
                 try:
-                    requests[job_key(row.user, row.name)] = (row, job_request(row, specs=self.ctx.specs))
+                    requests[job_key(row.user, row.name)] = (
+                        row,
+                        job_request(row, specs=self.ctx.specs, cpu_unit_m=self.ctx.cpu_unit_m),
+                    )
                 except Exception:  # an unreadable spec: the reconciler fails the job next cycle
                     continue
         order = self._order()

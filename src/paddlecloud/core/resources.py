@@ -25,6 +25,13 @@ class Resources:
     def times(self, n: int) -> Resources:
         return Resources(self.cpu_m * n, self.memory * n, self.gpu * n)
 
+    def cpus_in_units(self, unit_m: int) -> Resources:
+        """The CPU rounded up to a multiple of ``unit_m`` millicores, at least one unit (what an
+        engine allocating whole CPUs gives: Slurm's ``--cpus-per-task``); 1: unchanged."""
+        if unit_m <= 1:
+            return self
+        return Resources(max(1, -(-self.cpu_m // unit_m)) * unit_m, self.memory, self.gpu)
+
     def fits_in(self, free: Resources) -> bool:
         return self.cpu_m <= free.cpu_m and self.memory <= free.memory and self.gpu <= free.gpu
 

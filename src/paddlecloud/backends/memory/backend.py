@@ -47,8 +47,9 @@ __all__ = ["MemoryBackend", "MemoryEngine", "MemorySettings", "create"]
 
 _ENDED = (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST)
 #: what the memory backend declares by default: every capability but those that need more of the
-#: platform or the test (foreign load, a package URL)
-ALL = frozenset(Capability) - {Capability.SHARED_CAPACITY, Capability.FETCH_PACKAGE}
+#: platform or the test (foreign load, a package URL) and whole-CPU allocation (its nodes give
+#: millicores, as the local backend's do)
+ALL = frozenset(Capability) - {Capability.SHARED_CAPACITY, Capability.FETCH_PACKAGE, Capability.WHOLE_CPUS}
 
 
 @dataclass

@@ -127,6 +127,7 @@ class SlurmBackend:
             Capability.LOGS_FOLLOW,
             Capability.FIXED_CAPACITY,
             Capability.SHARED_CAPACITY,
+            Capability.WHOLE_CPUS,
             Capability.SAMPLESETS,
             Capability.DISK_USAGE,
         }

@@ -3,8 +3,8 @@ work that is not ours, and where an elastic torch job's rendezvous store fits.
 
     SlurmBackend.nodes ──sinfo (cluster_nodes)──▶ snapshot(found, requested_by_us(jobs),
                                                            foreign_holders(jobs, squeue))
-                       ──▶ NodeInfo per node: capacity, ``foreign`` (other users' jobs, and Slurm's
-                           rounding of ours: a 250m worker holds a whole CPU), a note naming them
+                       ──▶ NodeInfo per node: capacity, ``foreign`` (other users' jobs and our
+                           rendezvous stores, which the plan does not hold), a note naming them
     SlurmBackend.start ──store_node(launch, last snapshot, requested_by_us(jobs))──▶ a node or ""
 
 Pure functions over the backend's records and Slurm's answers: no command runs here.
@@ -21,11 +21,17 @@ from paddlecloud.backends.slurm.script import DEFAULT_NEED, MIB
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 
-__all__ = ["foreign_holders", "requested_by_us", "snapshot", "store_node"]
+__all__ = ["allocated", "foreign_holders", "requested_by_us", "snapshot", "store_node"]
+
+
+def allocated(launch: JobLaunch, role: str) -> Resources:
+    """What Slurm allocates a worker of ``role``: its request with the CPU rounded up to whole CPUs
+    (``--cpus-per-task``), as the controller plans it (``Capability.WHOLE_CPUS``)."""
+    return launch.resources.get(role, DEFAULT_NEED).cpus_in_units(1000)
 
 
 def requested_by_us(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
-    """What our running workers asked for, per node: the load the controller counts itself (from
+    """What our running workers hold, per node: the load the controller counts itself (from
     its placements), so not the store (the scheduler does not count it), not retired trainers,
     and not a worker that runs elsewhere than it was placed (a restart: Slurm chose its node; the
     controller still counts it where it was placed, so it is counted twice rather than not at
@@ -35,8 +41,7 @@ def requested_by_us(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
         with job.lock:
             for w in job.workers.values():
                 if w.state == WorkerState.RUNNING and w.ran_on == w.node and w.role != RENDEZVOUS:
-                    need = job.launch.resources.get(w.role, DEFAULT_NEED)
-                    out[w.ran_on] = out.get(w.ran_on, Resources()) + need
+                    out[w.ran_on] = out.get(w.ran_on, Resources()) + allocated(job.launch, w.role)
     return out
 
 
@@ -91,7 +96,7 @@ def store_node(launch: JobLaunch, nodes: Sequence[NodeInfo], mine: Mapping[str, 
     Slurm likes (the first node), it could take a CPU that a trainer planned there needs."""
     planned: dict[str, Resources] = {}
     for p in launch.placement:
-        planned[p.node] = planned.get(p.node, Resources()) + launch.resources.get(p.role, DEFAULT_NEED)
+        planned[p.node] = planned.get(p.node, Resources()) + allocated(launch, p.role)
     room = {
         n.name: n.capacity - n.foreign - mine.get(n.name, Resources()) - planned.get(n.name, Resources())
         for n in nodes
