@@ -106,3 +106,31 @@ def test_torch_ddp(server: Server, entry: str) -> None:
     assert acc, r.stdout[-3000:]
     assert float(acc.group(1)) >= 0.97
     assert (Path(job["output_dir"]) / "model.pt").is_file()
+
+
+def _epoch_losses(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"^\[trainer-0\] epoch \d+ loss ([0-9.]+)$", text, re.M)]
+
+
+def test_paddle_collective_trains_as_one_process_does(server: Server) -> None:
+    """examples/paddle_collective (Paddle 3.x, fleet data parallel, gloo on CPU) on 2 trainers and on
+    1: both succeed, the loss goes down, and the 2 trainers make the updates 1 process makes (the
+    same global batch, gradients all-reduced): the same loss every epoch."""
+    runs, outs = {}, {}
+    for trainers in (2, 1):
+        name = f"paddle-collective-{trainers}"
+        r = server.cli(
+            "submit", str(ROOT / "examples" / "paddle_collective"), "--name", name,
+            "--framework", "paddle-collective", "--entry", "python train.py", "--trainers", str(trainers),
+            "--cpu", "500m", "--wait", timeout=900,
+        )  # fmt: skip
+        job = server.job(name)
+        assert job["phase"] == "Succeeded", (job["message"], r.stdout[-3000:])
+        assert (Path(job["output_dir"]) / "model.pdparams").is_file()
+        runs[trainers], outs[trainers] = _epoch_losses(r.stdout), r.stdout
+        acc = re.search(r"^\[trainer-0\] final accuracy ([0-9.]+)$", r.stdout, re.M)
+        assert acc and float(acc.group(1)) >= 0.97, r.stdout[-3000:]
+    assert re.search(r"^\[trainer-1\] rank 1/2 started", outs[2], re.M), outs[2][-3000:]  # one world
+    two, one = runs[2], runs[1]
+    assert len(two) == len(one) == 8 and two[-1] < two[0] / 10, runs
+    assert two == pytest.approx(one, rel=1e-3), runs

@@ -34,7 +34,9 @@ SCRIPT = ROOT / "scripts" / "ensure-hosts.sh"
 #: the longest ensure-hosts.sh start may take (a fresh machine: apt-get install included)
 START_TIMEOUT_S = 600
 #: the examples whose environments the bed's hosts build (offline, from the bed's wheel folder)
-REQUIREMENTS = tuple(ROOT / "examples" / name / "requirements.txt" for name in ("fit_a_line", "torch_ddp"))
+REQUIREMENTS = tuple(
+    ROOT / "examples" / name / "requirements.txt" for name in ("fit_a_line", "torch_ddp", "paddle_collective")
+)
 COMPUTE = ("c1", "c2", "c3")
 #: how the network namespaces the tests make inside hosts are named (tests/hosts/test_bed.py)
 BED_NETNS = ("pcbed", "pcvx")

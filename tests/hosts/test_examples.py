@@ -4,7 +4,8 @@ its sandbox, its environment built offline on head into the shared directory. ex
 (2 pservers + 2 trainers, PaddlePaddle parameter-server mode, its 8 shards leased from the task
 master) and the elastic torch example (torchrun agents around the platform's rendezvous store) run at
 once (the module's ``jobs``: their builds and start-ups overlap), each with its workers on at least
-two hosts, talking across the bed's bridge, and each reaches its stated loss / accuracy.
+two hosts, talking across the bed's bridge, and each reaches its stated loss / accuracy. Then
+examples/paddle_collective (Paddle 3.x fleet data parallel, gloo) on 2 hosts, against 1 trainer.
 
 Sizes, on compute hosts of 8 CPUs (``ensure-hosts.sh``): fit_a_line's trainers ``--cpu 5`` (one per
 host), pservers 1; the torch trainers ``--cpu 3`` (at most two per host); 22 of the 24 CPUs with the
@@ -101,6 +102,36 @@ def test_elastic_torch_trains_across_hosts(platform: BedPlatform, jobs: float) -
     acc = re.findall(r"final accuracy ([0-9.]+)$", out, re.M)
     assert acc and float(acc[-1]) >= 0.97, out[-3000:]
     print(f"elastic torch: final accuracy {acc[-1]}, workers {where}, {elapsed(jobs)} after its submit")
+
+
+def _collective(p: BedPlatform, name: str, trainers: int) -> list[float]:
+    """examples/paddle_collective run to its end on ``trainers`` trainers of 5 CPUs (one per host);
+    the loss of each epoch."""
+    p.cli(
+        "submit", str(EXAMPLES / "paddle_collective"), "--name", name, "--framework", "paddle-collective",
+        "--entry", "python train.py", "--trainers", str(trainers), "--cpu", "5",
+    )  # fmt: skip
+    job = wait_phase(p, name, ("Succeeded", "Failed"), timeout=JOB_TIMEOUT_S)
+    assert job["phase"] == "Succeeded", (job["message"], p.cli("logs", name)[-3000:])
+    out = p.cli("logs", name, "-w", "trainer-0")
+    acc = re.search(r"^final accuracy ([0-9.]+)$", out, re.M)
+    assert acc and float(acc.group(1)) >= 0.97, out[-3000:]
+    return [float(x) for x in re.findall(r"^epoch \d+ loss ([0-9.]+)$", out, re.M)]
+
+
+@pytest.mark.timeout(2 * JOB_TIMEOUT_S)
+def test_paddle_collective_trains_across_hosts_as_one_process_does(platform: BedPlatform) -> None:
+    """Paddle 3.x collective data parallel (gloo) with its 2 trainers on 2 hosts, talking across the
+    bed's bridge: the loss goes down, epoch by epoch the one the same job prints on 1 trainer."""
+    p = platform
+    t0 = time.monotonic()
+    two = _collective(p, "collective", 2)
+    where = _placement(p, "collective")
+    assert where["trainer-0"][0] != where["trainer-1"][0], where  # --cpu 5 of 8: one per host
+    one = _collective(p, "collective-1", 1)
+    assert len(two) == len(one) == 8 and two[-1] < two[0] / 10, (two, one)
+    assert two == pytest.approx(one, rel=1e-3), (two, one)
+    print(f"paddle collective: losses {two}, workers {where}, {elapsed(t0)}")
 
 
 #: what each of bob's workers tries from inside its sandbox: every endpoint of alice's job, then every
