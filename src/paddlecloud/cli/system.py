@@ -309,6 +309,7 @@ def up(
     the background. Jobs run on this machine, or with --backend kubernetes as TrainingJobs on a
     cluster (see: paddlecloud operator)."""
     from paddlecloud.server.main import (
+        BackendConfigError,
         ComputeLimits,
         ForecastSettings,
         IsolationError,
@@ -356,7 +357,7 @@ def up(
     )
     try:
         ready = prepare(config, _known_tokens(config.default_user))
-    except IsolationError as exc:
+    except (IsolationError, BackendConfigError) as exc:  # what to change, in words
         raise click.ClickException(str(exc)) from None
     path = save_datacenter(
         Datacenter(

@@ -24,13 +24,14 @@ from fastapi import FastAPI
 from paddlecloud.api.errors import PaddleCloudError
 from paddlecloud.backends.local.sandbox import IsolationError
 from paddlecloud.backends.options import OptionError
-from paddlecloud.backends.registry import BackendEntry, UnknownBackend, backend_names
+from paddlecloud.backends.registry import BackendConfigError, BackendEntry, UnknownBackend, backend_names
 from paddlecloud.backends.registry import entry as backend_entry
 from paddlecloud.controller import ComputeLimits, ForecastSettings, MetricsAccess, Platform, PlatformConfig
 from paddlecloud.server.addresses import ServerUrls, server_urls
 from paddlecloud.server.app import create_app
 
 __all__ = [
+    "BackendConfigError",
     "ComputeLimits",
     "ForecastSettings",
     "IsolationError",

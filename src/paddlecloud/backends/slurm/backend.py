@@ -84,7 +84,7 @@ from paddlecloud.backends.local.sandbox import (
     make_dirs,
     read_status,
 )
-from paddlecloud.backends.slurm import capacity
+from paddlecloud.backends.slurm import capacity, probe
 from paddlecloud.backends.slurm import commands as sc
 from paddlecloud.backends.slurm.records import (
     ENDED,
@@ -756,8 +756,10 @@ def _release_netns(name: str, wait_s: float = 30.0) -> None:
 
 def create(setup: BackendSetup) -> SlurmBackend:
     """The registry's factory: a Slurm backend from :class:`SlurmSettings`, its files under
-    ``<data>/slurm`` unless the settings name another shared directory (``backends.registry``)."""
+    ``<data>/slurm`` unless the settings name another shared directory (``backends.registry``),
+    once the nodes are seen to see that directory (``probe``: ``BackendConfigError`` otherwise)."""
     settings: SlurmSettings = setup.settings
     if settings.root is None:
         settings = dataclasses.replace(settings, root=setup.data_dir / "slurm")
+    probe.check_shared_dir(settings)
     return SlurmBackend(settings, setup.now, setup.wake)
