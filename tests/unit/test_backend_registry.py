@@ -107,6 +107,16 @@ def test_kubernetes_settings_from_up_options(tmp_path: Path) -> None:
     assert made == KubeSettings(kubeconfig=str(tmp_path / "kc"), namespace="ns")
 
 
+def test_slurm_port_range_from_up_options() -> None:
+    slurm = registry.entry("slurm")
+    assert slurm.settings({"slurm_ports": "30000-30099"}).ports == (30000, 30099)
+    assert slurm.settings({}).ports == (21000, 28999)
+    for bad in ("30000", "x-y", "80-2000", "30000-30001", "40000-30000", "60000-70000"):
+        with pytest.raises(OptionError, match="LO-HI") as err:
+            slurm.settings({"slurm_ports": bad})
+        assert err.value.option == "--slurm-ports"
+
+
 def test_settings_of_another_backend_are_refused(tmp_path: Path) -> None:
     config = PlatformConfig(data_dir=tmp_path, backend="local", backend_settings=KubeSettings())
     with pytest.raises(BackendConfigError, match="the local backend takes LocalSettings, not KubeSettings"):

@@ -101,6 +101,28 @@ def test_the_ready_file_appears_once_the_program_listens(tmp_path: Path) -> None
     assert proc.wait(timeout=20) == 0
 
 
+def test_another_process_on_the_port_is_never_taken_for_the_program(tmp_path: Path) -> None:
+    """Issue 25: a squatter holding a pserver's port made it look "run and listen" while the pserver
+    had failed to bind. The ready file is written only for a listener the run's processes hold."""
+    ready = tmp_path / "w.ready"
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        code = (
+            "import socket, sys, time\ns = socket.socket()\n"
+            f"try:\n    s.bind(('127.0.0.1', {port}))\nexcept OSError as e:\n    print(e, flush=True)\n"
+            "time.sleep(1.5)\nsys.exit(3)"
+        )
+        r = subprocess.run(
+            [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(tmp_path / "w.log"),
+             "--ready-port", str(port), "--ready-file", str(ready), "--", sys.executable, "-c", code],
+            timeout=30, check=False,
+        )  # fmt: skip
+    assert r.returncode == 3 and "Address already in use" in (tmp_path / "w.log").read_text()
+    assert not ready.exists()
+
+
 def test_bad_command_lines_are_refused_with_the_usage() -> None:
     bad = (
         ["--log"], ["--log", "x"], ["--bogus", "1", "--", "true"],

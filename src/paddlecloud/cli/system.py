@@ -187,6 +187,12 @@ data_dir_option = click.option(
     "SampleSet caches and mounts (default: /var/cache/paddlecloud; docs/slurm.md)",
 )
 @click.option(
+    "--slurm-ports",
+    metavar="LO-HI",
+    help="slurm: the ports workers and rendezvous stores listen on, each unique across the server's "
+    "live workers; every node must keep them free (default: 21000-28999; docs/slurm.md)",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="kubernetes: kubeconfig file (default: the pod's service account)",

@@ -222,14 +222,16 @@ def _spawn(argv: list[str], out: int) -> int:
 
 class _Ready:
     """``--ready-port``: writes ``--ready-file`` once the run's program listens on the port (seen in
-    the child's network namespace, ``ports.listening``)."""
+    the child's network namespace, held by one of the run's processes: ``ports.listening``)."""
 
     def __init__(self, o: Options, pid: int) -> None:
         self.port, self.path, self.pid = o.ready_port, o.ready_file, pid
         self.done = not (self.port and self.path)
 
     def check(self) -> None:
-        if self.done or not ports.listening(self.pid, self.port):
+        # the run's own listener: held by a process of this monitor's (its child's tree, or one
+        # reparented to it), never another process on the port
+        if self.done or not ports.listening(self.pid, self.port, owners=os.getpid()):
             return
         try:  # in the backend's folder, not the job's (``run/``, ``RunPlan``): a plain write
             with open(self.path, "w") as f:

@@ -703,7 +703,7 @@ class SlurmBackend:
         # (emulated ones, or a one-node cluster) a process outside our records may still hold it
         free = list(itertools.islice((p for p in range(lo, hi + 1) if p not in used and _bindable(p)), n))
         if len(free) < n:
-            raise JobRejected(f"no {n} free ports left in {lo}-{hi} (SlurmSettings.ports)")
+            raise JobRejected(f"no {n} free ports left in {lo}-{hi} (up --slurm-ports)")
         return free
 
     def _get(self, key: str) -> JobRecord | None:

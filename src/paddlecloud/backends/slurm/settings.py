@@ -59,7 +59,7 @@ class SlurmSettings:
     #: the ``up`` options these settings are made from
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg", "isolation",
-        "slurm_node_cache", *RunLimits.OPTIONS,
+        "slurm_node_cache", "slurm_ports", *RunLimits.OPTIONS,
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -99,5 +99,29 @@ class SlurmSettings:
             sbatch_args=tuple(options.get("slurm_sbatch_arg") or ()),
             isolation=isolation_mode(options.get("isolation")),
             node_cache=Path(options.get("slurm_node_cache") or cls.node_cache),
+            ports=_port_range(options.get("slurm_ports") or ""),
             limits=RunLimits.from_options(options),
         )
+
+
+#: the fewest ports a range may hold: a few jobs' workers and stores
+MIN_PORTS = 16
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    """``LO-HI`` (``--slurm-ports``) as a range of at least :data:`MIN_PORTS` unprivileged ports;
+    "" : the default."""
+    if not text:
+        return SlurmSettings.ports
+    lo, sep, hi = text.partition("-")
+    try:
+        first, last = int(lo), int(hi)
+    except ValueError:
+        first = last = 0
+    if not sep or not 1024 <= first <= last <= 65535 or last - first + 1 < MIN_PORTS:
+        raise OptionError(
+            "--slurm-ports",
+            f"{text!r}: give LO-HI, at least {MIN_PORTS} ports between 1024 and 65535 that every node "
+            "keeps free for workers (e.g. 21000-28999, the default)",
+        )
+    return first, last
