@@ -37,15 +37,16 @@ POLL_S = 3.0
 class BedPlatform:
     """``up`` on head and a logged-in CLI on the laptop; :meth:`close` kills the jobs and stops it."""
 
-    def __init__(self, bed: Bed, *up_args: str) -> None:
+    def __init__(self, bed: Bed, *up_args: str, host: str = "", port: int = PORT) -> None:
+        """``host``: what ``up --host`` binds (default: head's address)."""
         self.bed = bed
         self.base = bed.shared / f"platform-{uuid.uuid4().hex[:8]}"
         self.base.mkdir(parents=True)
         self.head = bed.addresses["head"]
-        self.url = f"http://{self.head}:{PORT}"
+        self.url = f"http://{self.head}:{port}"
         self.log = self.base / "server.log"
         server_env = {"PADDLECLOUD_CONFIG": str(self.base / "head-config")}
-        args = [PADDLECLOUD, "up", "--backend", "slurm", "--host", self.head, "--port", str(PORT),
+        args = [PADDLECLOUD, "up", "--backend", "slurm", "--host", host or self.head, "--port", str(port),
                 "--data-dir", str(self.base / "data"), *up_args]  # fmt: skip
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
