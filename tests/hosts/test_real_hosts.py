@@ -10,7 +10,6 @@ server on head, the CLI on the laptop, the workers on c1..c3.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import uuid
@@ -69,4 +68,4 @@ def test_a_data_dir_the_nodes_cannot_see_is_refused_naming_them(bed: Bed) -> Non
     assert r.returncode != 0, r.stdout[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert "Slurm nodes c1, c2, c3 cannot see" in r.stderr and "--data-dir" in r.stderr, r.stderr[-2000:]
-    assert json.dumps(private)[1:-1] in r.stderr
+    assert private in r.stderr
