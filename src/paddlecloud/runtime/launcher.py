@@ -21,11 +21,13 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from types import FrameType
 
+from paddlecloud.runtime import contract as c
 from paddlecloud.runtime import endpoints
 
 __all__ = ["main", "write_json_atomic"]
@@ -39,6 +41,28 @@ def write_json_atomic(path: str, data: object) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _port_held(environ: dict[str, str]) -> str:
+    """For a pserver: why its port cannot be bound on this node ("" : it can). Checked on the node
+    that binds it, since the server chose the port and could check it only on its own host; a
+    listener there would otherwise be what the platform sees listening."""
+    if environ.get(c.ROLE) != "pserver":
+        return ""
+    host, _, port = environ.get(c.CURRENT_ENDPOINT, "").rpartition(":")
+    if not port.isdigit():
+        return ""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # its own last run's TIME_WAIT is no holder
+        try:
+            s.bind(("", int(port)))
+        except OSError as exc:
+            return (
+                f"{environ.get(c.WORKER, 'this worker')}'s port {port} on {host or 'this node'} cannot be "
+                f"bound ({exc.strerror}): another process on the node holds it; the node must keep the "
+                "platform's worker ports free (up --slurm-ports)"
+            )
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         environ = endpoints.resolve(os.environ)
     except endpoints.EndpointsTimeout as exc:
         print(f"paddlecloud: {exc}", file=sys.stderr, flush=True)
+        write_json_atomic(args.status, {"exit_code": 1, "signal": None, "finished_at": time.time()})
+        return 1
+    held = _port_held(environ)
+    if held:  # a server's port taken on this node: say so now, not as the program's bind error
+        print(f"paddlecloud: {held}", file=sys.stderr, flush=True)
         write_json_atomic(args.status, {"exit_code": 1, "signal": None, "finished_at": time.time()})
         return 1
     child = subprocess.Popen(["/bin/sh", "-c", args.entry], cwd=args.cwd, env=environ)
