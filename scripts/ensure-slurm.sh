@@ -234,9 +234,22 @@ node_procs() {
 }
 
 kill_node_procs() {  # SIGKILL the slurmd of node $1 and every process Slurm started there
-  local pids
-  if pid=$(slurmd_pid "$1"); then kill -KILL "$pid" 2>/dev/null || true; fi
+  # Stopped first, all of them, then killed: a real node's failure ends its processes at once, while
+  # one kill after another let a launcher see its program die of the broken log pipe of a monitor
+  # killed before it, and write exit status 1 (a loaded machine: the worker read Failed, not Lost)
+  local pids held=""
+  if pid=$(slurmd_pid "$1"); then kill -STOP "$pid" 2>/dev/null || true; held=$pid; fi
   for _ in 1 2 3; do  # a task may fork while we look: look again
+    pids=$(node_procs "$1")
+    [ -z "$pids" ] && break
+    # shellcheck disable=SC2086
+    kill -STOP $pids 2>/dev/null || true
+    held="$held $pids"
+    sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  [ -n "$held" ] && kill -KILL $held 2>/dev/null || true
+  for _ in 1 2 3; do  # anything started meanwhile
     pids=$(node_procs "$1")
     [ -z "$pids" ] && return 0
     # shellcheck disable=SC2086

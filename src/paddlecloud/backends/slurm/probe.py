@@ -20,6 +20,7 @@ mount the cluster file system differently is then caught only where one of those
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import shutil
 import subprocess
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 #: nodes probed at most (each an ``srun`` at once)
 MAX_NODES = 8
+_CAT = re.compile(r"^(\S*/)?cat: ")
 #: seconds Slurm may take to give a probe its CPU (``--immediate``), and to run it
 _IMMEDIATE_S = 10
 _RUN_S = 30
@@ -64,8 +66,9 @@ def _ask(node: str, token_file: Path, token: str, extra: Sequence[str]) -> tuple
     if r.returncode == 0 and r.stdout.strip() == token:
         return node, "seen", ""
     said = (r.stderr.strip() or r.stdout.strip() or f"srun exit status {r.returncode}").splitlines()
-    if any(line.startswith("cat:") for line in said):  # it ran there, and the file was not there
-        return node, "unseen", next(line for line in said if line.startswith("cat:"))
+    ran = [line for line in said if _CAT.match(line)]  # ``cat:`` or ``/usr/bin/cat:``: it ran there
+    if ran:  # and the file was not there
+        return node, "unseen", ran[0]
     return node, "unknown", said[-1][:300]
 
 
