@@ -189,8 +189,11 @@ def test_a_waiting_sqlite_writer_goes_as_soon_as_the_holder_commits(tmp_path: Pa
     """The writer queue hands the database on at the holder's commit; SQLite's own busy handler
     would find out only at its next retry (sleeps of up to 100 ms)."""
     db = open_database(sqlite_url(tmp_path / "db.sqlite"))
-    delays = [_handover_delay(db, round_) for round_ in range(3)]
-    assert max(delays) < 0.02, f"the waiting writer went {max(delays) * 1000:.0f} ms after the commit"
+    delays = sorted(_handover_delay(db, round_) for round_ in range(5))
+    # the median: one round's thread may wait for a core on a loaded machine (39 ms seen beside two
+    # CPU hogs, the others ~1 ms); the busy handler's retries would put most rounds at 0-100 ms
+    median = delays[len(delays) // 2]
+    assert median < 0.02, f"the waiting writer went {median * 1000:.0f} ms after the commit ({delays})"
     db.dispose()
 
 
