@@ -363,9 +363,7 @@ class Reconciler:
             nodes=node_states(self.ctx, holding, nodes),
             queue=waiting,
             running=tuple(
-                job_request(r, elastic, self.ctx.specs, self.ctx.batch_plans, cpu_unit_m=self.ctx.cpu_unit_m)
-                for r in active
-                if not r.stop_requested and r.reason != STOPPING
+                self._request(r, elastic) for r in active if not r.stop_requested and r.reason != STOPPING
             ),
             quotas=compute_quotas(s),
         )
@@ -395,16 +393,7 @@ class Reconciler:
             try:
                 specs[key] = self.ctx.specs.get(row)
                 if row.phase == JobPhase.QUEUED:
-                    waiting.append(
-                        job_request(
-                            row,
-                            elastic,
-                            self.ctx.specs,
-                            self.ctx.batch_plans,
-                            caches,
-                            cpu_unit_m=self.ctx.cpu_unit_m,
-                        )
-                    )
+                    waiting.append(self._request(row, elastic, caches))
             except Exception:  # an unreadable spec: the reconciler fails the job next cycle
                 continue
             ids[key] = row.id
@@ -444,6 +433,12 @@ class Reconciler:
             )
         )
 
+    def _request(self, row: JobRow, elastic: bool, caches: frozenset[str] = frozenset()) -> JobRequest:
+        """The scheduler's view of ``row``, with the controller's caches and the engine's CPU unit."""
+        return job_request(
+            row, elastic, self.ctx.specs, self.ctx.batch_plans, caches, cpu_unit_m=self.ctx.cpu_unit_m
+        )
+
     def _requests(self, s: Session, queued: Sequence[JobRow], elastic: bool) -> tuple[JobRequest, ...]:
         """The queued jobs as the scheduler sees them; one whose stored spec cannot be read fails.
         A job whose SampleSet is not Ready waits out of the queue (``SampleSetNotReady``); the others
@@ -459,16 +454,7 @@ class Reconciler:
                 continue
             caches = found.cache_nodes if found is not None else frozenset()
             try:
-                out.append(
-                    job_request(
-                        row,
-                        elastic,
-                        self.ctx.specs,
-                        self.ctx.batch_plans,
-                        caches,
-                        cpu_unit_m=self.ctx.cpu_unit_m,
-                    )
-                )
+                out.append(self._request(row, elastic, caches))
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.INVALID_SPEC, "reading the job's spec", exc)
                 s.commit()
