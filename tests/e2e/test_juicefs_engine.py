@@ -178,3 +178,40 @@ def test_a_mount_whose_daemon_died_is_not_mounted_and_mounts_again(vol: Volume, 
     assert not vol.is_mounted(mnt)  # listed, but "transport endpoint is not connected"
     vol.mount(mnt, tmp_path / "cache", 0, read_only=False)
     assert vol.is_mounted(mnt) and (mnt / "kept").read_text() == "still here"
+
+
+@pytest.fixture
+def fuse_connections() -> Iterator[Path]:
+    """``/sys/fs/fuse/connections`` (the fusectl file system: one folder per FUSE connection, whose
+    ``abort`` ends it), mounted for the test when it is not already."""
+    top = Path("/sys/fs/fuse/connections")
+    mounted = subprocess.run(["mountpoint", "-q", str(top)], check=False).returncode == 0
+    if not mounted:
+        r = subprocess.run(
+            ["mount", "-t", "fusectl", "none", str(top)], capture_output=True, text=True, check=False
+        )
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount fusectl here: {r.stderr.strip()}")
+    try:
+        yield top
+    finally:
+        if not mounted:
+            subprocess.run(["umount", str(top)], check=False)
+
+
+def test_a_mount_whose_connection_was_aborted_is_not_mounted_and_mounts_again(
+    vol: Volume, tmp_path: Path, fuse_connections: Path
+) -> None:
+    """A mount answering "software caused connection abort" (ECONNABORTED), what a later server
+    met on a mount left by an earlier one (a stat of its root still answered from the cache): a
+    dead mount like ENOTCONN, cleared and mounted again."""
+    mnt = vol.root / "admin"
+    vol.mount(mnt, tmp_path / "cache", 0, read_only=False)
+    (mnt / "kept").write_text("still here")
+    (fuse_connections / str(os.minor(os.stat(mnt).st_dev)) / "abort").write_text("1")
+    with pytest.raises(OSError) as info:
+        os.statvfs(mnt)
+    assert info.value.errno in (errno.ECONNABORTED, errno.ENOTCONN)
+    assert not vol.is_mounted(mnt)
+    vol.mount(mnt, tmp_path / "cache", 0, read_only=False)
+    assert vol.is_mounted(mnt) and (mnt / "kept").read_text() == "still here"

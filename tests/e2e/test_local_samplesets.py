@@ -188,6 +188,20 @@ def test_close_unmounts_all_and_ensure_brings_the_data_back(sets: LocalSampleSet
         again.close()
 
 
+def test_close_keeps_the_mounts_of_running_jobs_and_says_which(sets: LocalSampleSets, tmp_path: Path) -> None:
+    want = make_tree(tmp_path / "src", small=3, big=1000)
+    ref = _ref(tmp_path / "src")
+    sets.ensure(ref)
+    _run(sets, ref, SampleTask("sj-1", SampleTaskKind.SYNC))
+    sets.attach(ref, "alice/job", ["node-1"])  # a job reading on node-1 outlives the server
+    kept = sets.close()
+    assert kept == [sets.mountpoint(ref.uid, "node-1")]
+    assert mounts_under(sets.root) == kept
+    assert digests(kept[0]) == want  # its workers still read through it
+    sets.detach("alice/job")
+    assert sets.close() == [] and mounts_under(sets.root) == []
+
+
 def test_a_sync_of_a_missing_source_fails_with_the_reason(sets: LocalSampleSets, tmp_path: Path) -> None:
     ref = _ref(tmp_path / "nowhere")
     sets.ensure(ref)

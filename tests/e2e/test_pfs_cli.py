@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from .conftest import PADDLECLOUD, ROOT, Server
 
@@ -420,3 +421,47 @@ def test_interrupted_upload_resumes_and_is_never_listed_partially(
     alice.cli("pfs", "cp", "-q", f"{remote_dir}/{name}", str(out))
     assert sha256(out) == sha256(src)
     assert alice.json("pfs", "du")["reserved"] == 0
+
+
+def _data_port_bytes(server: Server) -> dict[str, float]:
+    """``paddlecloud_pfs_data_port_bytes_total`` by direction, read as the admin."""
+    config = yaml.safe_load((server.home / "config").read_text())
+    token = config["datacenters"][config["current"]]["token"]
+    text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10).text
+    out = {"received": 0.0, "sent": 0.0}
+    for line in text.splitlines():
+        if line.startswith("paddlecloud_pfs_data_port_bytes_total{"):
+            direction = line.split('direction="', 1)[1].split('"', 1)[0]
+            out[direction] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_a_client_without_the_same_host_path_moves_chunks_on_the_data_port(
+    alice: User, server: Server, tmp_path: Path
+) -> None:
+    """What a client on another host does (the same-host fast path off): a file of three chunks goes
+    up and down on the server's data port (``up`` prints it), checked, and none of it through the API;
+    with the data port off too, the same through the API."""
+    log = server.log_path.read_text()
+    assert "PFS data port: " in log, log[-2000:]
+    data = os.urandom(40 * MiB)
+    src = write(tmp_path / "far.bin", data)
+    far = {**alice.env, "PADDLECLOUD_PFS_LOCAL": "0"}
+
+    def cp(env: dict[str, str], *args: str) -> None:
+        r = subprocess.run([PADDLECLOUD, "pfs", "cp", "-q", *args], capture_output=True, text=True, env=env,
+                           timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+
+    before = _data_port_bytes(server)
+    cp(far, str(src), "pfs:far.bin")
+    cp(far, "pfs:far.bin", str(tmp_path / "back.bin"))
+    after = _data_port_bytes(server)
+    assert (tmp_path / "back.bin").read_bytes() == data
+    assert after["received"] - before["received"] == len(data)
+    assert after["sent"] - before["sent"] == len(data)
+
+    api_only = {**far, "PADDLECLOUD_PFS_DATA": "0"}
+    cp(api_only, "pfs:far.bin", str(tmp_path / "api.bin"))
+    assert (tmp_path / "api.bin").read_bytes() == data
+    assert _data_port_bytes(server) == after

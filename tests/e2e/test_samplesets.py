@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.e2e.conftest import PADDLECLOUD, Server, write_package
@@ -119,6 +120,20 @@ def test_sampleset_lifecycle_with_a_job_reading_it(two_nodes: Server, tmp_path: 
     assert view["jobs"][0]["kind"] == "clear" and view["jobs"][0]["phase"] == "Succeeded", view["jobs"][0]
     assert view["cached_bytes"] == 0 and all(n["cached_bytes"] == 0 for n in view["nodes"])
     assert view["files"] == len(want)
+
+    # the server stops (SIGTERM, as `down` sends it): with no job running it leaves no mount and no
+    # juicefs client behind; started again on the same data dir, it mounts the set again
+    srv.stop()
+    assert juicefs_mounts(srv.data_dir) == []
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "juicefs" in " ".join(p.info["cmdline"] or [])
+                and str(srv.data_dir) in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+    srv.start()
+    deadline = time.monotonic() + 120
+    while len(juicefs_mounts(srv.data_dir)) < 3:  # the SampleSet loop's ensure mounts it again
+        assert time.monotonic() < deadline, juicefs_mounts(srv.data_dir)
+        time.sleep(0.5)
+    view = wait_idle(srv, "mnist")
+    assert view["phase"] == "Ready" and view["files"] == len(want), view
 
     # rmr removes a path from the volume, and the nodes' mounts no longer show it
     srv.cli("sampleset", "rmr", "mnist", "part-0")

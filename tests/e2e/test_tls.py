@@ -8,6 +8,8 @@ Certificates are made in the test (``certs.py``): self-signed, and signed by a t
 from __future__ import annotations
 
 import json
+import os
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -84,6 +86,21 @@ def test_up_serves_https_to_the_cli_a_login_and_a_jobs_task_master(
     whoami = subprocess.run([PADDLECLOUD, "get", "jobs", "-o", "json"], capture_output=True, text=True,
                             env=other, timeout=60, cwd=ROOT, check=True)  # fmt: skip
     assert json.loads(whoami.stdout)["items"] == []
+
+    # a client on another host (no same-host fast path) moves chunks on the data port, over TLS too
+    big = os.urandom(40 << 20)
+    (tmp_path / "big.bin").write_bytes(big)
+    far = {**other, "PADDLECLOUD_PFS_LOCAL": "0"}
+    for args in ([str(tmp_path / "big.bin"), "pfs:big.bin"], ["pfs:big.bin", str(tmp_path / "back.bin")]):
+        r = subprocess.run([PADDLECLOUD, "pfs", "cp", "-q", *args], capture_output=True, text=True, env=far,
+                           timeout=120, cwd=ROOT, check=False)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "back.bin").read_bytes() == big
+    assert "PFS data port: " in srv.log_path.read_text()
+    metrics = httpx.get(f"{srv.url}/metrics", headers={"Authorization": f"Bearer {local['token']}"},
+                        verify=ssl.create_default_context(cafile=str(srv.ca)), timeout=10).text  # fmt: skip
+    moved = [ln for ln in metrics.splitlines() if ln.startswith("paddlecloud_pfs_data_port_bytes_total{")]
+    assert sorted(float(ln.rsplit(" ", 1)[1]) for ln in moved) == [len(big), len(big)], moved
 
     # a job's trainer leases its tasks over https, trusting the server's certificate
     pkg = write_package(tmp_path / "tls-job", {"work.py": WORK})

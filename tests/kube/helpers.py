@@ -40,7 +40,9 @@ def kube_client(kube: FakeKube, agent: str = "paddlecloud-test") -> Kube:
     """A client of the fake; ``agent`` (its User-Agent) lets ``fail_next`` pick whom to fail."""
     api = client.ApiClient(client.Configuration(host=kube.url))
     api.user_agent = agent
-    return Kube(api, timeout_s=5.0)
+    # the production default is 10 s; a fresh clone's `make test` beside two CPU hogs once saw the
+    # fake take 4.9 s to accept a connection (the operator then logged a timed-out reconcile)
+    return Kube(api, timeout_s=15.0)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "HEADER_DATA_PORT",
     "ChecksumView",
     "FileInfo",
     "FileList",
@@ -22,6 +23,10 @@ __all__ = [
     "StorageUsage",
     "UploadView",
 ]
+
+#: the answer header of ``GET /pfs/home`` that names the server's PFS data port (``server.pfs_data``),
+#: where clients send and fetch file chunks off the API's event loop; absent: the API serves them
+HEADER_DATA_PORT = "X-PaddleCloud-Data-Port"
 
 
 class _Model(BaseModel):

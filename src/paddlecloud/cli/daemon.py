@@ -191,6 +191,23 @@ def stop(data_dir: Path, timeout: float) -> str:
             _ended(proc, 10)
             how = f"killed (SIGKILL: it did not stop within {timeout:g} s of SIGTERM)"
     forget(data_dir, found.pid)
-    return (
+    said = (
         f"PaddleCloud at {found.url} {how} (pid {found.pid}); running jobs go on, and the next up adopts them"
+    )
+    return said + _left_mounted(data_dir)
+
+
+def _left_mounted(data_dir: Path) -> str:
+    """What the stopped server left mounted under ``data_dir``, in words (nothing: ""): the
+    SampleSet mounts of jobs still running, each with its JuiceFS client, which the server keeps
+    for them (``LocalSampleSets.close``) and the next ``up`` takes over."""
+    from paddlecloud.storage.juicefs import mounts_under
+
+    left = mounts_under(data_dir)
+    if not left:
+        return ""
+    shown = ", ".join(str(m) for m in left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    return (
+        f"\n{len(left)} SampleSet mount(s) stay, each with its juicefs client, for the running jobs that "
+        f"read them: {shown} (the next up takes them over)"
     )

@@ -7,7 +7,7 @@ import os
 import ssl
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -299,6 +299,14 @@ data_dir_option = click.option(
     help="seconds between start-time forecasts (made only when the cluster changed; docs/scheduler.md)",
 )
 @click.option(
+    "--data-port",
+    default="auto",
+    show_default=True,
+    metavar="PORT|auto|off",
+    help="the port clients send and fetch PFS file chunks on, off the API's event loop (auto: any "
+    "free one, which up prints; off: the API carries them; docs/pfs.md)",
+)
+@click.option(
     "-d",
     "--detach",
     is_flag=True,
@@ -309,7 +317,8 @@ def up(
     host: str, port: int, data_dir: Path, database: str | None, policy: str, max_package_size: str,
     max_request_size: str, datacenter: str, storage_quota: str, default_quota: str, backend: str,
     api_url: str | None, tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, detach: bool,
-    metrics_public: bool, metrics_token_file: Path | None, forecast_interval: float, **backend_options: Any,
+    metrics_public: bool, metrics_token_file: Path | None, forecast_interval: float, data_port: str,
+    **backend_options: Any,
 ) -> None:  # fmt: skip
     """Run the platform in the foreground (Ctrl-C stops it; jobs keep running), or with --detach in
     the background. Jobs run on this machine, or with --backend kubernetes as TrainingJobs on a
@@ -317,16 +326,19 @@ def up(
     from paddlecloud.server.main import (
         BackendConfigError,
         ComputeLimits,
+        DataPortError,
         ForecastSettings,
         IsolationError,
         PlatformConfig,
         backend_entry,
+        open_data_port,
         prepare,
         serve,
         server_urls,
     )
 
     settings = _backend_settings(backend, backend_options)
+    data_choice = _data_port(data_port)
     tls = _tls(tls_cert, tls_key, tls_ca)
     metrics_access = _metrics_access(metrics_public, metrics_token_file)  # before any --detach
     urls = server_urls(
@@ -384,10 +396,24 @@ def up(
     else:
         click.secho(_UNCONFINED.format(why=ready.isolation), fg="red", bold=True, err=True)
     try:
-        serve(ready.app, host, port, tls[:2] if tls else None)
+        data = open_data_port(ready.app, host, port, tls[:2] if tls else None, data_choice)
+    except DataPortError as exc:
+        raise click.ClickException(f"{exc} (choose another with --data-port, or --data-port off)") from None
+    if data is not None:
+        click.echo(f"PFS data port: {data.port}")
+    try:
+        serve(ready.app, host, port, tls[:2] if tls else None, data)
     finally:
         if detach:
             daemon.forget(data_dir, os.getpid())
+
+
+def _data_port(text: str) -> int | Literal["auto", "off"]:
+    if text in ("auto", "off"):
+        return "auto" if text == "auto" else "off"
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise click.BadParameter(f"{text!r}: a port 1-65535, auto or off", param_hint="--data-port")
+    return int(text)
 
 
 def _down_command(data_dir: Path) -> str:

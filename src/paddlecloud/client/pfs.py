@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError, ServerError
-from paddlecloud.api.files import FileInfo, FileList, PfsHome, StorageUsage, UploadView
+from paddlecloud.api.files import HEADER_DATA_PORT, FileInfo, FileList, PfsHome, StorageUsage, UploadView
+from paddlecloud.client.pfs_data import DataPlane, DataUnavailable
 from paddlecloud.client.pfs_local import BATCH, LocalBusy, LocalPlane
 from paddlecloud.client.session import Session, connect
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
@@ -101,6 +102,9 @@ class Pfs:
         #: starts): a ``cp`` asks about each once
         self._dirs: set[str] = set()
         self.local = LocalPlane(session)
+        #: the server's PFS data port, as ``GET /pfs/home`` named it (None: not asked yet)
+        self._data_port: str | None = None
+        self._plane: DataPlane | None = None
 
     @classmethod
     def connect(cls, **kw: Any) -> Pfs:
@@ -116,14 +120,27 @@ class Pfs:
         for the datacenter and ``/whoami`` for my name, as before it existed)."""
         if self._home is None:
             try:
-                self._home = PfsHome.model_validate_json(self._get("/pfs/home").content).path
+                r = self._get("/pfs/home")
+                self._home = PfsHome.model_validate_json(r.content).path
+                self._data_port = r.headers.get(HEADER_DATA_PORT, "")
             except PaddleCloudError as exc:  # an older server's "no such route" (404, invalid_request)
                 if exc.code != ErrorCode.INVALID_REQUEST:
                     raise
                 dc = self.session.request("GET", "/version").json()["datacenter"]
                 user = self.session.request("GET", "/whoami").json()["name"]
                 self._home = f"/pfs/{dc}/home/{user}"
+                self._data_port = ""
         return self._home
+
+    def data_plane(self) -> DataPlane | None:
+        """The server's PFS data port (``client.pfs_data``: chunks off the API's event loop), or None
+        (a server without one, ``PADDLECLOUD_PFS_DATA=0``, or not reachable from here)."""
+        if self._data_port is None:
+            self.home()
+        if self._plane is None and self._data_port:
+            self._plane = DataPlane.of(self.session, self._data_port)
+            self._data_port = ""  # made once
+        return self._plane if self._plane is not None and self._plane.reachable else None
 
     def full(self, text: str) -> str:
         """``pfs:REL`` → ``/pfs/<dc>/home/<me>/REL``; full paths unchanged."""
@@ -269,8 +286,10 @@ class Pfs:
         return stats
 
     def _upload_http(self, fd: int, up: UploadView, digests: list[str], progress: Progress) -> TransferStats:
-        """Chunks the server lacks as ``PUT /pfs/uploads/{id}/{i}``, ``parallel`` at a time."""
+        """Chunks the server lacks as ``PUT /pfs/uploads/{id}/{i}``, ``parallel`` at a time: on the
+        data port when there is one (any chunk it cannot take goes through the API)."""
         stats = TransferStats(files=1)
+        plane = self.data_plane()
 
         def send(i: int) -> None:
             data = os.pread(fd, up.chunk_size, i * up.chunk_size)
@@ -279,10 +298,11 @@ class Pfs:
             if up.received.get(i) == digest:
                 stats.count(skipped=len(data))
             else:
-                body, length = _body(data)
-                self.session.request(
-                    "PUT", f"/pfs/uploads/{up.id}/{i}", content=body, headers={DIGEST: digest, **length}
-                )
+                if plane is None or not _sent_on(plane, up.id, i, data, digest):
+                    body, length = _body(data)
+                    self.session.request(
+                        "PUT", f"/pfs/uploads/{up.id}/{i}", content=body, headers={DIGEST: digest, **length}
+                    )
                 stats.count(sent=len(data))
             progress(len(data))
 
@@ -314,6 +334,7 @@ class Pfs:
             os.ftruncate(fd, size)
             src = self._open_local(remote, size) if size > self.chunk_size else None
             theirs_later = side.submit(self._checksum, remote) if src is not None else None
+            plane = self.data_plane() if src is None and size else None
 
             def fetch(i: int) -> None:
                 off = i * self.chunk_size
@@ -328,7 +349,8 @@ class Pfs:
                     start_writeback(fd, off, n)
                     progress(n)
                 else:
-                    h_digest = self._fetch_chunk(remote, fd, off, n, progress)
+                    h_digest = self._fetch_chunk(remote, fd, (off, n), progress, plane)
+                    start_writeback(fd, off, n)  # the fsync at the end then has little left
                 journal.record(i, h_digest)
                 stats.count(sent=n)
 
@@ -375,9 +397,17 @@ class Pfs:
             )
         return fd
 
-    def _fetch_chunk(self, remote: str, fd: int, off: int, n: int, progress: Progress) -> str:
+    def _fetch_chunk(
+        self, remote: str, fd: int, where: tuple[int, int], progress: Progress, plane: DataPlane | None
+    ) -> str:
+        """Bytes ``where`` = (offset, length) of ``remote`` written there in ``fd``; their digest. On
+        the data port when there is one and it takes the request, else through the API."""
+        off, n = where
         if n == 0:
             return chunk_digest(b"")
+        if plane is not None:
+            with contextlib.suppress(DataUnavailable):
+                return plane.fetch(remote, fd, off, n, progress)
         import blake3
 
         h = blake3.blake3()
@@ -540,6 +570,15 @@ class Pfs:
             if e.size > self.chunk_size:
                 stats.add(one(e))
         return stats
+
+
+def _sent_on(plane: DataPlane, upload_id: str, index: int, data: bytes, digest: str) -> bool:
+    """Chunk ``index`` sent on the data port; False when the port could not take it."""
+    try:
+        plane.put_chunk(upload_id, index, data, digest)
+    except DataUnavailable:
+        return False
+    return True
 
 
 def _walk_local(root: Path) -> tuple[list[tuple[Path, str]], list[str]]:

@@ -90,8 +90,12 @@ class Session:
         headers = {HEADER_API_VERSION: str(API_VERSION)}
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        #: what a second connection to the same server needs (the PFS data port, client.pfs_data):
+        #: the headers every request carries and, for https, the TLS files' SSL context
+        self.headers = dict(headers)
+        self._tls: ssl.SSLContext | None = None
         if http is None:
-            ctx = tls_context(*tls)
+            ctx = self._tls = tls_context(*tls)
             if ctx is None and self.endpoint.lower().startswith("http://"):
                 ctx = plain_http_context()
             if ctx is None:
@@ -104,6 +108,15 @@ class Session:
 
     def close(self) -> None:
         self.http.close()
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The SSL context another connection to this server uses: None for ``http://``, else the
+        TLS files' (:func:`tls_context`) or httpx's verifying default."""
+        if not self.endpoint.lower().startswith("https://"):
+            return None
+        if self._tls is None:  # made once (httpx's default loads its CA bundle)
+            self._tls = httpx.create_ssl_context()
+        return self._tls
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """One API call (``path`` below ``/api/v1``); errors raised as PaddleCloudError."""

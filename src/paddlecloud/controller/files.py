@@ -25,7 +25,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,7 +49,15 @@ from paddlecloud.core.checksum import PREFIX, ChunkedHasher, file_checksum
 from paddlecloud.core.fileio import hash_read
 from paddlecloud.core.pfspath import PfsPath, PfsPathError, parse_pfs_path
 from paddlecloud.core.quantity import human_bytes
-from paddlecloud.storage.base import Entry, FileStore, Kind, StorageError, StorageErrorKind, UploadState
+from paddlecloud.storage.base import (
+    Entry,
+    FileStore,
+    Kind,
+    Piece,
+    StorageError,
+    StorageErrorKind,
+    UploadState,
+)
 
 __all__ = ["ChunkWriter", "FileService", "QuotaSource"]
 
@@ -85,7 +93,7 @@ class ChunkWriter:
         self.written = 0
         self._hash = blake3.blake3()
 
-    def write(self, pieces: list[bytes]) -> None:
+    def write(self, pieces: Sequence[Piece]) -> None:
         if self.written + sum(map(len, pieces)) > self.expected:
             raise InvalidInput(
                 f"chunk {self.index} is longer than {self.expected} bytes", code=ErrorCode.INVALID_REQUEST
@@ -429,13 +437,27 @@ class FileService:
         self.metrics.pfs_received.inc(length)
         return digest
 
-    def open_read(self, who: Identity, text: str) -> tuple[int, int]:
-        """A read-only descriptor of the file ``text`` (checked as a download is) and its size."""
+    def open_read(self, who: Identity, text: str, *, count: bool = True) -> tuple[int, int]:
+        """A read-only descriptor of the file ``text`` (checked as a download is) and its size
+        (``count``: the whole file counted as sent)."""
         path = self.resolve(who, text, write=False)
         fd = self._do(path, lambda: self.store.open_read(path.key))
         size = os.fstat(fd).st_size
-        self.metrics.pfs_sent.inc(size)
+        if count:
+            self.metrics.pfs_sent.inc(size)
         return fd, size
+
+    def open_range(
+        self, who: Identity, text: str, offset: int, length: int | None
+    ) -> tuple[int, int, int, int]:
+        """A download's range as the data port sends it: a read-only descriptor of the file ``text``
+        (checked as a download is), where the range starts, how many bytes it holds (clamped to
+        the file's end, as ``read`` is) and the file's size; counted as sent."""
+        fd, size = self.open_read(who, text, count=False)
+        start = min(offset, size)
+        count = size - start if length is None else min(length, size - start)
+        self.metrics.pfs_sent.inc(count)
+        return fd, start, count, size
 
     def chunk_writer(self, who: Identity, upload_id: str, index: int, digest: str) -> ChunkWriter:
         state = self._upload(who, upload_id)

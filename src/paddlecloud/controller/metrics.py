@@ -219,6 +219,13 @@ class PlatformMetrics:
             "paddlecloud_pfs_received_bytes", "File bytes received by PFS uploads", registry=r
         )
         self.pfs_sent = Counter("paddlecloud_pfs_sent_bytes", "File bytes sent by PFS downloads", registry=r)
+        self.pfs_data_port = Counter(
+            "paddlecloud_pfs_data_port_bytes",
+            "File bytes moved through the PFS data port (direction: received, sent; included in the "
+            "PFS totals)",
+            ["direction"],
+            registry=r,
+        )
         self.task_leases = Counter(
             "paddlecloud_task_leases",
             "Task master leases: granted, and how they ended (done, failed, expired, released when "

@@ -88,10 +88,13 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
         try:
             yield
         finally:
+            data_port = getattr(_app.state, "pfs_data", None)  # server.main.open_data_port's
+            if data_port is not None:
+                data_port.stop()
             if pfs_socket is not None:
                 pfs_socket.stop()
-            if run_loop:
-                platform.stop_loops()
+            if run_loop:  # the loops, then the backend: what it mounted or holds for no job goes
+                platform.close()
 
     app = FastAPI(
         title="PaddleCloud",

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import gc
 import logging
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import uvicorn
 from fastapi import FastAPI
@@ -29,10 +31,13 @@ from paddlecloud.backends.registry import entry as backend_entry
 from paddlecloud.controller import ComputeLimits, ForecastSettings, MetricsAccess, Platform, PlatformConfig
 from paddlecloud.server.addresses import ServerUrls, server_urls
 from paddlecloud.server.app import create_app
+from paddlecloud.server.pfs_data import DataPort
 
 __all__ = [
     "BackendConfigError",
     "ComputeLimits",
+    "DataPort",
+    "DataPortError",
     "ForecastSettings",
     "IsolationError",
     "MetricsAccess",
@@ -43,6 +48,7 @@ __all__ = [
     "UnknownBackend",
     "backend_entries",
     "backend_entry",
+    "open_data_port",
     "prepare",
     "run_operator",
     "serve",
@@ -99,24 +105,57 @@ def backend_entries() -> tuple[BackendEntry, ...]:
     return tuple(backend_entry(n) for n in backend_names())
 
 
-def serve(app: FastAPI, host: str, port: int, tls: tuple[str, str] | None = None) -> None:
-    """Serve ``app``; with ``tls`` = (certificate file, key file) over https only."""
+class DataPortError(Exception):
+    """The PFS data port asked for (``up --data-port N``) cannot listen: the message says why."""
+
+
+def open_data_port(
+    app: FastAPI, host: str, port: int, tls: tuple[str, str] | None, choice: int | Literal["auto", "off"]
+) -> DataPort | None:
+    """The PFS data port (``server.pfs_data``) beside the API on ``host``: ``choice`` a port, or
+    ``auto`` (any free one: the API's port + 1 could be the one another server on this host is about
+    to take), or ``off`` (None: the API serves the chunks). Started; the app's ``GET /pfs/home``
+    names it from then on."""
+    if choice == "off":
+        return None
+    ctx: ssl.SSLContext | None = None
+    if tls is not None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+    try:
+        data = DataPort(app.state.platform, host, 0 if choice == "auto" else choice, ctx)
+    except OSError as exc:
+        raise DataPortError(f"the PFS data port cannot listen on {host}:{choice}: {exc}") from None
+    app.state.data_port = data.start()
+    app.state.pfs_data = data  # stopped by the app's lifespan, before the platform closes
+    return data
+
+
+def serve(
+    app: FastAPI, host: str, port: int, tls: tuple[str, str] | None = None, data: DataPort | None = None
+) -> None:
+    """Serve ``app``; with ``tls`` = (certificate file, key file) over https only. ``data``: the
+    PFS data port (:func:`open_data_port`), stopped when the server stops."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cert, key = tls or (None, None)
     _tune_gc()
-    # the standard asyncio loop, not uvloop: same throughput here, but under 50 busy connections
-    # uvloop served a few hundred requests 0.3-0.7 s late (wrk p99 170-500 ms against 30-77 ms)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        loop="asyncio",
-        http="httptools",
-        log_level="warning",
-        access_log=False,
-        ssl_certfile=cert,
-        ssl_keyfile=key,
-    )
+    try:
+        # the standard asyncio loop, not uvloop: same throughput here, but under 50 busy connections
+        # uvloop served a few hundred requests 0.3-0.7 s late (wrk p99 170-500 ms against 30-77 ms)
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            loop="asyncio",
+            http="httptools",
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=cert,
+            ssl_keyfile=key,
+        )
+    finally:
+        if data is not None:
+            data.stop()
 
 
 def _tune_gc() -> None:

@@ -24,6 +24,7 @@ from paddlecloud.api.file_requests import (
     UploadComplete,
 )
 from paddlecloud.api.files import (
+    HEADER_DATA_PORT,
     ChecksumView,
     FileInfo,
     FileList,
@@ -75,8 +76,12 @@ def move(req: MoveRequest, who: Caller, platform: PlatformDep) -> FileInfo:
 
 
 @router.get("/home", response_model=PfsHome)
-def home(who: Caller, platform: PlatformDep) -> PfsHome:
-    """The caller's home: what ``pfs:REL`` paths expand to."""
+def home(who: Caller, platform: PlatformDep, request: Request, response: Response) -> PfsHome:
+    """The caller's home: what ``pfs:REL`` paths expand to; the header ``X-PaddleCloud-Data-Port``
+    names the PFS data port when the server has one (``server.pfs_data``: the bulk transfers)."""
+    data_port = getattr(request.app.state, "data_port", None)
+    if data_port is not None:
+        response.headers[HEADER_DATA_PORT] = str(data_port)
     return platform.files.home_of(who)
 
 

@@ -19,9 +19,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["Entry", "FileStore", "Kind", "StorageError", "StorageErrorKind", "UploadState"]
+__all__ = ["Entry", "FileStore", "Kind", "Piece", "StorageError", "StorageErrorKind", "UploadState"]
 
 Key = tuple[str, ...]
+#: a run of bytes to write: an upload's pieces arrive as bytes (the API) or as views of a reused
+#: buffer (the data port)
+Piece = bytes | bytearray | memoryview
 
 
 class Kind(StrEnum):
@@ -122,7 +125,7 @@ class FileStore(Protocol):
     def upload_get(self, upload_id: str) -> UploadState | None: ...
 
     def upload_write(
-        self, upload_id: str, offset: int, data: Iterable[bytes], on_piece: Callable[[bytes], object]
+        self, upload_id: str, offset: int, data: Iterable[Piece], on_piece: Callable[[Piece], object]
     ) -> int:
         """Write ``data`` at ``offset`` of the staged file (``on_piece`` sees every piece, e.g. to hash
         it); returns the number of bytes written. Pieces are written as they come, never buffered whole."""

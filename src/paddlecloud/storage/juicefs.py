@@ -489,14 +489,19 @@ class Volume:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+#: what a stat of a FUSE mount answers once its daemon is gone: "not connected" (it exited), or
+#: "software caused connection abort" (its connection was aborted, or it was killed mid-request)
+_DEAD_ERRNOS = (errno.ENOTCONN, errno.ECONNABORTED)
+
+
 def _dead(mountpoint: Path) -> bool:
-    """Whether the FUSE mount at ``mountpoint`` lost its daemon (ENOTCONN). The stat runs in a
+    """Whether the FUSE mount at ``mountpoint`` lost its daemon (``_DEAD_ERRNOS``). The statfs runs in a
     helper thread: a daemon that hangs is reported alive after a few seconds rather than blocking."""
     outcome: list[int] = []
 
     def probe() -> None:
         try:
-            os.stat(mountpoint)
+            os.statvfs(mountpoint)  # asks the daemon itself: a stat can be answered from the attr cache
             outcome.append(0)
         except OSError as exc:
             outcome.append(exc.errno or -1)
@@ -504,7 +509,7 @@ def _dead(mountpoint: Path) -> bool:
     t = threading.Thread(target=probe, name="juicefs-probe", daemon=True)
     t.start()
     t.join(3.0)
-    return bool(outcome) and outcome[0] == errno.ENOTCONN
+    return bool(outcome) and outcome[0] in _DEAD_ERRNOS
 
 
 def _lazy_umount(mountpoint: Path) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from paddlecloud.core.fileio import copy_range, hash_range, start_writeback
-from paddlecloud.storage.base import Entry, Key, Kind, StorageError, StorageErrorKind, UploadState
+from paddlecloud.storage.base import Entry, Key, Kind, Piece, StorageError, StorageErrorKind, UploadState
 
 __all__ = ["LocalDirStore"]
 
@@ -496,7 +496,7 @@ class LocalDirStore:
         )
 
     def upload_write(
-        self, upload_id: str, offset: int, data: Iterable[bytes], on_piece: Callable[[bytes], object]
+        self, upload_id: str, offset: int, data: Iterable[Piece], on_piece: Callable[[Piece], object]
     ) -> int:
         fd = os.open(self._staging(upload_id) / "data", os.O_WRONLY | os.O_NOFOLLOW)
         pieces = list(data)
@@ -515,6 +515,7 @@ class LocalDirStore:
                         rest.append(memoryview(p)[skip:])
                         skip = 0
                     written += os.pwritev(fd, rest, offset + written)
+            start_writeback(fd, offset, written)  # the commit's fsync then has little left
         finally:
             os.close(fd)
         return written

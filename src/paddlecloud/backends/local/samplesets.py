@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -213,19 +214,33 @@ class LocalSampleSets:
         with self._lock:
             self._pins.pop(job, None)
 
-    def close(self) -> None:
-        """Stop the running tasks and unmount every SampleSet (``ensure`` mounts them again)."""
+    def close(self) -> list[Path]:
+        """Stop the running tasks and unmount every SampleSet mount no running job uses (``ensure``
+        mounts them again). A running job's mounts stay, since its workers outlive the server and
+        read through them: returned (``down`` names them; the next server takes them over)."""
         with self._lock:
             sets = list(self._sets.values())
+            in_use = {  # as mountinfo names them (resolved)
+                Path(os.path.realpath(self.mountpoint(uid, n)))
+                for uid, nodes in self._pins.values()
+                for n in nodes
+            }
         for s in sets:
             s.cancel.set()
         for s in sets:
             for t in list(s.tasks.values()):
                 if t.thread is not None:
                     t.thread.join(_JOIN)
+        kept = []
         for mp in mounts_under(self.root):
+            if mp in in_use:
+                kept.append(mp)
+                continue
             with contextlib.suppress(JuiceFSError):
                 Volume(self.root, "close").umount(mp)
+        if kept:
+            log.info("SampleSet mounts left for running jobs: %s", ", ".join(map(str, kept)))
+        return kept
 
     # -- internals -------------------------------------------------------------------------------
 
