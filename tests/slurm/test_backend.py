@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from paddlecloud.backends.base import Capability, JobLaunch, JobStatus, LogRequest
+from paddlecloud.backends.base import RENDEZVOUS, STORE_NEED, Capability, JobLaunch, JobStatus, LogRequest
 from paddlecloud.backends.slurm import SlurmBackend
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
@@ -308,6 +308,28 @@ def test_nodes_count_our_workers_at_the_whole_cpus_slurm_gives_them(
     nodes = {n.name: n for n in backend.nodes()}
     assert nodes["n2"].capacity == nodes["n1"].capacity == Resources(4000, 4000 * MI)
     assert nodes["n2"].foreign == Resources() and nodes["n1"].foreign == Resources()
+
+
+def test_a_planned_rendezvous_store_runs_on_its_node_at_the_master_port(
+    backend: SlurmBackend, package: Path, tmp_path: Path
+) -> None:
+    """An elastic torch job's store the plan placed (``STORE_WORKER``: the controller plans it as
+    the job's one pserver, the launch names it ``rendezvous``) is the Slurm job Slurm runs on that
+    node, at the job's master port (before: put wherever it fitted, issue 25). Whether the store
+    then serves (it needs torch, which this venv lacks) is tests/slurm/test_examples.py's."""
+    assert Capability.STORE_WORKER in backend.capabilities
+    trainers = [WorkerPlacement("trainer", i, "n1") for i in range(2)]
+    job = launch(
+        package, tmp_path, framework="torch", trainer_range=(1, 2), env={"SLEEP": "300"},
+        placement=(WorkerPlacement(RENDEZVOUS, 0, "n3"), *trainers),
+        resources={"trainer": Resources(1000, 256 * MI), RENDEZVOUS: STORE_NEED},
+    )  # fmt: skip
+    backend.start(job)
+    record = backend._jobs[job.key]
+    store = record.workers["rendezvous-0"]
+    sync_until(backend, job.key, lambda s: store.ran_on != "", 90)
+    assert store.ran_on == "n3" and store.port == record.stores[1], (store, record.stores)
+    assert sorted(record.workers) == ["rendezvous-0", "trainer-0", "trainer-1"]  # one store, planned
 
 
 def test_a_worker_waits_for_a_node_another_job_holds_and_says_whose(

@@ -78,3 +78,39 @@ def test_a_job_no_node_holds_in_whole_cpus_is_refused_at_submit(tmp_path: Path) 
         assert world.job(alice, "job").phase in ("Starting", "Running")
     finally:
         world.close()
+
+
+ELASTIC_TORCH = {"framework": "torch", "trainers": {"count": 4, "min": 1, "max": 4, "cpu": "2"}}
+
+
+@pytest.mark.parametrize("store_worker", [True, False], ids=["store-worker", "no-store-worker"])
+def test_an_elastic_torch_jobs_store_is_planned_where_it_runs(tmp_path: Path, store_worker: bool) -> None:
+    """Slurm runs an elastic torch job's rendezvous store as a job of one CPU (``STORE_WORKER``):
+    the plan leaves room for it beside the trainers (issue 25: planned without it, 4 trainers of
+    2 CPUs filled 2 x 4 CPUs, the store took one and a trainer waited until the others ended), and
+    the launch names its placement ``rendezvous``. Backends whose store costs nothing plan none."""
+    caps = ALL | {Capability.WHOLE_CPUS} | ({Capability.STORE_WORKER} if store_worker else set())
+    world = MemoryWorld(tmp_path, capabilities=caps, nodes=NODES)
+    try:
+        alice = world.client("alice")
+        world.submit(alice, "job", _package(tmp_path), **ELASTIC_TORCH)
+        world.tick()
+        assert world.job(alice, "job").phase in ("Starting", "Running")
+        held = _held_per_node(world, {"pserver": 1000, "trainer": 2000})
+        roles = _planned_roles(world)
+        if store_worker:  # 3 trainers and the store: what Slurm gives them fits the nodes
+            assert sorted(roles) == ["pserver", "trainer", "trainer", "trainer"], roles
+            assert max(held.values()) <= 4000 and sum(held.values()) == 7000, held
+            launch = world.engine.jobs["alice/job"].launch  # the backend is told it is the store
+            assert sorted(p.role for p in launch.placement) == ["rendezvous", "trainer", "trainer", "trainer"]
+            assert launch.resources["rendezvous"].cpu_m == 1000
+        else:
+            assert sorted(roles) == ["trainer"] * 4, roles
+    finally:
+        world.close()
+
+
+def _planned_roles(world: MemoryWorld) -> list[str]:
+    with world.platform.ctx.session() as s:
+        row = s.scalars(select(JobRow).where(JobRow.name == "job")).one()
+        return [str(p["role"]) for p in row.placement or []]

@@ -325,6 +325,14 @@ class JobSpec(Body):
             raise ValueError(f"framework {self.framework} runs no pservers (pservers.count must be 0)")
         return self
 
+    @property
+    def elastic_torch(self) -> bool:
+        """An elastic torch job (its trainers between a min and a max): its torchrun agents meet on
+        a rendezvous store the platform runs beside them (``JobLaunch.trainer_range``)."""
+        t = self.trainers
+        lo, hi = t.min or t.count, t.max or t.count
+        return self.framework == Framework.TORCH and lo < hi
+
     def restart_rules(self) -> RestartRules:
         """The restart settings the backend applies (``core.restarts.decide``).
 

@@ -52,6 +52,8 @@ from paddlecloud.core.restarts import RestartRules
 from paddlecloud.scheduler import WorkerPlacement
 
 __all__ = [
+    "RENDEZVOUS",
+    "STORE_NEED",
     "Backend",
     "BackendEvent",
     "BackendSetup",
@@ -93,6 +95,17 @@ class Capability(StrEnum):
     #: holds one CPU): the controller plans and counts every worker at its CPU rounded up, so that
     #: what it plans onto a node is what the engine will allocate there
     WHOLE_CPUS = "whole-cpus"
+    #: an elastic torch job's rendezvous store runs as a worker the engine allocates (Slurm: a job
+    #: of its own, a whole CPU): the controller plans and counts it as the job's one pserver-shaped
+    #: worker of ``STORE_NEED`` and the launch names that placement ``RENDEZVOUS`` (index 0), so the
+    #: store starts where the plan left room for it (issue 25: it took a trainer's CPU)
+    STORE_WORKER = "store-worker"
+
+
+#: the role of an elastic torch job's rendezvous store (``Capability.STORE_WORKER``)
+RENDEZVOUS = "rendezvous"
+#: what a rendezvous store is planned and allocated at (``Capability.STORE_WORKER``)
+STORE_NEED = Resources(cpu_m=1000, memory=512 * 2**20)
 
 
 @dataclass(frozen=True)

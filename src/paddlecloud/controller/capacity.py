@@ -21,7 +21,7 @@ from paddlecloud.api.errors import ErrorCode, InvalidInput
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, NodeInfo
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.records import job_request
+from paddlecloud.controller.records import fixed_workers, job_request
 from paddlecloud.core.quantity import format_cpu, human_memory
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest, NodeState, Plan, Snapshot, Wait, WaitReason, never_placeable
@@ -44,10 +44,7 @@ def check_capacity(ctx: Context, user: str, spec: JobSpec) -> None:
         user=user,
         priority=spec.priority,
         submitted_at=0.0,
-        pservers=spec.pservers.count,
-        pserver=spec.pservers.resources().cpus_in_units(ctx.cpu_unit_m),
-        trainers=spec.trainers.count,
-        trainer=spec.trainers.resources().cpus_in_units(ctx.cpu_unit_m),
+        **fixed_workers(spec, ctx.engine_units),
         min_trainers=(spec.trainers.min or 0) if elastic else 0,
     )
     found = never_placeable(idle, request)
@@ -117,7 +114,7 @@ def node_states(ctx: Context, holding: Sequence[JobRow], nodes: Sequence[NodeInf
     used: dict[str, Resources] = {}
     gpus_used: dict[str, set[int]] = {}
     for row in holding:
-        req = job_request(row, specs=ctx.specs, cpu_unit_m=ctx.cpu_unit_m)
+        req = job_request(row, specs=ctx.specs, engine=ctx.engine_units)
         for p in row.placement or []:
             need = req.pserver if p["role"] == "pserver" else req.trainer
             used[p["node"]] = used.get(p["node"], Resources()) + need

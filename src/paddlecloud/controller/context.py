@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, object_session
 
 from paddlecloud.api import API_PREFIX
 from paddlecloud.api.models import JobSpec
-from paddlecloud.backends.base import Backend, Capability, JobLaunch
+from paddlecloud.backends.base import RENDEZVOUS, STORE_NEED, Backend, Capability, JobLaunch
 from paddlecloud.backends.errors import BackendError
 from paddlecloud.backends.samplesets import SampleSetRef
 from paddlecloud.controller.batches import BatchPlans, adaptive_spec, batch_env
@@ -36,11 +36,12 @@ from paddlecloud.controller.sampleset_records import launch_ref
 from paddlecloud.controller.specs import SpecCache
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
+from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
 from paddlecloud.store.db import Database
 from paddlecloud.store.tables import EventRow, JobRow
 
-__all__ = ["Context", "job_key", "package_url"]
+__all__ = ["Context", "EngineUnits", "job_key", "package_url"]
 
 log = logging.getLogger("paddlecloud.controller")
 
@@ -61,6 +62,21 @@ def _trainer_range(spec: dict[str, Any]) -> tuple[int, int] | None:
     count = int(t.get("count", 1))
     lo, hi = int(t.get("min") or count), int(t.get("max") or count)
     return (lo, hi) if lo < hi else None
+
+
+@dataclass(frozen=True)
+class EngineUnits:
+    """What the backend's engine really allocates, which plans and counts must hold
+    (``records.job_request``): CPUs in units of ``cpu_unit_m`` (``Capability.WHOLE_CPUS``: 1000)
+    and, with ``store_worker`` (``Capability.STORE_WORKER``), an elastic torch job's rendezvous
+    store as a worker of ``STORE_NEED`` (planned as the job's one pserver: torch jobs have none)."""
+
+    cpu_unit_m: int = 1
+    store_worker: bool = False
+
+    def store(self, spec: JobSpec) -> Resources | None:
+        """What ``spec``'s rendezvous store is planned at; None: it has none the engine allocates."""
+        return STORE_NEED.cpus_in_units(self.cpu_unit_m) if self.store_worker and spec.elastic_torch else None
 
 
 @dataclass
@@ -93,10 +109,11 @@ class Context:
     disk: DiskBook = field(default_factory=DiskBook)
 
     @property
-    def cpu_unit_m(self) -> int:
-        """The CPU the backend's engine allocates a worker in units of (``Capability.WHOLE_CPUS``:
-        whole CPUs), which plans and counts use (``records.job_request``)."""
-        return 1000 if Capability.WHOLE_CPUS in self.backend.capabilities else 1
+    def engine_units(self) -> EngineUnits:
+        """What the backend's engine allocates (``Capability.WHOLE_CPUS``, ``STORE_WORKER``), which
+        plans and counts use (``records.job_request``)."""
+        caps = self.backend.capabilities
+        return EngineUnits(1000 if Capability.WHOLE_CPUS in caps else 1, Capability.STORE_WORKER in caps)
 
     def wake(self) -> None:
         self.wake_event.set()
@@ -134,14 +151,22 @@ class Context:
             row.events.append(ev)
 
     def launch(self, row: JobRow) -> JobLaunch:
+        spec = row.spec
+        parsed = JobSpec.from_stored(spec)
+        store = self.engine_units.store(parsed)
+        # a planned store is the job's one "pserver" placement (``EngineUnits``): the backend's name
         placement = tuple(
-            WorkerPlacement(p["role"], int(p["index"]), p["node"], tuple(p.get("gpus", ())))
+            WorkerPlacement(
+                RENDEZVOUS if store is not None and p["role"] == "pserver" else p["role"],
+                int(p["index"]),
+                p["node"],
+                tuple(p.get("gpus", ())),
+            )
             for p in (row.placement or [])
         )
-        spec = row.spec
+        resources = {"pserver": parsed.pservers.resources(), "trainer": parsed.trainers.resources()}
         input_path = spec.get("input") or ""
         input_dir = self.files.local_path(self.files.parse(input_path)) if input_path else None
-        parsed = JobSpec.from_stored(spec)
         return JobLaunch(
             key=job_key(row.user, row.name),
             user=row.user,
@@ -159,7 +184,7 @@ class Context:
             restarts=parsed.restart_rules(),
             api=self._api(row),
             trainer_range=_trainer_range(spec),
-            resources={"pserver": parsed.pservers.resources(), "trainer": parsed.trainers.resources()},
+            resources={**resources, RENDEZVOUS: STORE_NEED} if store is not None else resources,
             package_path=row.package_id,
             package_url=package_url(self.config.api_url, row.package_id),
             home_dir=self._area(f"/pfs/{self.config.datacenter}/home/{row.user}"),

@@ -235,7 +235,7 @@ class JobService:
                     queued += 1
                 elif row.phase in ACTIVE:
                     running += 1
-                    req = job_request(row, specs=self.ctx.specs, cpu_unit_m=self.ctx.cpu_unit_m)
+                    req = job_request(row, specs=self.ctx.specs, engine=self.ctx.engine_units)
                     used = used + req.pserver.times(req.pservers) + req.trainer.times(req.running)
         cluster = Resources()
         for n in self.ctx.backend.nodes():

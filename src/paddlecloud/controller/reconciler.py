@@ -436,7 +436,7 @@ class Reconciler:
     def _request(self, row: JobRow, elastic: bool, caches: frozenset[str] = frozenset()) -> JobRequest:
         """The scheduler's view of ``row``, with the controller's caches and the engine's CPU unit."""
         return job_request(
-            row, elastic, self.ctx.specs, self.ctx.batch_plans, caches, cpu_unit_m=self.ctx.cpu_unit_m
+            row, elastic, self.ctx.specs, self.ctx.batch_plans, caches, engine=self.ctx.engine_units
         )
 
     def _requests(self, s: Session, queued: Sequence[JobRow], elastic: bool) -> tuple[JobRequest, ...]:

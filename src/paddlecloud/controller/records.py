@@ -11,16 +11,30 @@ jobs), which the least-attained-service policies order by.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import JobStatus
 from paddlecloud.controller.batches import BatchPlans
-from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.context import Context, EngineUnits, job_key
 from paddlecloud.controller.metrics import RESTART_EVENTS
 from paddlecloud.controller.specs import SpecCache
+from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest, WorkerPlacement
 from paddlecloud.store.tables import JobRow, WorkerRow
 
-__all__ = ["account", "job_request", "placement_of", "record_workers", "trainer_names"]
+__all__ = [
+    "PLAIN",
+    "account",
+    "fixed_workers",
+    "job_request",
+    "placement_of",
+    "record_workers",
+    "trainer_names",
+]
+
+#: an engine that allocates what is asked (millicores, no store worker)
+PLAIN = EngineUnits()
 
 
 def placement_of(row: JobRow) -> tuple[WorkerPlacement, ...]:
@@ -42,7 +56,7 @@ def job_request(
     plans: BatchPlans | None = None,
     cache_nodes: frozenset[str] = frozenset(),
     *,
-    cpu_unit_m: int = 1,
+    engine: EngineUnits = PLAIN,
 ) -> JobRequest:
     """The scheduler's view of a job; a started job's ``running`` and ``placement`` are what it holds.
 
@@ -51,8 +65,8 @@ def job_request(
     per job (the controller's cache) instead of on every call. ``plans``: an adaptive-batch job's
     ``batches`` and goodput ``speedup`` (the controller's cache; without it, none: views that do
     not schedule). ``cache_nodes``: the nodes holding the cache of the job's SampleSet.
-    ``cpu_unit_m``: the engine allocates CPUs in units of this (``Context.cpu_unit_m``: 1000 where
-    it gives whole CPUs), so each worker is planned at what it will hold.
+    ``engine``: what the engine really allocates (``Context.engine_units``: whole CPUs, the
+    rendezvous store as a worker), so each worker is planned at what it will hold.
     """
     spec = specs.get(row) if specs is not None else JobSpec.from_stored(row.spec)
     placement = placement_of(row)
@@ -67,10 +81,7 @@ def job_request(
         user=row.user,
         priority=row.priority,
         submitted_at=row.submitted_at,
-        pservers=spec.pservers.count,
-        pserver=spec.pservers.resources().cpus_in_units(cpu_unit_m),
-        trainers=spec.trainers.count,
-        trainer=spec.trainers.resources().cpus_in_units(cpu_unit_m),
+        **fixed_workers(spec, engine),
         min_trainers=(spec.trainers.min or 0) if elastic else 0,
         max_trainers=(spec.trainers.max or 0) if elastic else 0,
         attained=row.attained,
@@ -83,6 +94,25 @@ def job_request(
         # the batch it runs at: elastic's batch-only resize compares it with the table's
         batch_size=row.adaptive.batch_size if adaptive and row.adaptive is not None else 0,
         cache_nodes=cache_nodes,
+    )
+
+
+class FixedWorkers(TypedDict):
+    pservers: int
+    pserver: Resources
+    trainers: int
+    trainer: Resources
+
+
+def fixed_workers(spec: JobSpec, engine: EngineUnits) -> FixedWorkers:
+    """A job's pservers and trainers as the engine allocates them: each at its CPU in the engine's
+    unit, and an elastic torch job's rendezvous store (``EngineUnits.store``) as its one pserver."""
+    store = engine.store(spec)
+    return FixedWorkers(
+        pservers=1 if store is not None else spec.pservers.count,
+        pserver=store if store is not None else spec.pservers.resources().cpus_in_units(engine.cpu_unit_m),
+        trainers=spec.trainers.count,
+        trainer=spec.trainers.resources().cpus_in_units(engine.cpu_unit_m),
     )
 
 

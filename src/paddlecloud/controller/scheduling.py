@@ -95,7 +95,7 @@ class ClusterState:
                 try:
                     requests[job_key(row.user, row.name)] = (
                         row,
-                        job_request(row, specs=self.ctx.specs, cpu_unit_m=self.ctx.cpu_unit_m),
+                        job_request(row, specs=self.ctx.specs, engine=self.ctx.engine_units),
                     )
                 except Exception:  # an unreadable spec: the reconciler fails the job next cycle
                     continue

@@ -49,7 +49,12 @@ _ENDED = (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, Worker
 #: what the memory backend declares by default: every capability but those that need more of the
 #: platform or the test (foreign load, a package URL) and whole-CPU allocation (its nodes give
 #: millicores, as the local backend's do)
-ALL = frozenset(Capability) - {Capability.SHARED_CAPACITY, Capability.FETCH_PACKAGE, Capability.WHOLE_CPUS}
+ALL = frozenset(Capability) - {
+    Capability.SHARED_CAPACITY,
+    Capability.FETCH_PACKAGE,
+    Capability.WHOLE_CPUS,
+    Capability.STORE_WORKER,
+}
 
 
 @dataclass

@@ -128,6 +128,7 @@ class SlurmBackend:
             Capability.FIXED_CAPACITY,
             Capability.SHARED_CAPACITY,
             Capability.WHOLE_CPUS,
+            Capability.STORE_WORKER,
             Capability.SAMPLESETS,
             Capability.DISK_USAGE,
         }
@@ -208,9 +209,12 @@ class SlurmBackend:
         workers = {}
         for p, port in zip(launch.placement, ports, strict=False):
             runs = log_runs(jdir / "logs", f"{p.role}-{p.index}")
-            w = WorkerRecord(p.role, p.index, p.node, port, run=runs[-1] + 1 if runs else 0)
+            # the store listens on the job's master port (``_topology``)
+            at = ports[-1] if p.role == RENDEZVOUS else port
+            w = WorkerRecord(p.role, p.index, p.node, at, run=runs[-1] + 1 if runs else 0)
             workers[w.name] = w
-        if launch.framework == "torch" and launch.trainer_range is not None:  # the store, first
+        if launch.framework == "torch" and launch.trainer_range is not None and not launch.count(RENDEZVOUS):
+            # an elastic torch job's store the plan did not place (a launch of an older server)
             runs = log_runs(jdir / "logs", f"{RENDEZVOUS}-0")
             node = self._store_node(launch)
             store = WorkerRecord(RENDEZVOUS, 0, node, ports[-1], run=runs[-1] + 1 if runs else 0)

@@ -4,8 +4,9 @@ work that is not ours, and where an elastic torch job's rendezvous store fits.
     SlurmBackend.nodes ──sinfo (cluster_nodes)──▶ snapshot(found, requested_by_us(jobs),
                                                            foreign_holders(jobs, squeue))
                        ──▶ NodeInfo per node: capacity, ``foreign`` (other users' jobs and our
-                           rendezvous stores, which the plan does not hold), a note naming them
+                           rendezvous stores the plan did not place), a note naming them
     SlurmBackend.start ──store_node(launch, last snapshot, requested_by_us(jobs))──▶ a node or ""
+                       (a store the plan did not place: the plan places it, STORE_WORKER)
 
 Pure functions over the backend's records and Slurm's answers: no command runs here.
 """
@@ -32,15 +33,16 @@ def allocated(launch: JobLaunch, role: str) -> Resources:
 
 def requested_by_us(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
     """What our running workers hold, per node: the load the controller counts itself (from
-    its placements), so not the store (the scheduler does not count it), not retired trainers,
-    and not a worker that runs elsewhere than it was placed (a restart: Slurm chose its node; the
-    controller still counts it where it was placed, so it is counted twice rather than not at
-    all, which would let the scheduler plan onto what it holds)."""
+    its placements), so the store only where the plan placed it (``Capability.STORE_WORKER``),
+    not retired trainers, and not a worker that runs elsewhere than it was placed (a restart:
+    Slurm chose its node; the controller still counts it where it was placed, so it is counted
+    twice rather than not at all, which would let the scheduler plan onto what it holds)."""
     out: dict[str, Resources] = {}
     for job in jobs:
         with job.lock:
             for w in job.workers.values():
-                if w.state == WorkerState.RUNNING and w.ran_on == w.node and w.role != RENDEZVOUS:
+                planned = w.role != RENDEZVOUS or job.launch.count(RENDEZVOUS) > 0
+                if w.state == WorkerState.RUNNING and w.ran_on == w.node and planned:
                     out[w.ran_on] = out.get(w.ran_on, Resources()) + allocated(job.launch, w.role)
     return out
 
@@ -91,9 +93,9 @@ def snapshot(
 
 def store_node(launch: JobLaunch, nodes: Sequence[NodeInfo], mine: Mapping[str, Resources]) -> str:
     """Where the rendezvous store of ``launch`` fits beside its planned trainers: the node with the
-    most CPUs left after them in the last snapshot ("" : none has room, Slurm chooses). The
-    scheduler does not count the store (it is small), but Slurm gives it a whole CPU: put where
-    Slurm likes (the first node), it could take a CPU that a trainer planned there needs."""
+    most CPUs left after them in the last snapshot ("" : none has room, Slurm chooses). Only for
+    a launch whose plan did not place the store (``Capability.STORE_WORKER``: a launch from a
+    server before it): put where Slurm likes, it could take a CPU a trainer planned there needs."""
     planned: dict[str, Resources] = {}
     for p in launch.placement:
         planned[p.node] = planned.get(p.node, Resources()) + allocated(launch, p.role)

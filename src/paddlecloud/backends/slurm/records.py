@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from paddlecloud.backends.base import BackendEvent, JobLaunch
+from paddlecloud.backends.base import RENDEZVOUS, BackendEvent, JobLaunch
 from paddlecloud.core.envcontract import new_rendezvous_key
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.runtime.launcher import write_json_atomic
@@ -40,7 +40,6 @@ __all__ = [
 ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
 
 
-RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store (``runtime.rendezvous``)
 #: what must listen before trainers start, and is stopped once they succeeded
 SERVER_ROLES = ("pserver", RENDEZVOUS)
 
