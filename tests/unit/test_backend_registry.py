@@ -117,6 +117,17 @@ def test_slurm_port_range_from_up_options() -> None:
         assert err.value.option == "--slurm-ports"
 
 
+def test_slurm_fence_time_from_up_options() -> None:
+    slurm = registry.entry("slurm")
+    assert slurm.settings({}).fence_after_s is None  # half of Slurm's SlurmdTimeout
+    assert slurm.settings({"slurm_fence_after": "off"}).fence_after_s == 0
+    assert slurm.settings({"slurm_fence_after": "60"}).fence_after_s == 60
+    for bad in ("0", "-5", "soon", "100000"):
+        with pytest.raises(OptionError, match="seconds") as err:
+            slurm.settings({"slurm_fence_after": bad})
+        assert err.value.option == "--slurm-fence-after"
+
+
 def test_settings_of_another_backend_are_refused(tmp_path: Path) -> None:
     config = PlatformConfig(data_dir=tmp_path, backend="local", backend_settings=KubeSettings())
     with pytest.raises(BackendConfigError, match="the local backend takes LocalSettings, not KubeSettings"):

@@ -193,6 +193,13 @@ data_dir_option = click.option(
     "live workers; every node must keep them free (default: 21000-28999; docs/slurm.md)",
 )
 @click.option(
+    "--slurm-fence-after",
+    metavar="SECONDS|off",
+    help="slurm: a sandboxed worker on a node that hears neither the server nor the Slurm controller "
+    "this long ends itself, so that its restart elsewhere never runs beside it (default: half of "
+    "SlurmdTimeout; docs/slurm.md)",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="kubernetes: kubeconfig file (default: the pod's service account)",

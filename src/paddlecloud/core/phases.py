@@ -72,6 +72,9 @@ class WorkerReason(StrEnum):
     NONE = ""
     #: killed by the kernel for using more memory than its limit (``submit --memory``)
     OOM_KILLED = "OOMKilled"
+    #: ended by its own monitor: its node heard neither the platform nor the engine's controller
+    #: for a while (cut off from the network: ``node.fence``), so that it never runs twice
+    CUT_OFF = "CutOff"
 
 
 def can_transition(src: JobPhase, dst: JobPhase) -> bool:

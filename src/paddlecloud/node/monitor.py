@@ -3,7 +3,7 @@
     env --ignore-signal=TERM,INT python -I -S -c BOOT PATH --log FILE [--max-log-bytes N]
         [--cgroup DIR]... [--api-fd FD --api-target HOST:PORT] [--status FILE]
         [--ready-port P --ready-file F] [--hold-fd FD] [--release-netns NAME] [--remove PATH]...
-        -- ARGV...
+        [--fence-api HOST:PORT --fence-after S] -- ARGV...
 
 (``command()`` builds the start of that line: ``BOOT`` puts ``PATH``, where this package lies, on
 ``sys.path`` and runs :func:`main`; without ``site`` and the package's lazy exports the interpreter
@@ -24,6 +24,10 @@ starts in about half the time of ``-m``.) In order, before the run's program exi
 5. It copies the pipe into ``--log``, bounded by ``--max-log-bytes`` (``logcap.CappedLog``), and
    with ``--ready-port`` writes ``--ready-file`` once the program listens there: the backend cannot
    see into the job's namespace, the monitor reads the child's ``/proc/<pid>/net/tcp``.
+
+With ``--fence-api`` it ends the run when the node hears neither that address nor the Slurm
+controller for ``--fence-after`` seconds (``node.fence``: a node cut off from the cluster, whose
+worker the platform restarts elsewhere, never runs it twice).
 
 With ``--hold-fd`` it keeps the hold on its job's namespace (``netns.hold``) for the run's life:
 the namespace is never removed under it. When ARGV ends the monitor drains the pipe (at most
@@ -59,13 +63,16 @@ _CHUNK = 64 * 1024
 _USAGE = (
     "usage: python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]... "
     "[--api-fd FD --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] "
-    "[--hold-fd FD] [--release-netns NAME] [--remove PATH]... -- ARGV..."
+    "[--hold-fd FD] [--release-netns NAME] [--remove PATH]... [--fence-api HOST:PORT --fence-after S] "
+    "-- ARGV..."
 )
 #: the program ``python -S -c`` runs: the package's folder (argv[1]) on the path, then main()
 BOOT = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
     "from paddlecloud.node.monitor import main; sys.exit(main())"
 )
+#: lines the monitor's threads have for the log (``_pump`` writes them: one writer)
+_NOTES: list[bytes] = []
 #: SIGINT (2) and SIGTERM (15) in /proc/self/status's SigIgn mask
 _IGNORED = (1 << 1) | (1 << 14)
 
@@ -92,6 +99,8 @@ class Options:
         self.release_netns = ""
         self.hold_fd = -1
         self.remove: list[str] = []
+        self.fence_api = ""
+        self.fence_after = 0
         self.argv: list[str] = []
 
 
@@ -130,6 +139,13 @@ def parse(argv: list[str]) -> Options:
             o.remove.append(value)
         elif name == "--hold-fd":
             o.hold_fd = _descriptor(name, value)
+        elif name == "--fence-api":
+            _address(name, value)
+            o.fence_api = value
+        elif name == "--fence-after":
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"--fence-after {value!r} is not a number of seconds")
+            o.fence_after = int(value)
         else:
             raise ValueError(f"unknown option {name!r}; {_USAGE}")
         i += 2
@@ -155,10 +171,11 @@ def _fail(status: str, message: str) -> int:
     return CANNOT_START
 
 
-def _write_status(status: str) -> None:
+def _write_status(status: str, body: str = "") -> None:
     """The launcher's status, as the launcher would write it, in a folder the job can write to (its
     status folder): through the folder's descriptor, a new file that no link can stand for
-    (``O_EXCL | O_NOFOLLOW``), renamed over the status (a rename replaces a link, never its target)."""
+    (``O_EXCL | O_NOFOLLOW``), renamed over the status (a rename replaces a link, never its target).
+    ``body``: the JSON to write (default: exit code ``CANNOT_START``)."""
     folder, name = os.path.split(status)
     dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -166,7 +183,7 @@ def _write_status(status: str) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o644, dir_fd=dfd)
         try:
-            body = f'{{"exit_code": {CANNOT_START}, "signal": null, "finished_at": {time.time()}}}'
+            body = body or f'{{"exit_code": {CANNOT_START}, "signal": null, "finished_at": {time.time()}}}'
             os.write(fd, body.encode())
         finally:
             os.close(fd)
@@ -185,10 +202,33 @@ def _join(folders: list[str]) -> None:
 def _target(o: Options) -> tuple[str, int] | None:
     if o.api_fd < 0:
         return None
-    host, _, port = o.api_target.rpartition(":")
+    return _address("--api-target", o.api_target)
+
+
+def _address(name: str, value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"--api-target {o.api_target!r} is not HOST:PORT")
+        raise ValueError(f"{name} {value!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+def _fence(o: Options, pid: int) -> None:
+    """``--fence-api``: the run ends itself on a node cut off from the cluster (``node.fence``)."""
+    from paddlecloud.node import fence  # threads, sockets: after the start
+
+    def say(message: str) -> None:  # into the log by the pump, between the child's own lines
+        _NOTES.append(f"{message}\n".encode())
+
+    def end(message: str) -> None:  # the run, then its status: ended by its monitor, and why
+        fence.kill_run(o.cgroups, pid)
+        if o.status:
+            try:
+                _write_status(o.status, fence.status_body(message))
+            except OSError as exc:
+                say(f"paddlecloud: writing the exit status failed: {exc}")
+
+    target = _address("--fence-api", o.fence_api)
+    fence.Fence(target, float(o.fence_after), end, say).start()
 
 
 def _relay(fd: int, target: tuple[str, int]) -> None:
@@ -250,6 +290,13 @@ def _write(log: CappedLog, data: bytes) -> None:
         log.dropped += len(data)
 
 
+def _drained(log: CappedLog, status: int) -> int:
+    """``status``, once the notes left for the log are in it."""
+    while _NOTES:
+        _write(log, _NOTES.pop(0))
+    return status
+
+
 def _pump(pipe: int, log: CappedLog, pid: int, ready: _Ready) -> int:
     """Copy the pipe into the log until it ends (or ``DRAIN_S`` after ``pid`` ended); the wait
     status of ``pid``. A server that closes its output before it listens is still seen listening."""
@@ -258,6 +305,8 @@ def _pump(pipe: int, log: CappedLog, pid: int, ready: _Ready) -> int:
     reads = 0
     eof = False
     while True:
+        while _NOTES:
+            _write(log, _NOTES.pop(0))
         ready_to_read, _, _ = select.select([] if eof else [pipe], [], [], 0.2)
         if ready_to_read:
             data = os.read(pipe, _CHUNK)
@@ -269,14 +318,14 @@ def _pump(pipe: int, log: CappedLog, pid: int, ready: _Ready) -> int:
             else:
                 eof = True
         if eof and status is None and ready.done:  # nothing more to read or to look for
-            return os.waitpid(pid, 0)[1]
+            return _drained(log, os.waitpid(pid, 0)[1])
         if status is None:
             ready.check()  # not once the child is reaped: its pid may be another's
             done, st = os.waitpid(pid, os.WNOHANG)
             if done:
                 status, ended_at = st, time.monotonic()
         if status is not None and (eof or time.monotonic() - ended_at > DRAIN_S):
-            return status
+            return _drained(log, status)
 
 
 def _release(name: str) -> None:
@@ -326,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(o.status, str(exc))
     if target is not None:
         _relay(o.api_fd, target)
+    if o.fence_api and o.fence_after:
+        _fence(o, pid)
     status = _pump(r, log, pid, _Ready(o, pid))
     if o.hold_fd >= 0:
         os.close(o.hold_fd)  # before the release: a namespace is removed only when nobody holds it

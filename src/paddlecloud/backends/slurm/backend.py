@@ -163,8 +163,9 @@ class SlurmBackend:
         self._scripts = BatchScripts(
             settings, self._pythonpath, self._sandbox, self.samplesets,
             network=self._sandbox is not None and (settings.isolation == "sandbox" or netns.probe() is None),
-            addresses=lambda: self._addresses,
+            addresses=lambda: self._addresses, fence_after=self._fence_after,
         )  # fmt: skip
+        self._fence_s: int | None = settings.fence_after_s
 
     # -- contract -------------------------------------------------------------------------------
 
@@ -239,6 +240,18 @@ class SlurmBackend:
             )
             self._record(job)
         threading.Thread(target=self._prepare, args=(job, requirements), name=f"prepare-{launch.key}").start()
+
+    def _fence_after(self) -> int:
+        """Seconds a kept run may be cut off before it ends itself: before Slurm counts its node
+        down (half of ``SlurmdTimeout``, asked once), so its restart elsewhere never overlaps it."""
+        if self._fence_s is None:
+            try:
+                timeout = sc.controller(self.settings.command_timeout).slurmd_timeout_s
+            except sc.SlurmCommandError as exc:
+                log.warning("no fencing of cut-off nodes' runs: %s", exc)
+                return 0  # asked again at the next submission
+            self._fence_s = max(timeout // 2, 5)
+        return self._fence_s
 
     def _store_node(self, launch: JobLaunch) -> str:
         return capacity.store_node(launch, self._last_nodes, self._requested_by_us())
@@ -605,6 +618,10 @@ class SlurmBackend:
         elif status is not None:
             w.exit_code = status
             w.state = WorkerState.SUCCEEDED if status == 0 else WorkerState.FAILED
+            why, message = self._exit_why(job, w)
+            if why == WorkerReason.CUT_OFF:  # its monitor ended it (node.fence): say so
+                w.why, w.message = why, message
+                w.reason = f"{why}: {message}"
         elif sj is None:
             w.state, w.reason = WorkerState.LOST, "gone from Slurm without an exit status"
         elif sj.ended:
@@ -619,6 +636,15 @@ class SlurmBackend:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return code if isinstance(code, int) else None
+
+    def _exit_why(self, job: JobRecord, w: WorkerRecord) -> tuple[WorkerReason, str]:
+        """Why the run ended, where its monitor said (``reason``, ``message`` in its status)."""
+        try:
+            raw = json.loads(read_status(status_file(job, w)))
+            why, message = WorkerReason(raw.get("reason") or ""), str(raw.get("message") or "")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return WorkerReason.NONE, ""
+        return why, message[:500]
 
     def _cancel(self, job: JobRecord, workers: list[WorkerRecord], grace: float) -> None:
         """SIGTERM to every process of the workers' Slurm jobs, ``grace`` seconds, then scancel

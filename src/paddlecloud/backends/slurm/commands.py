@@ -24,8 +24,8 @@ from paddlecloud.backends.errors import BackendUnavailable
 from paddlecloud.core.quantity import human_memory
 
 __all__ = [
-    "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "holders", "oom_message",
-    "queue", "running", "submit",
+    "ControllerInfo", "SlurmCommandError", "SlurmJob", "SlurmNode", "cancel", "cluster_nodes", "controller",
+    "holders", "oom_message", "queue", "running", "submit",
 ]  # fmt: skip
 
 #: Slurm job states after which the job's processes are gone
@@ -198,6 +198,45 @@ def _node(n: dict[str, Any]) -> SlurmNode:
         reason=str(n.get("reason", "")),
         alloc_gpus=_gpus(str(n.get("gres_used", ""))),
     )
+
+
+@dataclass(frozen=True)
+class ControllerInfo:
+    """Where the nodes reach Slurm (``scontrol show config``): the controllers' addresses and port,
+    slurmd's port, and how long a node may not answer before Slurm counts it down."""
+
+    addresses: tuple[str, ...]
+    port: int
+    slurmd_port: int
+    slurmd_timeout_s: int
+
+
+def parse_config(text: str) -> ControllerInfo:
+    """``scontrol show config``'s ``Key = value`` lines (``SlurmctldHost[0] = head(10.79.0.1)``,
+    ``SlurmctldPort = 6817`` or a range ``6817-6818``, ``SlurmdTimeout = 300 sec``)."""
+    conf: dict[str, str] = {}
+    hosts: list[str] = []
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if key.startswith("SlurmctldHost["):
+            name, _, addr = value.partition("(")
+            hosts.append(addr.rstrip(")") or name)
+        conf[key] = value
+
+    def number(key: str, default: int) -> int:
+        digits = conf.get(key, "").split("-")[0].split()[0] if conf.get(key) else ""
+        return int(digits) if digits.isdigit() else default
+
+    return ControllerInfo(tuple(hosts), number("SlurmctldPort", 6817), number("SlurmdPort", 6818),
+                          number("SlurmdTimeout", 300))  # fmt: skip
+
+
+def controller(timeout: float) -> ControllerInfo:
+    """Where the nodes reach Slurm (``scontrol show config``)."""
+    return parse_config(_run(["scontrol", "show", "config"], timeout))
 
 
 def cluster_nodes(timeout: float, partition: str = "") -> list[SlurmNode]:

@@ -7,7 +7,8 @@
             (``node.monitor``) up to the sandbox's: the jail then execs it
 
 Slurm owns the run's memory and CPU (``task/cgroup``, ``--mem``, ``--cpus-per-task``); the monitor
-adds what Slurm lacks: a pids limit, the log cap (it writes the run's log, which is also sbatch's
+adds what Slurm lacks: a pids limit, the run's end on a node cut off from the cluster
+(``fence_api``: ``node.fence``), the log cap (it writes the run's log, which is also sbatch's
 ``--output``), the API relay (the job's namespace has no route out: the API is a Unix socket on
 this node, relayed to the server's address) and, for a server (pserver, rendezvous store), the
 ready mark the backend waits for (it cannot connect into the namespace to see it listen).
@@ -69,6 +70,10 @@ class RunKeep:
     #: a server's port and the mark its monitor writes once it listens there (0: not a server)
     ready_port: int = 0
     ready_file: str = ""
+    #: the run ends itself when this node hears neither the API (HOST:PORT) nor the Slurm
+    #: controller for ``fence_after_s`` (``node.fence``; 0: never)
+    fence_api: str = ""
+    fence_after_s: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,7 +87,7 @@ class RunKeep:
         addresses = known.get("addresses", {})
         if not isinstance(addresses, dict) or not all(isinstance(v, str) for v in addresses.values()):
             raise ValueError("keep: addresses is not a map of node names to addresses")
-        for name in ("max_log_bytes", "max_pids", "vni", "ready_port"):
+        for name in ("max_log_bytes", "max_pids", "vni", "ready_port", "fence_after_s"):
             if known.get(name) is not None and not isinstance(known[name], int):
                 raise ValueError(f"keep: {name} is not a number")
         return cls(**known)
@@ -127,6 +132,8 @@ class RunKeep:
             argv += ["--cgroup", folder]
         if self.ready_port and self.ready_file:
             argv += ["--ready-port", str(self.ready_port), "--ready-file", self.ready_file]
+        if self.fence_api and self.fence_after_s > 0:
+            argv += ["--fence-api", self.fence_api, "--fence-after", str(self.fence_after_s)]
         enter: list[str] = []
         if self.netns:
             namespaces.collect(NETNS_PREFIX, older_than=60.0)

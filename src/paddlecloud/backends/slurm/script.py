@@ -17,6 +17,7 @@ The exit status of each run is written by its launcher to :func:`status_file`.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import math
 import os
 import shlex
@@ -61,6 +62,9 @@ class BatchScripts:
     network: bool = False
     #: every node's address by name (Slurm's NodeAddr): the hosts a job's VXLAN floods to
     addresses: Callable[[], Mapping[str, str]] = field(default=dict)
+    #: seconds a kept run may hear neither the API nor the Slurm controller before it ends itself
+    #: (``node.fence``; 0: never)
+    fence_after: Callable[[], int] = field(default=lambda: 0)
 
     @property
     def kept(self) -> bool:
@@ -160,12 +164,15 @@ class BatchScripts:
         """What the node keeps for this run besides its sandbox (``nodekeep.py``)."""
         limits, name = self.settings.limits, self.netns(job)
         server = w.role in SERVER_ROLES
+        api = api_target(job.launch.api.url)
+        fence = api if api and not _on_loopback(api) else ""  # loopback: no link to lose
         return RunKeep(
             log=str(job.dir / "logs" / f"{w.name}.{w.run}.log"), max_log_bytes=limits.max_log_bytes,
             max_pids=limits.max_pids if limits.resources != "off" else None, netns=name, vni=job.vni,
-            addresses=dict(self.addresses()) if name else {}, api_target=api_target(job.launch.api.url),
+            addresses=dict(self.addresses()) if name else {}, api_target=api,
             api_dir=str(self.settings.node_cache / "run"), ready_port=w.port if server else 0,
             ready_file=str(ready_file(job, w)) if server else "",
+            fence_api=fence, fence_after_s=self.fence_after() if fence else 0,
         )  # fmt: skip
 
     def jail(self, job: JobRecord) -> JobJail | None:
@@ -179,6 +186,14 @@ class BatchScripts:
         )  # PREFIX/bin/python
         env_dir = Path(job.env_dir) if job.env_dir else prefix
         return self.sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",))
+
+
+def _on_loopback(target: str) -> bool:
+    host = target.rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def status_file(job: JobRecord, w: WorkerRecord) -> Path:

@@ -55,11 +55,15 @@ class SlurmSettings:
     #: what the node keeps for each sandboxed run besides Slurm's memory and CPU limits: the pids
     #: limit, the log cap (``--max-pids``, ``--max-log-size``; ``nodekeep.py``)
     limits: RunLimits = field(default_factory=RunLimits)
+    #: seconds a sandboxed run may hear neither the server nor the Slurm controller before it
+    #: ends itself (a node cut off, whose workers the platform restarts elsewhere: ``node.fence``);
+    #: None: half of Slurm's ``SlurmdTimeout`` (at least 5), 0: never
+    fence_after_s: int | None = None
 
     #: the ``up`` options these settings are made from
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg", "isolation",
-        "slurm_node_cache", "slurm_ports", *RunLimits.OPTIONS,
+        "slurm_node_cache", "slurm_ports", "slurm_fence_after", *RunLimits.OPTIONS,
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -101,7 +105,22 @@ class SlurmSettings:
             node_cache=Path(options.get("slurm_node_cache") or cls.node_cache),
             ports=_port_range(options.get("slurm_ports") or ""),
             limits=RunLimits.from_options(options),
+            fence_after_s=_fence_after(options.get("slurm_fence_after") or ""),
         )
+
+
+def _fence_after(text: str) -> int | None:
+    """``--slurm-fence-after``: seconds (1 to 86400), ``off`` (0), or "" (None: from Slurm)."""
+    if not text:
+        return None
+    if text == "off":
+        return 0
+    if not text.isdigit() or not 1 <= int(text) <= 86400:
+        raise OptionError(
+            "--slurm-fence-after",
+            f"{text!r}: give seconds (1 to 86400) or off; the default is half of SlurmdTimeout",
+        )
+    return int(text)
 
 
 #: the fewest ports a range may hold: a few jobs' workers and stores
