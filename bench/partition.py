@@ -48,7 +48,7 @@ SCRIPT = ROOT / "scripts" / "ensure-hosts.sh"
 PADDLECLOUD = str(ROOT / ".venv" / "bin" / "paddlecloud")
 EXAMPLES = ROOT / "examples"
 PORT = 18095
-PASSES = 3
+PASSES = 10  # a second or two each: long enough that the cut lands while it trains
 PLAIN = """\
 import os, pathlib, time
 w, r = os.environ["PADDLECLOUD_WORKER"], os.environ["PADDLECLOUD_RESTART"]
@@ -235,24 +235,29 @@ def one_run(bed: Bed, p: Platform, case: str, i: int, cut_s: float) -> dict[str,
     host = workers()[victim]["node"]
     bed.sh("link", host, "down")
     cut = time.monotonic()
-    recovered = None
+    recovered = ended = None
+
+    def look() -> dict[str, Any]:  # the job, noting when the victim ran elsewhere and the job ended
+        nonlocal recovered, ended
+        job: dict[str, Any] = p.json("describe", name)
+        w = {x["name"]: x for x in job["workers"]}.get(victim, {})
+        if recovered is None and w.get("node") != host and w.get("state") in ("Running", "Succeeded"):
+            recovered = time.monotonic() - cut
+        if ended is None and job["phase"] in ("Succeeded", "Failed"):
+            ended = time.monotonic() - cut
+        return job
+
     try:
         while time.monotonic() - cut < cut_s:
-            w = workers().get(victim, {})
-            if recovered is None and w.get("node") != host and w.get("state") == "Running":
-                recovered = time.monotonic() - cut
+            look()
             time.sleep(2)
     finally:
         bed.sh("link", host, "up")
     while True:
-        job = p.json("describe", name)
-        w = workers().get(victim, {})
-        if recovered is None and w.get("node") != host and w.get("state") in ("Running", "Succeeded"):
-            recovered = time.monotonic() - cut
-        if job["phase"] in ("Succeeded", "Failed") or time.monotonic() - t0 > c.timeout_s + cut_s:
+        job = look()
+        if ended is not None or time.monotonic() - t0 > c.timeout_s + cut_s:
             break
         time.sleep(3)
-    ended = time.monotonic() - cut
     why = []
     if job["phase"] != "Succeeded":
         why.append(f"{job['phase']}: {job['message']}")
@@ -290,16 +295,19 @@ def main() -> None:
                 r = one_run(bed, p, case, i, args.cut_s)
                 results.setdefault(case, []).append(r)
                 rec = f"{r['recovered_s']:.0f} s" if r.get("recovered_s") is not None else "-"
+                end = f"{r['ended_s']:.0f} s" if r.get("ended_s") is not None else "-"
                 print(f"{case} run {i + 1}: {'ok' if r['ok'] else 'FAILED'}; cut {r.get('victim')} on "
                       f"{r.get('host')} for {args.cut_s:g} s; running elsewhere after {rec}; job ended "
-                      f"{r.get('ended_s', 0):.0f} s after the cut {r['why']}", flush=True)  # fmt: skip
+                      f"{end} after the cut {r['why']}", flush=True)  # fmt: skip
     finally:
         p.close()
         shutil.rmtree(p.base, ignore_errors=True)
         bed.stop()
     for case, rs in results.items():
-        rec = [r["recovered_s"] for r in rs if r.get("recovered_s") is not None]
-        med = f"{statistics.median(rec):.0f} s (min {min(rec):.0f}, max {max(rec):.0f})" if rec else "-"
+        times: list[float] = [r["recovered_s"] for r in rs if r.get("recovered_s") is not None]
+        med = "-"
+        if times:
+            med = f"{statistics.median(times):.0f} s (min {min(times):.0f}, max {max(times):.0f})"
         print(f"{case}: {sum(r['ok'] for r in rs)}/{len(rs)} passed; median recovery {med}")
 
 

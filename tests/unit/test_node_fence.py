@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -78,7 +79,8 @@ def _fenced_monitor(tmp_path: Path, api: str, after: int, *cmd: str) -> subproce
     return subprocess.Popen(
         [sys.executable, "-I", "-m", "paddlecloud.node.monitor", "--log", str(tmp_path / "w.log"),
          "--status", str(tmp_path / "status" / "exit.json"),
-         "--fence-api", api, "--fence-after", str(after), "--", *cmd],
+         "--fence-api", api, "--fence-scontrol", shutil.which("scontrol") or "/usr/bin/scontrol",
+         "--fence-after", str(after), "--", *cmd],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={"PATH": "/usr/bin:/bin", "SLURM_CONF": str(tmp_path / "no-slurm.conf")},
     )  # fmt: skip
@@ -113,6 +115,7 @@ def test_a_run_whose_api_answers_is_kept(tmp_path: Path) -> None:
 
 def test_bad_fence_options_are_refused() -> None:
     for argv in (["--fence-api", "nohost", "--log", "x", "--", "y"],
+                 ["--fence-scontrol", "scontrol", "--log", "x", "--", "y"],
                  ["--fence-after", "0", "--log", "x", "--", "y"],
                  ["--fence-after", "soon", "--log", "x", "--", "y"]):  # fmt: skip
         try:
@@ -122,12 +125,15 @@ def test_bad_fence_options_are_refused() -> None:
         raise AssertionError(f"accepted {argv}")
 
 
-def test_the_keep_asks_the_monitor_to_fence_only_with_an_api_and_a_time() -> None:
-    keep = RunKeep(log="/l", fence_api="10.0.0.1:8080", fence_after_s=5)
+def test_the_keep_asks_the_monitor_to_fence_only_with_an_api_scontrol_and_a_time() -> None:
+    keep = RunKeep(log="/l", fence_api="10.0.0.1:8080", fence_after_s=5, fence_scontrol="/usr/bin/scontrol")
     argv = keep.prepare("c1", "run", "/s")
     assert argv[argv.index("--fence-api") + 1] == "10.0.0.1:8080" and "--fence-after" in argv
+    assert argv[argv.index("--fence-scontrol") + 1] == "/usr/bin/scontrol"
     assert RunKeep.from_dict(keep.to_dict()) == keep
-    assert "--fence-api" not in RunKeep(log="/l", fence_api="10.0.0.1:8080").prepare("c1", "run", "/s")
+    for partial in (RunKeep(log="/l", fence_api="10.0.0.1:8080", fence_scontrol="/usr/bin/scontrol"),
+                    RunKeep(log="/l", fence_api="10.0.0.1:8080", fence_after_s=5)):  # fmt: skip
+        assert "--fence-api" not in partial.prepare("c1", "run", "/s")
 
 
 def test_slurms_settings_come_from_scontrol_show_config() -> None:

@@ -104,6 +104,8 @@ def test_an_elastic_torch_jobs_store_is_planned_where_it_runs(tmp_path: Path, st
             launch = world.engine.jobs["alice/job"].launch  # the backend is told it is the store
             assert sorted(p.role for p in launch.placement) == ["rendezvous", "trainer", "trainer", "trainer"]
             assert launch.resources["rendezvous"].cpu_m == 1000
+            # the job's workers are the backend's: a rendezvous-0, never a pserver-0 left Pending
+            assert sorted(_worker_names(world)) == ["rendezvous-0", "trainer-0", "trainer-1", "trainer-2"]
         else:
             assert sorted(roles) == ["trainer"] * 4, roles
     finally:
@@ -114,3 +116,9 @@ def _planned_roles(world: MemoryWorld) -> list[str]:
     with world.platform.ctx.session() as s:
         row = s.scalars(select(JobRow).where(JobRow.name == "job")).one()
         return [str(p["role"]) for p in row.placement or []]
+
+
+def _worker_names(world: MemoryWorld) -> list[str]:
+    with world.platform.ctx.session() as s:
+        row = s.scalars(select(JobRow).where(JobRow.name == "job")).one()
+        return [w.name for w in row.workers]

@@ -150,20 +150,26 @@ class Context:
         else:
             row.events.append(ev)
 
-    def launch(self, row: JobRow) -> JobLaunch:
-        spec = row.spec
-        parsed = JobSpec.from_stored(spec)
-        store = self.engine_units.store(parsed)
-        # a planned store is the job's one "pserver" placement (``EngineUnits``): the backend's name
-        placement = tuple(
+    def workers_placed(self, row: JobRow, spec: JobSpec | None = None) -> tuple[WorkerPlacement, ...]:
+        """``row``'s placement as the backend's workers: a planned store, the job's one "pserver"
+        placement (``EngineUnits``), is the ``rendezvous`` worker it runs."""
+        parsed = spec if spec is not None else self.specs.get(row)
+        store = self.engine_units.store(parsed) is not None
+        return tuple(
             WorkerPlacement(
-                RENDEZVOUS if store is not None and p["role"] == "pserver" else p["role"],
+                RENDEZVOUS if store and p["role"] == "pserver" else p["role"],
                 int(p["index"]),
                 p["node"],
                 tuple(p.get("gpus", ())),
             )
             for p in (row.placement or [])
         )
+
+    def launch(self, row: JobRow) -> JobLaunch:
+        spec = row.spec
+        parsed = JobSpec.from_stored(spec)
+        store = self.engine_units.store(parsed)
+        placement = self.workers_placed(row, parsed)
         resources = {"pserver": parsed.pservers.resources(), "trainer": parsed.trainers.resources()}
         input_path = spec.get("input") or ""
         input_dir = self.files.local_path(self.files.parse(input_path)) if input_path else None

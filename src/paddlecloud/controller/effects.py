@@ -143,7 +143,7 @@ def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
     row.accounted_at = now
     row.attempts += 1
     row.placement = [_as_json(p) for p in admit.placement]
-    for p in admit.placement:
+    for p in ctx.workers_placed(row):  # the names the backend's workers will have
         _pending_worker(row, p)
     again = f" (start {row.attempts})" if row.attempts > 1 else ""
     ctx.event(row, "Normal", "Admitted", admit.message + again)

@@ -8,7 +8,8 @@ slurmd learns its job is gone: the same worker twice. The run's monitor (``node.
 
     heard = the platform's API answers a TCP connection (accepted or refused: the host answered)
             or ``scontrol ping`` says the Slurm controller is up (asked only when the API is not heard:
-            a proper Slurm call, which a bare connection to slurmctld would not be)
+            a proper Slurm call, which a bare connection to slurmctld would not be; ``scontrol`` by
+            the absolute path the server found, never from the job's ``PATH``)
 
 and when nothing was heard for ``after`` seconds (the backend gives half of ``SlurmdTimeout``: before
 Slurm counts the node down, so the new run never overlaps the old) it says so in the run's log and
@@ -50,16 +51,18 @@ def api_heard(target: tuple[str, int], timeout: float = CONNECT_TIMEOUT_S) -> bo
         return False
 
 
-def controller_heard(timeout: float) -> bool:
-    """``scontrol ping``: whether this node reaches a Slurm controller that is up."""
+def controller_heard(scontrol: str, timeout: float) -> bool:
+    """``scontrol ping`` (``scontrol``: its absolute path, as the server found it, never one on the
+    job's ``PATH``): whether this node reaches a Slurm controller that is up."""
+    env = {"PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k.startswith("SLURM_CONF")}}
     try:
         proc = subprocess.run(
-            ["scontrol", "ping"], capture_output=True, text=True, timeout=timeout, check=False,
+            [scontrol, "ping"], capture_output=True, timeout=timeout, check=False, env=env,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.SubprocessError):
         return False
-    return proc.returncode == 0 and " is UP" in proc.stdout
+    return proc.returncode == 0 and b" is UP" in proc.stdout
 
 
 def _descendants(root: int, proc: str = "/proc") -> set[int]:
@@ -118,19 +121,31 @@ class Fence(threading.Thread):
 
     def __init__(
         self,
-        api: tuple[str, int],
+        watch: tuple[tuple[str, int], str],
         after: float,
         end: Callable[[str], None],
         say: Callable[[str], None],
     ) -> None:
+        """``watch``: the API's (host, port) and the absolute path of ``scontrol``."""
         super().__init__(name="fence", daemon=True)
-        self.api, self.after, self.end, self.say = api, after, end, say
+        (self.api, self.scontrol), self.after, self.end, self.say = watch, after, end, say
         self.period = min(max(after / 5, 1.0), 30.0)
+        #: each probe's limit: a look never takes much of ``after``
+        self.probe_s = min(CONNECT_TIMEOUT_S, after / 4)
 
     def heard(self) -> bool:
-        return api_heard(self.api) or controller_heard(timeout=min(self.after / 2, 10.0))
+        """One look (an error in it counts as nothing heard, and the watch goes on)."""
+        try:
+            return api_heard(self.api, self.probe_s) or controller_heard(self.scontrol, self.probe_s * 2)
+        except Exception:
+            return False
 
     def run(self) -> None:
+        host, port = self.api
+        try:  # once: a name lookup with the link down could take longer than a look may
+            self.api = (str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]), port)
+        except OSError:  # the name, tried at each look
+            self.api = (host, port)
         clock = FenceClock(self.after, time.monotonic())
         while True:
             time.sleep(self.period)

@@ -3,7 +3,7 @@
     env --ignore-signal=TERM,INT python -I -S -c BOOT PATH --log FILE [--max-log-bytes N]
         [--cgroup DIR]... [--api-fd FD --api-target HOST:PORT] [--status FILE]
         [--ready-port P --ready-file F] [--hold-fd FD] [--release-netns NAME] [--remove PATH]...
-        [--fence-api HOST:PORT --fence-after S] -- ARGV...
+        [--fence-api HOST:PORT --fence-scontrol PATH --fence-after S] -- ARGV...
 
 (``command()`` builds the start of that line: ``BOOT`` puts ``PATH``, where this package lies, on
 ``sys.path`` and runs :func:`main`; without ``site`` and the package's lazy exports the interpreter
@@ -26,8 +26,9 @@ starts in about half the time of ``-m``.) In order, before the run's program exi
    see into the job's namespace, the monitor reads the child's ``/proc/<pid>/net/tcp``.
 
 With ``--fence-api`` it ends the run when the node hears neither that address nor the Slurm
-controller for ``--fence-after`` seconds (``node.fence``: a node cut off from the cluster, whose
-worker the platform restarts elsewhere, never runs it twice).
+controller (``--fence-scontrol``'s ``scontrol ping``) for ``--fence-after`` seconds
+(``node.fence``: a node cut off from the cluster, whose worker the platform restarts elsewhere,
+never runs it twice).
 
 With ``--hold-fd`` it keeps the hold on its job's namespace (``netns.hold``) for the run's life:
 the namespace is never removed under it. When ARGV ends the monitor drains the pipe (at most
@@ -45,6 +46,7 @@ worker's (bench/isolation_cost.py).
 
 from __future__ import annotations
 
+import _thread  # built in: the fence's lock, without threading's import on the start's path
 import os
 import select
 import sys
@@ -63,8 +65,8 @@ _CHUNK = 64 * 1024
 _USAGE = (
     "usage: python -I -m paddlecloud.node.monitor --log FILE [--max-log-bytes N] [--cgroup DIR]... "
     "[--api-fd FD --api-target HOST:PORT] [--status FILE] [--ready-port P --ready-file F] "
-    "[--hold-fd FD] [--release-netns NAME] [--remove PATH]... [--fence-api HOST:PORT --fence-after S] "
-    "-- ARGV..."
+    "[--hold-fd FD] [--release-netns NAME] [--remove PATH]... "
+    "[--fence-api HOST:PORT --fence-scontrol PATH --fence-after S] -- ARGV..."
 )
 #: the program ``python -S -c`` runs: the package's folder (argv[1]) on the path, then main()
 BOOT = (
@@ -73,6 +75,9 @@ BOOT = (
 )
 #: lines the monitor's threads have for the log (``_pump`` writes them: one writer)
 _NOTES: list[bytes] = []
+#: with ``--fence-api``: the lock the fence and the child's reaping share, and whether it is reaped
+_GUARD: list[_thread.LockType] = []
+_REAPED: list[bool] = []
 #: SIGINT (2) and SIGTERM (15) in /proc/self/status's SigIgn mask
 _IGNORED = (1 << 1) | (1 << 14)
 
@@ -100,6 +105,7 @@ class Options:
         self.hold_fd = -1
         self.remove: list[str] = []
         self.fence_api = ""
+        self.fence_scontrol = ""
         self.fence_after = 0
         self.argv: list[str] = []
 
@@ -142,6 +148,10 @@ def parse(argv: list[str]) -> Options:
         elif name == "--fence-api":
             _address(name, value)
             o.fence_api = value
+        elif name == "--fence-scontrol":
+            if not os.path.isabs(value):
+                raise ValueError(f"--fence-scontrol {value!r} is not an absolute path")
+            o.fence_scontrol = value
         elif name == "--fence-after":
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"--fence-after {value!r} is not a number of seconds")
@@ -220,15 +230,36 @@ def _fence(o: Options, pid: int) -> None:
         _NOTES.append(f"{message}\n".encode())
 
     def end(message: str) -> None:  # the run, then its status: ended by its monitor, and why
-        fence.kill_run(o.cgroups, pid)
-        if o.status:
-            try:
-                _write_status(o.status, fence.status_body(message))
-            except OSError as exc:
-                say(f"paddlecloud: writing the exit status failed: {exc}")
+        with guard:  # never once the child is reaped (its pid may be another's, its status is)
+            if _REAPED:
+                return
+            fence.kill_run(o.cgroups, pid)
+            if o.status:
+                try:
+                    _write_status(o.status, fence.status_body(message))
+                except OSError as exc:
+                    say(f"paddlecloud: writing the exit status failed: {exc}")
 
-    target = _address("--fence-api", o.fence_api)
-    fence.Fence(target, float(o.fence_after), end, say).start()
+    guard = _thread.allocate_lock()
+    _GUARD.append(guard)
+    watch = (_address("--fence-api", o.fence_api), o.fence_scontrol)
+    fence.Fence(watch, float(o.fence_after), end, say).start()
+
+
+def _reap(pid: int, block: bool) -> tuple[int, int]:
+    """``waitpid`` of the child; with a fence watching, under its lock, so that the fence never
+    kills after the reap and the status it writes is in place before the run's end is seen."""
+    if not _GUARD:
+        return os.waitpid(pid, 0 if block else os.WNOHANG)
+    while True:
+        with _GUARD[0]:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                _REAPED.append(True)
+                return done, st
+        if not block:
+            return 0, 0
+        time.sleep(0.05)
 
 
 def _relay(fd: int, target: tuple[str, int]) -> None:
@@ -318,10 +349,10 @@ def _pump(pipe: int, log: CappedLog, pid: int, ready: _Ready) -> int:
             else:
                 eof = True
         if eof and status is None and ready.done:  # nothing more to read or to look for
-            return _drained(log, os.waitpid(pid, 0)[1])
+            return _drained(log, _reap(pid, block=True)[1])
         if status is None:
             ready.check()  # not once the child is reaped: its pid may be another's
-            done, st = os.waitpid(pid, os.WNOHANG)
+            done, st = _reap(pid, block=False)
             if done:
                 status, ended_at = st, time.monotonic()
         if status is not None and (eof or time.monotonic() - ended_at > DRAIN_S):
@@ -375,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(o.status, str(exc))
     if target is not None:
         _relay(o.api_fd, target)
-    if o.fence_api and o.fence_after:
+    if o.fence_api and o.fence_scontrol and o.fence_after:
         _fence(o, pid)
     status = _pump(r, log, pid, _Ready(o, pid))
     if o.hold_fd >= 0:

@@ -250,7 +250,10 @@ class SlurmBackend:
             except sc.SlurmCommandError as exc:
                 log.warning("no fencing of cut-off nodes' runs: %s", exc)
                 return 0  # asked again at the next submission
-            self._fence_s = max(timeout // 2, 5)
+            # 0: Slurm never counts a silent node down, so nothing restarts its runs elsewhere
+            self._fence_s = max(timeout // 2, 5) if timeout > 0 else 0
+            if not self._fence_s:
+                log.info("no fencing of cut-off nodes' runs: SlurmdTimeout is 0 (nodes never count as down)")
         return self._fence_s
 
     def _store_node(self, launch: JobLaunch) -> str:

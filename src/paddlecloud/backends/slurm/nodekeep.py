@@ -74,6 +74,8 @@ class RunKeep:
     #: controller for ``fence_after_s`` (``node.fence``; 0: never)
     fence_api: str = ""
     fence_after_s: int = 0
+    #: ``scontrol``'s absolute path on the nodes (as the server has it; "" : no fence)
+    fence_scontrol: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,8 +134,9 @@ class RunKeep:
             argv += ["--cgroup", folder]
         if self.ready_port and self.ready_file:
             argv += ["--ready-port", str(self.ready_port), "--ready-file", self.ready_file]
-        if self.fence_api and self.fence_after_s > 0:
-            argv += ["--fence-api", self.fence_api, "--fence-after", str(self.fence_after_s)]
+        if self.fence_api and self.fence_scontrol and self.fence_after_s > 0:
+            argv += ["--fence-api", self.fence_api, "--fence-scontrol", self.fence_scontrol,
+                     "--fence-after", str(self.fence_after_s)]  # fmt: skip
         enter: list[str] = []
         if self.netns:
             namespaces.collect(NETNS_PREFIX, older_than=60.0)

@@ -173,6 +173,7 @@ class BatchScripts:
             api_dir=str(self.settings.node_cache / "run"), ready_port=w.port if server else 0,
             ready_file=str(ready_file(job, w)) if server else "",
             fence_api=fence, fence_after_s=self.fence_after() if fence else 0,
+            fence_scontrol=shutil.which("scontrol") or "" if fence else "",
         )  # fmt: skip
 
     def jail(self, job: JobRecord) -> JobJail | None:
