@@ -79,6 +79,16 @@ class BedPlatform:
     def json(self, *args: str) -> Any:
         return json.loads(self.cli(*args, "-o", "json"))
 
+    def laptop_package(self, name: str, program: str) -> str:
+        """A package folder on the laptop holding ``main.py`` = ``program``; its path there."""
+        package = f"/tmp/{self.base.name}/{name}"
+        write = (
+            f"import pathlib; d = pathlib.Path({package!r}); d.mkdir(parents=True); "
+            f"(d / 'main.py').write_text({program!r})"
+        )
+        self.bed.run("laptop", sys.executable, "-c", write)
+        return package
+
     def close(self, keep: bool = False) -> None:
         """Kill the jobs, stop the server; its folder goes too (the shared directory is a tmpfs
         that the bed's ``stop`` ends anyway). With ``keep`` (a test failed) its logs, database and

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -52,12 +51,7 @@ def _node_state(bed: Bed, node: str) -> str:
 def test_a_worker_cut_off_ends_itself_and_runs_once_elsewhere(bed: Bed) -> None:
     p = BedPlatform(bed, port=PORT + 3)
     try:
-        package = f"/tmp/{p.base.name}/cut"
-        write = (
-            f"import pathlib; d = pathlib.Path({package!r}); d.mkdir(parents=True); "
-            f"(d / 'main.py').write_text({PROGRAM!r})"
-        )
-        bed.run("laptop", sys.executable, "-c", write)
+        package = p.laptop_package("cut", PROGRAM)
         p.cli("submit", package, "--name", "cut", "--entry", "python main.py", "--trainers", "2",
               "--cpu", "5", "--restart-policy", "OnFailure", "--env", "STEPS=45")  # fmt: skip
 

@@ -11,7 +11,6 @@ server on head, the CLI on the laptop, the workers on c1..c3.
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -38,12 +37,7 @@ def test_a_server_bound_to_every_address_gives_workers_a_url_they_reach(bed: Bed
     try:
         said = p.log.read_text()
         assert f"workers reach it at http://head:{PORT + 1}" in said, said[-2000:]
-        package = f"/tmp/{p.base.name}/api-probe"
-        write = (
-            f"import pathlib; d = pathlib.Path({package!r}); d.mkdir(parents=True); "
-            f"(d / 'main.py').write_text({PROGRAM!r})"
-        )
-        bed.run("laptop", sys.executable, "-c", write)
+        package = p.laptop_package("api-probe", PROGRAM)
         p.cli("submit", package, "--name", "api", "--entry", "python main.py", "--trainers", "2",
               "--cpu", "5")  # fmt: skip
         job = wait_phase(p, "api", ("Succeeded", "Failed"), timeout=300)

@@ -5,6 +5,7 @@ were planned onto one 4-CPU node; Slurm gave each pserver a CPU and the trainer 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from memory_platform import MemoryWorld
@@ -30,6 +31,20 @@ def _package(tmp_path: Path) -> Path:
     return package
 
 
+def _started(tmp_path: Path, caps: frozenset[Capability], spec: dict[str, Any]) -> MemoryWorld:
+    """A world on ``NODES`` with ``caps``, where alice's job ``job`` of ``spec`` was admitted."""
+    world = MemoryWorld(tmp_path, capabilities=caps, nodes=NODES)
+    try:
+        alice = world.client("alice")
+        world.submit(alice, "job", _package(tmp_path), **spec)
+        world.tick()
+        assert world.job(alice, "job").phase in ("Starting", "Running")
+    except BaseException:
+        world.close()
+        raise
+    return world
+
+
 def _held_per_node(world: MemoryWorld, cpus: dict[str, int]) -> dict[str, int]:
     """CPU millicores per node of the job's placement, each worker at ``cpus[role]``."""
     with world.platform.ctx.session() as s:
@@ -43,12 +58,8 @@ def _held_per_node(world: MemoryWorld, cpus: dict[str, int]) -> dict[str, int]:
 @pytest.mark.parametrize("whole", [True, False], ids=["whole-cpus", "millicores"])
 def test_the_plan_holds_what_the_engine_allocates(tmp_path: Path, whole: bool) -> None:
     caps = ALL | {Capability.WHOLE_CPUS} if whole else ALL
-    world = MemoryWorld(tmp_path, capabilities=caps, nodes=NODES)
+    world = _started(tmp_path, caps, PS_AND_BIG_TRAINER)
     try:
-        alice = world.client("alice")
-        world.submit(alice, "job", _package(tmp_path), **PS_AND_BIG_TRAINER)
-        world.tick()
-        assert world.job(alice, "job").phase in ("Starting", "Running")
         slurm = _held_per_node(world, {"pserver": 1000, "trainer": 3000})  # what Slurm gives them
         planned = _held_per_node(world, {"pserver": 500, "trainer": 3000})
         assert max(planned.values()) <= 4000
@@ -90,12 +101,8 @@ def test_an_elastic_torch_jobs_store_is_planned_where_it_runs(tmp_path: Path, st
     2 CPUs filled 2 x 4 CPUs, the store took one and a trainer waited until the others ended), and
     the launch names its placement ``rendezvous``. Backends whose store costs nothing plan none."""
     caps = ALL | {Capability.WHOLE_CPUS} | ({Capability.STORE_WORKER} if store_worker else set())
-    world = MemoryWorld(tmp_path, capabilities=caps, nodes=NODES)
+    world = _started(tmp_path, caps, ELASTIC_TORCH)
     try:
-        alice = world.client("alice")
-        world.submit(alice, "job", _package(tmp_path), **ELASTIC_TORCH)
-        world.tick()
-        assert world.job(alice, "job").phase in ("Starting", "Running")
         held = _held_per_node(world, {"pserver": 1000, "trainer": 2000})
         roles = _planned_roles(world)
         if store_worker:  # 3 trainers and the store: what Slurm gives them fits the nodes
