@@ -91,11 +91,16 @@ def test_a_job_opens_only_the_gpus_slurm_gave_it(
     slurm_gpu: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``ConstrainDevices=yes``: two jobs of one GPU each on n1, each can open its own GPU's device
-    node (the emulation's /dev/ttyN) and is refused the other's by its device cgroup."""
+    node (the emulation's /dev/ttyN) and is refused the other's by its device cgroup. Each job holds
+    its GPU until both have started, so Slurm must give them different ones (without that, the
+    first could end before the second started, and both got GPU 0)."""
     monkeypatch.setenv("SLURM_CONF", slurm_gpu["SLURM_CONF"])
     probe = (
         'echo "gpu $SLURM_JOB_GPUS"; for i in 0 1; do if (exec 3</dev/tty$i) 2>/dev/null; '
-        'then echo "tty$i open"; else echo "tty$i refused"; fi; done'
+        'then echo "tty$i open"; else echo "tty$i refused"; fi; done; '
+        # hold the GPU until the other probe runs too, so the two jobs overlap (bounded: 60 s)
+        'touch "up.$SLURM_JOB_ID"; for n in $(seq 300); do '
+        '[ "$(ls up.* | wc -l)" -ge 2 ] && break; sleep 0.2; done'
     )
     outs = [tmp_path / f"probe{i}.out" for i in range(2)]
     ids = [
