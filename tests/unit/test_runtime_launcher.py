@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from paddlecloud.core.phases import WorkerReason
+
 
 def _launch(
-    tmp_path: Path, role: str, port: int
+    tmp_path: Path, role: str, port: int, **more: str
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
     env = {**os.environ, "PADDLECLOUD_ROLE": role, "PADDLECLOUD_WORKER": f"{role}-0",
-           "PADDLECLOUD_CURRENT_ENDPOINT": f"127.0.0.1:{port}"}  # fmt: skip
+           "PADDLECLOUD_CURRENT_ENDPOINT": f"127.0.0.1:{port}", **more}  # fmt: skip
     status = tmp_path / f"{role}.json"
     r = subprocess.run(
         [sys.executable, "-m", "paddlecloud.runtime.launcher", "--status", str(status),
@@ -36,7 +38,8 @@ def test_a_pserver_port_held_on_the_node_is_refused_before_the_program(tmp_path:
         r, status = _launch(tmp_path, role, port)
     if role == "pserver":
         assert r.returncode == 1 and status["exit_code"] == 1
-        assert f"pserver-0's port {port} on 127.0.0.1 cannot be bound" in r.stderr, r.stderr
+        assert f"pserver-0's port {port} on {socket.gethostname()} cannot be bound" in r.stderr, r.stderr
+        assert status["reason"] == WorkerReason.PORT_HELD and str(port) in status["message"], status
         assert "the program ran" not in r.stdout
     else:  # a trainer's endpoint port is not necessarily its to bind: not checked
         assert r.returncode == 0 and "the program ran" in r.stdout
@@ -54,3 +57,24 @@ def test_a_free_port_and_the_last_runs_time_wait_start_the_pserver(tmp_path: Pat
         client.close()
     r, status = _launch(tmp_path, "pserver", port)
     assert r.returncode == 0 and status["exit_code"] == 0 and "the program ran" in r.stdout, r.stderr
+
+
+def test_the_listen_port_is_checked_for_any_server_and_a_free_one_is_said_beside_the_status(
+    tmp_path: Path,
+) -> None:
+    """``PADDLECLOUD_LISTEN_PORT`` (the Slurm backend's servers: pservers and the rendezvous store,
+    whose endpoint is not its own): held, the run ends ``PortHeld``; free, ``port-free`` beside the
+    status tells the backend that a listener on it is the server's."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        held = squatter.getsockname()[1]
+        r, status = _launch(tmp_path, "rendezvous", 1, PADDLECLOUD_LISTEN_PORT=str(held))
+        assert r.returncode == 1 and status["reason"] == WorkerReason.PORT_HELD, (r.stderr, status)
+        assert "the program ran" not in r.stdout and not (tmp_path / "port-free").exists()
+    with socket.socket() as probe:  # a port nothing holds (closed again before the launch)
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    r, status = _launch(tmp_path, "rendezvous", 1, PADDLECLOUD_LISTEN_PORT=str(free))
+    assert r.returncode == 0 and "the program ran" in r.stdout and "reason" not in status, r.stderr
+    assert (tmp_path / "port-free").is_file()

@@ -75,6 +75,9 @@ class WorkerReason(StrEnum):
     #: ended by its own monitor: its node heard neither the platform nor the engine's controller
     #: for a while (cut off from the network: ``node.fence``), so that it never runs twice
     CUT_OFF = "CutOff"
+    #: a server's port was held on its node by a process outside the platform (the launcher found it
+    #: so before the program started): moved to another port (Slurm: ``PortMoved``), not restarted
+    PORT_HELD = "PortHeld"
 
 
 def can_transition(src: JobPhase, dst: JobPhase) -> bool:

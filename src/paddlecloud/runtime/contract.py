@@ -25,6 +25,7 @@ __all__ = [
     "JOB_NAME",
     "JOB_TOKEN",
     "JOB_USER",
+    "LISTEN_PORT",
     "LR_RULE",
     "MEMBERSHIP_FILE",
     "OUTPUT",
@@ -85,6 +86,10 @@ ENDPOINTS_DIR = PREFIX + "ENDPOINTS_DIR"
 ENDPOINTS_WAIT = PREFIX + "ENDPOINTS_WAIT"
 ENDPOINTS_TIMEOUT = PREFIX + "ENDPOINTS_TIMEOUT"
 PUBLISH_HOST = PREFIX + "PUBLISH_HOST"
+#: the port a server (pserver, the rendezvous store) will listen on, where the backend chose it
+#: without seeing the node (Slurm): the launcher checks it bindable there before the program
+#: starts, and says ``PortHeld`` in the run's status when it is not
+LISTEN_PORT = PREFIX + "LISTEN_PORT"
 #: backends whose workers fetch the job package (``FETCH_PACKAGE``): its URL, read with JOB_TOKEN
 #: by ``runtime.bootstrap fetch``
 PACKAGE_URL = PREFIX + "PACKAGE_URL"

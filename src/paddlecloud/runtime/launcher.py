@@ -5,11 +5,17 @@
 Where endpoints are resolved at run time (``PADDLECLOUD_ENDPOINTS_DIR``, ``runtime.endpoints``) the
 launcher first publishes this worker's host and waits, bounded, for the hosts the worker must know;
 the program starts with every endpoint variable resolved (a timeout: exit status 1, the reason on
-stderr). The launcher runs the worker's entry command in the worker's directory, waits for it and writes its
-exit status atomically to ``--status`` (``{"exit_code": int, "signal": int|null, "finished_at": float}``).
-It runs in its own session and process group, so it outlives a restart of the platform server; the
-server re-adopts it from its pid file and later reads the status file. SIGTERM and SIGINT are passed
-to the program, and the launcher keeps waiting so that the exit status is still recorded.
+stderr). A server whose port another process holds on this node (``PADDLECLOUD_LISTEN_PORT``, or a
+pserver's endpoint) is not started: exit status 1 with reason ``PortHeld`` in its status, so the
+backend moves it to another port; one whose port is free there gets a ``port-free`` file beside
+``--status`` once its program has started (the backend then knows a listener on that port is its
+own, short of a process that took the port in that moment). The launcher runs the worker's entry
+command in the worker's directory, waits for it and writes its exit status atomically to
+``--status`` (``{"exit_code": int, "signal": int|null, "finished_at": float}``, and ``reason``,
+``message`` where it knows why). It runs in its own session and process group, so it outlives a
+restart of the platform server; the server re-adopts it from its pid file and later reads the
+status file. SIGTERM and SIGINT are passed to the program, and the launcher keeps waiting so that
+the exit status is still recorded.
 
 Standard library only.
 """
@@ -43,13 +49,22 @@ def write_json_atomic(path: str, data: object) -> None:
     os.replace(tmp, path)
 
 
+#: the run's status ``reason`` when its port was held (``core.phases.WorkerReason.PORT_HELD``)
+PORT_HELD = "PortHeld"
+#: the file beside the status that says a server's port was free on its node when its program started
+PORT_FREE = "port-free"
+
+
 def _port_held(environ: dict[str, str]) -> str:
-    """For a pserver: why its port cannot be bound on this node ("" : it can). Checked on the node
-    that binds it, since the server chose the port and could check it only on its own host; a
-    listener there would otherwise be what the platform sees listening."""
-    if environ.get(c.ROLE) != "pserver":
+    """For a server (``LISTEN_PORT``, or a pserver's endpoint): why its port cannot be bound on this
+    node ("" : it can). Checked on the node that binds it, since the server chose the port and
+    could check it only on its own host; a listener there would otherwise be what the platform sees
+    listening."""
+    port = environ.get(c.CURRENT_ENDPOINT, "").rpartition(":")[2]
+    if environ.get(c.LISTEN_PORT):
+        port = environ[c.LISTEN_PORT]
+    elif environ.get(c.ROLE) != "pserver":
         return ""
-    host, _, port = environ.get(c.CURRENT_ENDPOINT, "").rpartition(":")
     if not port.isdigit():
         return ""
     with socket.socket() as s:
@@ -58,7 +73,7 @@ def _port_held(environ: dict[str, str]) -> str:
             s.bind(("", int(port)))
         except OSError as exc:
             return (
-                f"{environ.get(c.WORKER, 'this worker')}'s port {port} on {host or 'this node'} cannot be "
+                f"{environ.get(c.WORKER, 'this worker')}'s port {port} on {socket.gethostname()} cannot be "
                 f"bound ({exc.strerror}): another process on the node holds it; the node must keep the "
                 "platform's worker ports free (up --slurm-ports)"
             )
@@ -95,9 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     held = _port_held(environ)
     if held:  # a server's port taken on this node: say so now, not as the program's bind error
         print(f"paddlecloud: {held}", file=sys.stderr, flush=True)
-        write_json_atomic(args.status, {"exit_code": 1, "signal": None, "finished_at": time.time()})
+        ended = {"exit_code": 1, "signal": None, "finished_at": time.time()}
+        write_json_atomic(args.status, ended | {"reason": PORT_HELD, "message": held})
         return 1
     child = subprocess.Popen(["/bin/sh", "-c", args.entry], cwd=args.cwd, env=environ)
+    if environ.get(c.LISTEN_PORT):  # checked free on this node before the program took it
+        with contextlib.suppress(OSError):  # unsaid, the server waits on: never the program's end
+            write_json_atomic(
+                os.path.join(os.path.dirname(args.status) or ".", PORT_FREE), {"pid": child.pid}
+            )
     for signum in early:
         forward(signum, None)
     rc = child.wait()

@@ -25,6 +25,12 @@ Start sequence (driven by ``sync``)::
     TRAINERS ──all trainers succeeded──▶ STOPPING (scancel pservers) ──▶ DONE
         └──── a failure (no restart left) ────▶ STOPPING (scancel everything) ──▶ DONE
 
+Ports come from ``--slurm-ports``, unique among the server's live workers and free on the server's
+host; the node's launcher checks a server's port there before its program starts. A server that
+finds its port held by another process on its node (``PortHeld``) is moved to another port on the
+same node before any trainer has started (``PortMoved``; not a restart; at most ``_PORT_MOVES``
+per job), the trainers then getting the new endpoint.
+
 Status comes from one ``squeue --json`` per ``sync`` for all the job's Slurm jobs, and the exit code
 from the launcher's status file; a Slurm job that ended without one (NODE_FAIL, TIMEOUT, PREEMPTED,
 CANCELLED by someone else) is reported as ``Lost`` with Slurm's state and reason, and restarted or
@@ -53,11 +59,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import logging
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -84,7 +88,7 @@ from paddlecloud.backends.local.sandbox import (
     make_dirs,
     read_status,
 )
-from paddlecloud.backends.slurm import capacity, probe
+from paddlecloud.backends.slurm import capacity, ports, probe
 from paddlecloud.backends.slurm import commands as sc
 from paddlecloud.backends.slurm.records import (
     ENDED,
@@ -97,7 +101,13 @@ from paddlecloud.backends.slurm.records import (
     write_record,
 )
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
-from paddlecloud.backends.slurm.script import DEFAULT_NEED, BatchScripts, ready_file, status_file
+from paddlecloud.backends.slurm.script import (
+    DEFAULT_NEED,
+    BatchScripts,
+    port_free_file,
+    ready_file,
+    status_file,
+)
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology
@@ -114,6 +124,8 @@ log = logging.getLogger("paddlecloud.backends.slurm")
 
 #: the VXLAN ids handed to jobs (the lower ones are left to the site)
 _FIRST_VNI, _LAST_VNI = 4096, 2**24 - 1
+#: how many ports found held on their nodes a job's servers are moved past (``_move_port``)
+_PORT_MOVES = 4
 
 
 class SlurmBackend:
@@ -206,21 +218,21 @@ class SlurmBackend:
             make_dirs(launch.output_dir)  # never through a link a job planted in its home
         except (ConfinementError, OSError) as exc:
             log.warning("%s: output not created: %s", launch.key, exc)
-        ports = self._allocate_ports(len(launch.placement) + 2)
+        given = self._allocate_ports(len(launch.placement) + 2)
         workers = {}
-        for p, port in zip(launch.placement, ports, strict=False):
+        for p, port in zip(launch.placement, given, strict=False):
             runs = log_runs(jdir / "logs", f"{p.role}-{p.index}")
             # the store listens on the job's master port (``_topology``)
-            at = ports[-1] if p.role == RENDEZVOUS else port
+            at = given[-1] if p.role == RENDEZVOUS else port
             w = WorkerRecord(p.role, p.index, p.node, at, run=runs[-1] + 1 if runs else 0)
             workers[w.name] = w
         if launch.framework == "torch" and launch.trainer_range is not None and not launch.count(RENDEZVOUS):
             # an elastic torch job's store the plan did not place (a launch of an older server)
             runs = log_runs(jdir / "logs", f"{RENDEZVOUS}-0")
             node = self._store_node(launch)
-            store = WorkerRecord(RENDEZVOUS, 0, node, ports[-1], run=runs[-1] + 1 if runs else 0)
+            store = WorkerRecord(RENDEZVOUS, 0, node, given[-1], run=runs[-1] + 1 if runs else 0)
             workers[store.name] = store
-        job = JobRecord(launch, jdir, workers, (ports[-2], ports[-1]))
+        job = JobRecord(launch, jdir, workers, (given[-2], given[-1]))
         with self._lock:
             job.vni = self._free_vni(launch.key)
             self._jobs[launch.key] = job
@@ -440,6 +452,8 @@ class SlurmBackend:
             for w in list(job.workers.values()):
                 if w.role in SERVER_ROLES and w.state == WorkerState.SUCCEEDED:
                     self._fail(job, f"{w.name} exited before the trainers finished")
+                elif w.why == WorkerReason.PORT_HELD and w.restart_at is None and self._move_port(job, w):
+                    pass
                 elif w.state in (WorkerState.FAILED, WorkerState.LOST) and w.restart_at is None:
                     self._restart_or_fail(job, w, now)
                 if job.failure:
@@ -487,11 +501,17 @@ class SlurmBackend:
 
     def _servers_ready(self, job: JobRecord) -> bool:
         """Every server runs and listens: its monitor's mark (the server cannot connect into the
-        job's namespace), or, unsandboxed, a connection to it."""
+        job's namespace), or, unsandboxed, its launcher's word that the port was free on the node
+        and a connection to it (without that word, a squatter's listener would pass)."""
         servers = job.servers()
         if self._scripts.kept:
             return all(w.state == WorkerState.RUNNING and ready_file(job, w).exists() for w in servers)
-        return all(w.state == WorkerState.RUNNING and _listening(self._host(w), w.port) for w in servers)
+        return all(
+            w.state == WorkerState.RUNNING
+            and port_free_file(job, w).exists()
+            and ports.listening(self._host(w), w.port)
+            for w in servers
+        )
 
     def _free_vni(self, key: str) -> int:
         """A VXLAN id for job ``key`` that no live job of this server has (the caller holds
@@ -520,6 +540,31 @@ class SlurmBackend:
             self._wake()
         else:
             self._fail(job, verdict.message)
+
+    def _move_port(self, job: JobRecord, w: WorkerRecord) -> bool:
+        """A server whose port another process holds on its node (``PortHeld``) is submitted again at
+        another port, on the same node, without counting a restart (False: its restart policy
+        decides instead). Only before the trainers start, whose endpoints name the port; at most
+        ``_PORT_MOVES`` times per job (a node that holds the whole range)."""
+        if job.stage != Stage.PSERVERS or w.state != WorkerState.FAILED or len(job.held_ports) >= _PORT_MOVES:
+            return False
+        job.held_ports.add(w.port)
+        try:
+            (port,) = self._allocate_ports(1)
+        except JobRejected:
+            return False
+        old, w.port = w.port, port
+        if w.role == RENDEZVOUS:  # the store listens on the job's master port (``_topology``)
+            job.stores = (job.stores[0], port)
+        where = w.ran_on or w.node
+        job.events.append(BackendEvent(
+            "Warning", "PortMoved",
+            f"{w.name}: port {old} is held on {where} by a process outside the platform; moved to "
+            f"port {port} (nodes must keep up --slurm-ports free for workers)",
+        ))  # fmt: skip
+        w.node = where  # its planned node: the port, not the node, was in the way
+        self._submit(job, [w])
+        return True
 
     def _fail(self, job: JobRecord, message: str, reason: str = "WorkerFailed") -> None:
         if job.failure is None:
@@ -622,7 +667,7 @@ class SlurmBackend:
             w.exit_code = status
             w.state = WorkerState.SUCCEEDED if status == 0 else WorkerState.FAILED
             why, message = self._exit_why(job, w)
-            if why == WorkerReason.CUT_OFF:  # its monitor ended it (node.fence): say so
+            if why in (WorkerReason.CUT_OFF, WorkerReason.PORT_HELD):  # its monitor or launcher said why
                 w.why, w.message = why, message
                 w.reason = f"{why}: {message}"
         elif sj is None:
@@ -727,17 +772,10 @@ class SlurmBackend:
         return capacity.requested_by_us(jobs)
 
     def _allocate_ports(self, n: int) -> list[int]:
-        """``n`` ports of the range that no live job of ours uses."""
+        """``n`` ports of the range that no live job of ours uses (``ports.allocate``)."""
         with self._lock:
-            used = {w.port for j in self._jobs.values() for w in [*j.workers.values(), *j.retired.values()]}
-            used |= {p for j in self._jobs.values() for p in j.stores}
-        lo, hi = self.settings.ports
-        # also skip a port something on the server's host listens on: where nodes share the host
-        # (emulated ones, or a one-node cluster) a process outside our records may still hold it
-        free = list(itertools.islice((p for p in range(lo, hi + 1) if p not in used and _bindable(p)), n))
-        if len(free) < n:
-            raise JobRejected(f"no {n} free ports left in {lo}-{hi} (up --slurm-ports)")
-        return free
+            jobs = list(self._jobs.values())
+        return ports.allocate(jobs, self.settings.ports, n)
 
     def _get(self, key: str) -> JobRecord | None:
         with self._lock:
@@ -755,23 +793,6 @@ def _requirements(package: Path) -> str:
     except OSError:
         return ""
     return text if any(ln.strip() and not ln.strip().startswith("#") for ln in text.splitlines()) else ""
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
-def _listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _release_netns(name: str, wait_s: float = 30.0) -> None:

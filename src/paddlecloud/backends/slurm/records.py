@@ -100,6 +100,8 @@ class JobRecord:
     rendezvous_key: str = field(default_factory=new_rendezvous_key, repr=False)
     #: the VNI of the job's VXLAN between its hosts (unique among the server's live jobs; 0: none)
     vni: int = 0
+    #: ports a server of this job found held on its node (``PortHeld``): never given to it again
+    held_ports: set[int] = field(default_factory=set)
 
     def role(self, role: str) -> list[WorkerRecord]:
         return sorted((w for w in self.workers.values() if w.role == role), key=lambda w: w.index)

@@ -39,9 +39,10 @@ from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.resources import Resources
 from paddlecloud.runtime import contract
+from paddlecloud.runtime.launcher import PORT_FREE
 from paddlecloud.runtime.torchelastic import RUN_TAG_VAR
 
-__all__ = ["DEFAULT_NEED", "MIB", "BatchScripts", "command", "ready_file", "status_file"]
+__all__ = ["DEFAULT_NEED", "MIB", "BatchScripts", "command", "port_free_file", "ready_file", "status_file"]
 
 MIB = 1024 * 1024
 #: what a worker needs when the launch does not say (one CPU, 512 MiB)
@@ -118,6 +119,8 @@ class BatchScripts:
             rendezvous_key=job.rendezvous_key,
         )  # fmt: skip
         env = {**base, **worker_env(ctx)}
+        if w.role in SERVER_ROLES:  # checked bindable on the node by the launcher (PortHeld)
+            env[contract.LISTEN_PORT] = str(w.port)
         if need.gpu:  # Slurm sets them to the GPUs it gives the job (GRES), whatever the indices here
             env.pop("CUDA_VISIBLE_DEVICES", None)
             env.pop("NVIDIA_VISIBLE_DEVICES", None)
@@ -200,6 +203,12 @@ def _on_loopback(target: str) -> bool:
 def status_file(job: JobRecord, w: WorkerRecord) -> Path:
     """Where this run's launcher writes its exit status (its folder is bound into a sandbox)."""
     return job.dir / "run" / f"{w.name}.{w.run}" / "exit.json"
+
+
+def port_free_file(job: JobRecord, w: WorkerRecord) -> Path:
+    """Where this run's launcher says the server's port was free on its node when the program
+    started (``runtime.launcher.PORT_FREE``): unsandboxed, a listener there is then the server's."""
+    return status_file(job, w).with_name(PORT_FREE)
 
 
 def ready_file(job: JobRecord, w: WorkerRecord) -> Path:
