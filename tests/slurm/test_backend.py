@@ -78,6 +78,16 @@ def launch(package: Path, tmp: Path, nodes: tuple[str, ...] = ("n1", "n2", "n3")
     return JobLaunch(**defaults)
 
 
+def store_launch(package: Path, tmp: Path) -> JobLaunch:
+    """An elastic torch job of 2 trainers on n1 (sleeping 300 s) whose store the plan placed on n3."""
+    trainers = [WorkerPlacement("trainer", i, "n1") for i in range(2)]
+    return launch(
+        package, tmp, framework="torch", trainer_range=(1, 2), env={"SLEEP": "300"},
+        placement=(WorkerPlacement(RENDEZVOUS, 0, "n3"), *trainers),
+        resources={"trainer": Resources(1000, 256 * MI), RENDEZVOUS: STORE_NEED},
+    )  # fmt: skip
+
+
 def sync_until(
     b: SlurmBackend, key: str, cond: Callable[[JobStatus], bool], timeout: float = 60
 ) -> list[JobStatus]:
@@ -318,12 +328,7 @@ def test_a_planned_rendezvous_store_runs_on_its_node_at_the_master_port(
     node, at the job's master port (before: put wherever it fitted, issue 25). Whether the store
     then serves (it needs torch, which this venv lacks) is tests/slurm/test_examples.py's."""
     assert Capability.STORE_WORKER in backend.capabilities
-    trainers = [WorkerPlacement("trainer", i, "n1") for i in range(2)]
-    job = launch(
-        package, tmp_path, framework="torch", trainer_range=(1, 2), env={"SLEEP": "300"},
-        placement=(WorkerPlacement(RENDEZVOUS, 0, "n3"), *trainers),
-        resources={"trainer": Resources(1000, 256 * MI), RENDEZVOUS: STORE_NEED},
-    )  # fmt: skip
+    job = store_launch(package, tmp_path)
     backend.start(job)
     record = backend._jobs[job.key]
     store = record.workers["rendezvous-0"]

@@ -15,14 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from paddlecloud.backends.base import RENDEZVOUS, STORE_NEED, LogRequest
+from paddlecloud.backends.base import LogRequest
 from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
 from paddlecloud.backends.slurm import ports as slurm_ports
 from paddlecloud.core.phases import WorkerReason, WorkerState
-from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import WorkerPlacement
 from tests.e2e.juicefs_fixtures import tar_package
-from tests.slurm.test_backend import MI, WORK, contract_lines, launch, states, sync_until
+from tests.slurm.test_backend import WORK, contract_lines, launch, states, store_launch, sync_until
 
 pytestmark = pytest.mark.slurm
 
@@ -102,12 +100,7 @@ def test_the_store_whose_port_is_held_moves_with_the_master_port(
     squatter, ports = _range_holding(4)
     with squatter:
         _as_if_on_another_host(bare, ports, monkeypatch)
-        trainers = [WorkerPlacement("trainer", i, "n1") for i in range(2)]
-        job = launch(
-            package, tmp_path, framework="torch", trainer_range=(1, 2), env={"SLEEP": "300"},
-            placement=(WorkerPlacement(RENDEZVOUS, 0, "n3"), *trainers),
-            resources={"trainer": Resources(1000, 256 * MI), RENDEZVOUS: STORE_NEED},
-        )  # fmt: skip
+        job = store_launch(package, tmp_path)
         bare.start(job)
         record = bare._jobs[job.key]
         store = record.workers["rendezvous-0"]
