@@ -1,7 +1,8 @@
-"""Benchmark: a compute host cut off from the network during training, then back, N times per case,
-on a bed of hosts with Slurm (``scripts/ensure-hosts.sh``: the server on ``head``, workers on
-c1..c3, each host its own network namespace; ``link HOST down`` pulls a host's cable, its processes
-keep running).
+"""Benchmark: a compute host cut off from the network (or from the server's host only) during
+training, then back, N times per case, on a bed of hosts with Slurm (``scripts/ensure-hosts.sh``:
+the server on ``head``, workers on c1..c3, each host its own network namespace; ``link HOST down``
+pulls a host's cable, its processes keep running; ``cut HOST head down`` parts a host from the
+server's host only, every other path kept).
 
 Cases (``--cases``):
 
@@ -11,8 +12,10 @@ Cases (``--cases``):
   platform's rendezvous store; the host of a trainer that is not the store's is cut off.
 * ``plain``: 2 workers that sleep 45 s and write ``<worker>.run<run>`` into the job's output.
 
-Each run: submit, wait until the victim's worker trains (its log past its first line), cut the cable
-for ``--cut-s`` seconds (30; 60 is "the server's host cut off from a node for a minute"), put it back,
+Each run: submit, wait until the victim's worker trains (its log past its first line), cut the
+victim's host off for ``--cut-s`` seconds (30), put it back, where ``--cut`` says how: ``link`` (its
+cable pulled: it reaches no one) or ``head`` (only it and the server's host, where slurmctld runs too,
+no longer reach each other: "the server's host cut off from a node for 60 s"; its peers still reach it),
 wait for the job's end. A run passes when the job Succeeded, the victim's worker ran again on another
 host exactly once, its restart's reason is ``CutOff`` (the cut-off run ended itself: ``node.fence``),
 nothing of the job is left on the victim, and per case: fit's task master has every shard done every
@@ -23,7 +26,7 @@ cut-off run. Prints per run the seconds from the cut to the victim's worker runn
 The bed is its own (``--bed-dir``, ``--bed-net``, Slurm port 16817: not the tests' bed) and is
 stopped at the end unless it was running before.
 
-    .venv/bin/python bench/partition.py [--cases fit torch plain] [--runs 5] [--cut-s 30]
+    .venv/bin/python bench/partition.py [--cases fit torch plain] [--runs 5] [--cut-s 30] [--cut head]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,6 +69,9 @@ class Bed:
         self.env = {**mine, "PADDLECLOUD_HOSTS_DIR": bed_dir, "PADDLECLOUD_HOSTS_NET": net,
                     "PADDLECLOUD_SLURM_PORT": "16817",
                     "PADDLECLOUD_HOSTS_PYTHON": sys.executable}  # fmt: skip
+        packages = ["bash", str(ROOT / "scripts" / "ensure-system-packages.sh"), "bubblewrap"]
+        if subprocess.run(packages, check=False).returncode:
+            raise SystemExit("bubblewrap is needed (the runs' sandbox and their monitor)")
         self.was_running = self.sh("status").returncode == 0
         reqs = [str(EXAMPLES / n / "requirements.txt") for n in ("fit_a_line", "torch_ddp")]
         for step in (("wheels", *reqs), ("start",)):
@@ -103,8 +110,10 @@ class Platform:
         self.config = {"PADDLECLOUD_CONFIG": str(self.base / "config")}
         self.log = open(self.base / "server.log", "wb")  # noqa: SIM115 - closed in close()
         head = bed.addr["head"]
+        # sandboxed: each run's monitor fences a cut-off node (node.fence); unsandboxed runs have none
         argv = ["bash", str(SCRIPT), "exec", "head", PADDLECLOUD, "up", "--backend", "slurm", "--host", head,
-                "--port", str(PORT), "--data-dir", str(self.base / "data")]  # fmt: skip
+                "--port", str(PORT), "--data-dir", str(self.base / "data"),
+                "--isolation", "sandbox"]  # fmt: skip
         self.proc = subprocess.Popen(
             argv, stdout=self.log, stderr=subprocess.STDOUT, env={**bed.env, **self.config}
         )
@@ -216,7 +225,20 @@ def _shows(p: Platform, job: str, worker: str, pattern: str) -> bool:
         return False
 
 
-def one_run(bed: Bed, p: Platform, case: str, i: int, cut_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Cut:
+    """How and for how long the victim's host is cut off."""
+
+    how: str  # "link": its cable; "head": only between it and the server's host
+    seconds: float
+
+    def set(self, bed: Bed, host: str, state: str) -> None:
+        done = bed.sh("link", host, state) if self.how == "link" else bed.sh("cut", host, "head", state)
+        if done.returncode != 0:
+            raise RuntimeError(f"cut {host} {state}: {done.stderr}")
+
+
+def one_run(bed: Bed, p: Platform, case: str, i: int, cut: Cut) -> dict[str, Any]:
     c, name = CASES[case], f"{case}-{i}"
     t0 = time.monotonic()
     c.submit(p, name)
@@ -236,8 +258,8 @@ def one_run(bed: Bed, p: Platform, case: str, i: int, cut_s: float) -> dict[str,
                 break
         time.sleep(1)
     host = workers()[victim]["node"]
-    bed.sh("link", host, "down")
-    cut = time.monotonic()
+    cut.set(bed, host, "down")
+    at = time.monotonic()
     recovered = ended = None
 
     def look() -> dict[str, Any]:  # the job, noting when the victim ran elsewhere and the job ended
@@ -245,20 +267,20 @@ def one_run(bed: Bed, p: Platform, case: str, i: int, cut_s: float) -> dict[str,
         job: dict[str, Any] = p.json("describe", name)
         w = {x["name"]: x for x in job["workers"]}.get(victim, {})
         if recovered is None and w.get("node") != host and w.get("state") in ("Running", "Succeeded"):
-            recovered = time.monotonic() - cut
+            recovered = time.monotonic() - at
         if ended is None and job["phase"] in ("Succeeded", "Failed"):
-            ended = time.monotonic() - cut
+            ended = time.monotonic() - at
         return job
 
     try:
-        while time.monotonic() - cut < cut_s:
+        while time.monotonic() - at < cut.seconds:
             look()
             time.sleep(2)
     finally:
-        bed.sh("link", host, "up")
+        cut.set(bed, host, "up")
     while True:
         job = look()
-        if ended is not None or time.monotonic() - t0 > c.timeout_s + cut_s:
+        if ended is not None or time.monotonic() - t0 > c.timeout_s + cut.seconds:
             break
         time.sleep(3)
     why = []
@@ -286,22 +308,25 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", choices=sorted(CASES), default=["fit", "torch"])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cut-s", type=float, default=30.0)
+    ap.add_argument("--cut", choices=("link", "head"), default="link")
     ap.add_argument("--bed-dir", default="/var/lib/paddlecloud-bench-part")
     ap.add_argument("--bed-net", default="10.79.0")
     args = ap.parse_args()
+    # a SIGTERM unwinds like ^C: the cable is put back, the server stopped, the bed left as found
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bed = Bed(args.bed_dir, args.bed_net)
     p = Platform(bed)
     results: dict[str, list[dict[str, Any]]] = {}
     try:
         for case in args.cases:
             for i in range(args.runs):
-                r = one_run(bed, p, case, i, args.cut_s)
+                r = one_run(bed, p, case, i, Cut(args.cut, args.cut_s))
                 results.setdefault(case, []).append(r)
                 rec = f"{r['recovered_s']:.0f} s" if r.get("recovered_s") is not None else "-"
                 end = f"{r['ended_s']:.0f} s" if r.get("ended_s") is not None else "-"
                 print(f"{case} run {i + 1}: {'ok' if r['ok'] else 'FAILED'}; cut {r.get('victim')} on "
-                      f"{r.get('host')} for {args.cut_s:g} s; running elsewhere after {rec}; job ended "
-                      f"{end} after the cut {r['why']}", flush=True)  # fmt: skip
+                      f"{r.get('host')} ({args.cut}) for {args.cut_s:g} s; running elsewhere after {rec}; "
+                      f"job ended {end} after the cut {r['why']}", flush=True)  # fmt: skip
     finally:
         p.close()
         shutil.rmtree(p.base, ignore_errors=True)

@@ -14,6 +14,8 @@
 #   scripts/ensure-hosts.sh status            # exit 1 when the bed is not (fully) running
 #   scripts/ensure-hosts.sh procs             # "HOST PID COMMAND" of every process on a host
 #   scripts/ensure-hosts.sh link c2 down      # c2's cable pulled (its veth on the bridge down); `up` again
+#   scripts/ensure-hosts.sh cut c2 head down  # c2 and head no longer reach each other (a blackhole route
+#                                             # each way), every other path kept; `up` again
 #   scripts/ensure-hosts.sh slurm kill-node c2   # ensure-slurm.sh ARGS with the bed's settings
 #   scripts/ensure-hosts.sh stop              # every process, namespace and mount of the bed gone
 #
@@ -384,11 +386,25 @@ case "${1:-}" in
     on "$sw" --net -- ip link set "v-$2" "$3"
     say "$2: link $3"
     ;;
+  cut)  # cut HOST PEER up|down: HOST and PEER lose each other only (a router between them failing)
+    is_host "${2:-}" && is_host "${3:-}" && [ "$2" != "$3" ] && [[ "${4:-}" =~ ^(up|down)$ ]] \
+      || die "cut HOST PEER up|down (hosts: $(host_names | tr '\n' ' '))"
+    for pair in "$2 $3" "$3 $2"; do
+      read -r from to <<<"$pair"
+      pid=$(keeper_pid "$from") || die "the bed is not running"
+      if [ "$4" = down ]; then
+        on "$pid" --net -- ip route replace blackhole "$(addr_of "$to")/32"
+      else
+        on "$pid" --net -- ip route del blackhole "$(addr_of "$to")/32" 2>/dev/null || true
+      fi
+    done
+    say "$2 - $3: $4"
+    ;;
   procs)  # the processes of each host (what stop would end), "HOST PID COMMAND"
     for h in switch $(host_names); do
       pid=$(keeper_pid "$h") || continue
       for p in $(ns_procs "$pid"); do echo "$h $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"; done
     done
     ;;
-  *) echo "usage: $0 start|stop|status|exec HOST CMD...|hosts|procs|link HOST up|down|slurm ARGS...|wheels REQUIREMENTS..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|exec HOST CMD...|hosts|procs|link HOST up|down|cut HOST PEER up|down|slurm ARGS...|wheels REQUIREMENTS..." >&2; exit 2 ;;
 esac

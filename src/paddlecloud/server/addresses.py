@@ -17,10 +17,11 @@ resolution is passed in (``resolve``) so the choice is tested without this host'
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from paddlecloud.core.netaddr import is_loopback
 
 __all__ = ["ServerUrls", "server_urls", "this_host"]
 
@@ -48,19 +49,12 @@ def _resolve(name: str) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def this_host(resolve: Resolver = _resolve, names: Sequence[str] = ()) -> str:
     """The first of ``names`` (default: this host's fully qualified name, then its short name) that
     resolves to at least one address that is not loopback; "" when none does (a Debian host's own
     name often resolves to 127.0.1.1 only)."""
     for name in names or (socket.getfqdn(), socket.gethostname()):
-        if name and any(not _is_loopback(a) for a in resolve(name)):
+        if name and any(not is_loopback(a) for a in resolve(name)):
             return name
     return ""
 

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import shutil
 import threading
@@ -86,9 +85,8 @@ from paddlecloud.backends.local.sandbox import (
     ConfinementError,
     choose,
     make_dirs,
-    read_status,
 )
-from paddlecloud.backends.slurm import capacity, ports, probe
+from paddlecloud.backends.slurm import capacity, endings, ports, probe
 from paddlecloud.backends.slurm import commands as sc
 from paddlecloud.backends.slurm.records import (
     ENDED,
@@ -102,7 +100,6 @@ from paddlecloud.backends.slurm.records import (
 )
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.script import (
-    DEFAULT_NEED,
     BatchScripts,
     port_free_file,
     ready_file,
@@ -615,7 +612,7 @@ class SlurmBackend:
             if w.slurm_id is None or (w.state in ENDED and w.slurm_id not in queued):
                 continue
             sj = queued.get(w.slurm_id)
-            status = self._exit_status(job, w)
+            status = endings.exit_status(job, w)
             if sj is not None and sj.state == "PENDING":
                 if w.reason != sj.reason and sj.reason not in ("", "None"):  # None: not yet looked at
                     w.reason = sj.reason
@@ -630,7 +627,7 @@ class SlurmBackend:
                 if w.state != WorkerState.RUNNING:
                     w.state, w.started_at, w.reason = WorkerState.RUNNING, now, ""
                 continue
-            self._ended(job, w, sj, status, now)
+            endings.record_end(job, w, sj, status, now)
 
     def _why_pending(self, w: WorkerRecord, reason: str) -> str:
         """``trainer-1 waits for n2 (Slurm: Resources); n2 is held by bob's job 12 (big, 4 CPUs)``."""
@@ -644,55 +641,6 @@ class SlurmBackend:
             if held:
                 text += f"; {w.node} is held by {', '.join(held)}"
         return text
-
-    def _ended(
-        self, job: JobRecord, w: WorkerRecord, sj: sc.SlurmJob | None, status: int | None, now: float
-    ) -> None:
-        if w.state in ENDED:
-            return
-        w.finished_at = now
-        if w.started_at is None:
-            w.started_at = now
-        if w.stopped:
-            w.state, w.exit_code = WorkerState.STOPPED, status
-        elif sj is not None and sj.out_of_memory and status != 0:
-            # the kernel killed it (or a process of it) at its --mem: failed, for that reason (a run
-            # whose launcher was killed too wrote no status: 137, as for any SIGKILL)
-            need = job.launch.resources.get(w.role, DEFAULT_NEED)
-            w.state, w.exit_code = WorkerState.FAILED, 137 if status is None else status
-            w.why, w.message = WorkerReason.OOM_KILLED, sc.oom_message(need.memory, sj)
-            w.reason = f"{w.why}: {w.message}"
-            job.events.append(BackendEvent("Warning", str(WorkerReason.OOM_KILLED), f"{w.name}: {w.message}"))
-        elif status is not None:
-            w.exit_code = status
-            w.state = WorkerState.SUCCEEDED if status == 0 else WorkerState.FAILED
-            why, message = self._exit_why(job, w)
-            if why in (WorkerReason.CUT_OFF, WorkerReason.PORT_HELD):  # its monitor or launcher said why
-                w.why, w.message = why, message
-                w.reason = f"{why}: {message}"
-        elif sj is None:
-            w.state, w.reason = WorkerState.LOST, "gone from Slurm without an exit status"
-        elif sj.ended:
-            w.state = WorkerState.LOST
-            w.reason = f"Slurm {sj.state}" + (f": {sj.reason}" if sj.reason not in ("", "None") else "")
-            w.reason += f" on {sj.nodes}" if sj.nodes else ""
-
-    def _exit_status(self, job: JobRecord, w: WorkerRecord) -> int | None:
-        try:
-            raw = json.loads(read_status(status_file(job, w)))  # the job's folder: no link, no FIFO
-            code = raw["exit_code"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return code if isinstance(code, int) else None
-
-    def _exit_why(self, job: JobRecord, w: WorkerRecord) -> tuple[WorkerReason, str]:
-        """Why the run ended, where its monitor said (``reason``, ``message`` in its status)."""
-        try:
-            raw = json.loads(read_status(status_file(job, w)))
-            why, message = WorkerReason(raw.get("reason") or ""), str(raw.get("message") or "")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return WorkerReason.NONE, ""
-        return why, message[:500]
 
     def _cancel(self, job: JobRecord, workers: list[WorkerRecord], grace: float) -> None:
         """SIGTERM to every process of the workers' Slurm jobs, ``grace`` seconds, then scancel

@@ -27,13 +27,13 @@ docs/slurm.md). Standard library and ``paddlecloud.node`` only: it runs at every
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paddlecloud.core.netaddr import is_loopback
 from paddlecloud.node import apirelay, monitor
 from paddlecloud.node import netns as namespaces
 from paddlecloud.node.cgroups import CgroupError, Hierarchy, Limits, safe_name
@@ -42,13 +42,6 @@ __all__ = ["NETNS_PREFIX", "RunKeep"]
 
 #: the prefix of the Slurm backend's job namespaces (``collect`` touches only these)
 NETNS_PREFIX = "pcs-"
-
-
-def _loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return address in ("localhost", "")
 
 
 @dataclass(frozen=True)
@@ -101,8 +94,8 @@ class RunKeep:
 
     def _net(self, node: str) -> namespaces.JobNet:
         own = self.addresses.get(node, "")
-        peers = tuple(sorted({a for a in self.addresses.values() if a != own and not _loopback(a)}))
-        if self.vni and own and not _loopback(own) and peers:
+        peers = tuple(sorted({a for a in self.addresses.values() if a != own and not is_loopback(a)}))
+        if self.vni and own and not is_loopback(own) and peers:
             return namespaces.JobNet(self.netns, namespaces.Vxlan(self.vni, own, peers))
         return namespaces.JobNet(self.netns)
 

@@ -17,7 +17,6 @@ The exit status of each run is written by its launcher to :func:`status_file`.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import math
 import os
 import shlex
@@ -37,6 +36,7 @@ from paddlecloud.backends.slurm.records import RENDEZVOUS, SERVER_ROLES, JobReco
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
+from paddlecloud.core.netaddr import host_of, is_loopback
 from paddlecloud.core.resources import Resources
 from paddlecloud.runtime import contract
 from paddlecloud.runtime.launcher import PORT_FREE
@@ -168,7 +168,7 @@ class BatchScripts:
         limits, name = self.settings.limits, self.netns(job)
         server = w.role in SERVER_ROLES
         api = api_target(job.launch.api.url)
-        fence = api if api and not _on_loopback(api) else ""  # loopback: no link to lose
+        fence = api if api and not is_loopback(host_of(api)) else ""  # loopback: no link to lose
         return RunKeep(
             log=str(job.dir / "logs" / f"{w.name}.{w.run}.log"), max_log_bytes=limits.max_log_bytes,
             max_pids=limits.max_pids if limits.resources != "off" else None, netns=name, vni=job.vni,
@@ -190,14 +190,6 @@ class BatchScripts:
         )  # PREFIX/bin/python
         env_dir = Path(job.env_dir) if job.env_dir else prefix
         return self.sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",))
-
-
-def _on_loopback(target: str) -> bool:
-    host = target.rpartition(":")[0].strip("[]")
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def status_file(job: JobRecord, w: WorkerRecord) -> Path:
