@@ -326,14 +326,14 @@ class Pfs:
         stats = TransferStats(files=1)
         fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
         src: int | None = None
-        side = ThreadPoolExecutor(1)  # the server's checksum, asked for while the fast path copies
+        side = ThreadPoolExecutor(1)  # the server's checksum, asked for while the chunks come
         try:
             if size:  # allocate the blocks at once (a sparse file makes every chunk write slower);
                 with contextlib.suppress(OSError):  # without fallocate, the truncate below makes it sparse
                     os.posix_fallocate(fd, 0, size)
             os.ftruncate(fd, size)
             src = self._open_local(remote, size) if size > self.chunk_size else None
-            theirs_later = side.submit(self._checksum, remote) if src is not None else None
+            theirs_later = side.submit(self._checksum, remote) if size else None
             plane = self.data_plane() if src is None and size else None
 
             def fetch(i: int) -> None:
