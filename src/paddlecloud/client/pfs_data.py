@@ -92,7 +92,7 @@ class DataPlane:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def put_chunk(self, upload_id: str, index: int, data: bytes, digest: str) -> None:
+    def put_chunk(self, upload_id: str, index: int, data: bytes | memoryview, digest: str) -> None:
         """Chunk ``index`` of the upload ``upload_id``; the server checks its BLAKE3 ``digest``. Sent
         ``SLICE`` bytes at a time: the timeout is per slice, not for the whole chunk (a slow link)."""
         headers = {"X-PaddleCloud-Digest": digest, "Content-Length": str(len(data))}
