@@ -9,8 +9,14 @@ from paddlecloud.core.netaddr import host_of, is_loopback
 
 @pytest.mark.parametrize(
     ("target", "host"),
-    [("127.0.0.1:8080", "127.0.0.1"), ("[::1]:80", "::1"), ("head:9", "head"), ("head", "head"),
-     ("fe80::1", "fe80::1"), ("", "")],  # fmt: skip
+    [
+        ("127.0.0.1:8080", "127.0.0.1"),
+        ("[::1]:80", "::1"),
+        ("head:9", "head"),
+        ("head", "head"),
+        ("fe80::1", "fe80::1"),
+        ("", ""),
+    ],
 )
 def test_host_of_strips_the_port_only(target: str, host: str) -> None:
     assert host_of(target) == host

@@ -211,7 +211,7 @@ def test_store_chunk_write_and_mark_on_a_full_disk_are_no_space(
 ) -> None:
     store.upload_begin(UploadState(id="u1", key=KEY, size=10, chunk_size=4, owner="alice"))
     with monkeypatch.context() as m:  # a sparse data file (no fallocate): the write itself runs out
-        m.setattr(os, "pwritev", no_space)
+        m.setattr(os, "pwrite", no_space)
         assert kind_of(lambda: store.upload_write("u1", 0, [b"0123"], lambda _: None)) == E_NO_SPACE
     with monkeypatch.context() as m:
         m.setattr(Path, "write_text", no_space)

@@ -32,7 +32,7 @@ from paddlecloud.client.pfs_data import DataPlane, DataUnavailable
 from paddlecloud.client.pfs_local import BATCH, LocalBusy, LocalPlane
 from paddlecloud.client.session import Session, connect
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
-from paddlecloud.core.fileio import copy_range, hash_range, start_writeback
+from paddlecloud.core.fileio import copy_range, hash_range, start_writeback, write_at
 from paddlecloud.core.pfspath import expand_short, is_remote
 
 __all__ = ["CopyPlan", "Pfs", "TransferStats"]
@@ -422,10 +422,7 @@ class Pfs:
             "/pfs/file", params={"path": remote, "offset": off, "length": n}
         ):
             h.update(piece)
-            view = memoryview(piece)
-            while view:
-                w = os.pwrite(fd, view, pos)
-                view, pos = view[w:], pos + w
+            pos += write_at(fd, [piece], pos)
             progress(len(piece))
         if pos - off != n:
             raise InvalidInput(f"{remote}: short read at offset {off}", code=ErrorCode.CHECKSUM_MISMATCH)

@@ -30,6 +30,7 @@ from urllib.parse import urlencode, urlsplit
 from paddlecloud.api import API_PREFIX
 from paddlecloud.api.errors import ErrorCode, InvalidInput, error_from_body
 from paddlecloud.client.session import Session
+from paddlecloud.core.fileio import write_at
 
 __all__ = ["BUFFER", "ENV_SWITCH", "DataPlane", "DataUnavailable"]
 
@@ -123,9 +124,7 @@ class DataPlane:
                 piece = view[:k]
                 h.update(piece)
                 try:
-                    while piece:
-                        w = os.pwrite(fd, piece, pos)
-                        piece, pos = piece[w:], pos + w
+                    pos += write_at(fd, [piece], pos)
                 except OSError as exc:  # this machine's disk, not the port: raised as it is
                     raise _LocalError(exc) from None
                 progress(k)

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from paddlecloud.core.fileio import copy_range, hash_range, start_writeback
+from paddlecloud.core.fileio import copy_range, hash_range, start_writeback, write_at
 from paddlecloud.storage.base import Entry, Key, Kind, Piece, StorageError, StorageErrorKind, UploadState
 
 __all__ = ["LocalDirStore"]
@@ -502,19 +502,10 @@ class LocalDirStore:
         pieces = list(data)
         for piece in pieces:
             on_piece(piece)
-        total = sum(map(len, pieces))
         written = 0
         try:  # a sparse data file (no fallocate on this file system) can still run out of space
             with _no_space((), "this chunk"):
-                while written < total:  # one pwritev for all pieces; loop only on a short write
-                    skip, rest = written, []
-                    for p in pieces:
-                        if skip >= len(p):
-                            skip -= len(p)
-                            continue
-                        rest.append(memoryview(p)[skip:])
-                        skip = 0
-                    written += os.pwritev(fd, rest, offset + written)
+                written = write_at(fd, pieces, offset)  # WRITE_STEP a call: see core.fileio
             start_writeback(fd, offset, written)  # the commit's fsync then has little left
         finally:
             os.close(fd)
