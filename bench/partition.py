@@ -26,7 +26,10 @@ cut-off run. Prints per run the seconds from the cut to the victim's worker runn
 The bed is its own (``--bed-dir``, ``--bed-net``, Slurm port 16817: not the tests' bed) and is
 stopped at the end unless it was running before.
 
+``--isolation none`` runs the workers unsandboxed (their monitor then only fences).
+
     .venv/bin/python bench/partition.py [--cases fit torch plain] [--runs 5] [--cut-s 30] [--cut head]
+        [--isolation none]
 """
 
 from __future__ import annotations
@@ -104,16 +107,16 @@ class Bed:
 class Platform:
     """``up --backend slurm`` on head, data on the shared directory; the CLI on head."""
 
-    def __init__(self, bed: Bed) -> None:
+    def __init__(self, bed: Bed, isolation: str) -> None:
         self.bed, self.base = bed, bed.shared / f"bench-part-{uuid.uuid4().hex[:6]}"
         self.base.mkdir(parents=True)
         self.config = {"PADDLECLOUD_CONFIG": str(self.base / "config")}
         self.log = open(self.base / "server.log", "wb")  # noqa: SIM115 - closed in close()
         head = bed.addr["head"]
-        # sandboxed: each run's monitor fences a cut-off node (node.fence); unsandboxed runs have none
+        # each run's monitor fences a cut-off node (node.fence), sandboxed or not
         argv = ["bash", str(SCRIPT), "exec", "head", PADDLECLOUD, "up", "--backend", "slurm", "--host", head,
                 "--port", str(PORT), "--data-dir", str(self.base / "data"),
-                "--isolation", "sandbox"]  # fmt: skip
+                "--isolation", isolation]  # fmt: skip
         self.proc = subprocess.Popen(
             argv, stdout=self.log, stderr=subprocess.STDOUT, env={**bed.env, **self.config}
         )
@@ -309,13 +312,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cut-s", type=float, default=30.0)
     ap.add_argument("--cut", choices=("link", "head"), default="link")
+    ap.add_argument("--isolation", choices=("sandbox", "none"), default="sandbox")
     ap.add_argument("--bed-dir", default="/var/lib/paddlecloud-bench-part")
     ap.add_argument("--bed-net", default="10.79.0")
     args = ap.parse_args()
     # a SIGTERM unwinds like ^C: the cable is put back, the server stopped, the bed left as found
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bed = Bed(args.bed_dir, args.bed_net)
-    p = Platform(bed)
+    p = Platform(bed, args.isolation)
     results: dict[str, list[dict[str, Any]]] = {}
     try:
         for case in args.cases:

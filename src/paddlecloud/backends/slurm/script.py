@@ -5,8 +5,10 @@ command and its environment (docs/slurm.md).
         argv: --job-name pc-<user>-<job>-<worker>-r<run>, --comment paddlecloud:<key>, -n1 -c CPUS
               --mem M [--gres=gpu:N] [--nodelist NODE] [--partition/--account/--qos], site args,
               --wrap "exec COMMAND"
-        COMMAND: the launcher (``python -m paddlecloud.runtime.launcher``), or with a sandbox the
-              node-side jail (``jail.py``) reading the spec written here, which starts the launcher;
+        COMMAND: the launcher (``python -m paddlecloud.runtime.launcher``; where runs fence
+              themselves, under the node's run monitor, ``node.monitor --fence-api ...``), or with
+              a sandbox the node-side jail (``jail.py``) reading the spec written here, which
+              starts the monitor and the launcher;
               for a job with a SampleSet, preceded by ``samplenode run`` (mounts it read-only on the
               node for this run at PADDLECLOUD_SAMPLESET_DIR, then runs the rest, then unmounts)
         env:  the env contract (``core.envcontract``) over the launcher's or the sandbox's base
@@ -38,6 +40,7 @@ from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.netaddr import host_of, is_loopback
 from paddlecloud.core.resources import Resources
+from paddlecloud.node import monitor
 from paddlecloud.runtime import contract
 from paddlecloud.runtime.launcher import PORT_FREE
 from paddlecloud.runtime.torchelastic import RUN_TAG_VAR
@@ -149,7 +152,7 @@ class BatchScripts:
                 "HOME": str(cwd),
                 "LANG": os.environ.get("LANG", "C.UTF-8"),
             }
-            return [s.python, *launcher], {**env, **common}
+            return [*self._fence_only(job, w), s.python, *launcher], {**env, **common}
         dirs = WorkerDirs(cwd=cwd, status=status.parent, tmp=job.dir / "tmp" / w.name,
                           hostname=f"{w.name}-{tag[:8]}", sampleset=sampleset)  # fmt: skip
         spec = job.dir / "run" / f"{w.name}.{w.run}.jail.json"
@@ -163,20 +166,46 @@ class BatchScripts:
             env[contract.API_SOCKET] = API_SOCKET
         return [s.python, "-I", "-m", "paddlecloud.backends.slurm.jail", str(spec)], env
 
+    def _fence(self, job: JobRecord) -> tuple[str, int, str]:
+        """How a run of the job fences itself on a node cut off (``node.fence``): the API's
+        ``HOST:PORT``, the seconds, ``scontrol``'s path; ("", 0, "") where it does not (a loopback
+        API, the emulated cluster: no link to lose; no ``scontrol`` here; fencing off)."""
+        api = api_target(job.launch.api.url)
+        scontrol = shutil.which("scontrol") or ""
+        if not api or is_loopback(host_of(api)) or not scontrol:
+            return "", 0, ""
+        after = self.fence_after()
+        return (api, after, scontrol) if after > 0 else ("", 0, "")
+
+    def _fence_only(self, job: JobRecord, w: WorkerRecord) -> list[str]:
+        """An unsandboxed run's monitor, only where it fences: the run's log through it (sbatch's
+        ``--output`` too, as for a sandboxed run), its status written when the fence ends it;
+        [] where there is no fence (the launcher then runs alone)."""
+        api, after, scontrol = self._fence(job)
+        if not api:
+            return []
+        log = job.dir / "logs" / f"{w.name}.{w.run}.log"
+        own = ["--log", str(log), "--status", str(status_file(job, w))]
+        fence = ["--fence-api", api, "--fence-scontrol", scontrol, "--fence-after", str(after)]
+        # built here, run there: the node's interpreter finds the package itself (``-m``), where
+        # ``monitor.command()`` would name this host's folder of it
+        python = self.settings.python
+        start = ["/usr/bin/env", "--ignore-signal=TERM,INT", python, "-I", "-m", monitor.__name__]
+        return [*start, *own, *fence, "--"]
+
     def _keep(self, job: JobRecord, w: WorkerRecord) -> RunKeep:
         """What the node keeps for this run besides its sandbox (``nodekeep.py``)."""
         limits, name = self.settings.limits, self.netns(job)
         server = w.role in SERVER_ROLES
         api = api_target(job.launch.api.url)
-        fence = api if api and not is_loopback(host_of(api)) else ""  # loopback: no link to lose
+        fence, after, scontrol = self._fence(job)
         return RunKeep(
             log=str(job.dir / "logs" / f"{w.name}.{w.run}.log"), max_log_bytes=limits.max_log_bytes,
             max_pids=limits.max_pids if limits.resources != "off" else None, netns=name, vni=job.vni,
             addresses=dict(self.addresses()) if name else {}, api_target=api,
             api_dir=str(self.settings.node_cache / "run"), ready_port=w.port if server else 0,
             ready_file=str(ready_file(job, w)) if server else "",
-            fence_api=fence, fence_after_s=self.fence_after() if fence else 0,
-            fence_scontrol=shutil.which("scontrol") or "" if fence else "",
+            fence_api=fence, fence_after_s=after, fence_scontrol=scontrol,
         )  # fmt: skip
 
     def jail(self, job: JobRecord) -> JobJail | None:
