@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -19,9 +20,31 @@ from paddlecloud.runtime import endpoints, env
 
 pytestmark = pytest.mark.timeout(60)
 
-TOPOLOGY = Topology.at_run_time([41000, 41001], [41002, 41003], gloo_port=41004)
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` consecutive ports free now, above the ephemeral range (32768-60999 here): the pservers'
+    launchers check theirs bindable (``PortHeld``), and a port in that range may be any outgoing
+    connection's local port at that moment (it failed so once, beside the e2e lane)."""
+    for base in range(61000, 65000, n):
+        socks: list[socket.socket] = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("", port))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return list(range(base, base + n))
+    raise RuntimeError("no free ports above 61000")
+
+
+_P = _free_ports(5)
+TOPOLOGY = Topology.at_run_time(_P[0:2], _P[2:4], gloo_port=_P[4])
 HOSTS = {"pserver-0": "10.0.0.1", "pserver-1": "10.0.0.2", "trainer-0": "10.0.0.3", "trainer-1": "10.0.0.4"}
-PORTS = {"pserver-0": 41000, "pserver-1": 41001, "trainer-0": 41002, "trainer-1": 41003}
+PORTS = {"pserver-0": _P[0], "pserver-1": _P[1], "trainer-0": _P[2], "trainer-1": _P[3]}
 
 
 def contract(role: str, index: int, shared: Path, **kw: object) -> dict[str, str]:
@@ -41,9 +64,9 @@ def contract(role: str, index: int, shared: Path, **kw: object) -> dict[str, str
 
 def test_placeholders_and_whom_each_worker_waits_for(tmp_path: Path) -> None:
     ps1 = contract("pserver", 1, tmp_path)
-    assert ps1[c.PSERVER_ENDPOINTS] == "@pserver-0@:41000,@pserver-1@:41001"
-    assert ps1["PADDLE_GLOO_HTTP_ENDPOINT"] == "@pserver-0@:41004"
-    assert ps1[c.CURRENT_ENDPOINT] == "@pserver-1@:41001" and ps1[c.ENDPOINTS_DIR] == str(tmp_path)
+    assert ps1[c.PSERVER_ENDPOINTS] == f"@pserver-0@:{_P[0]},@pserver-1@:{_P[1]}"
+    assert ps1["PADDLE_GLOO_HTTP_ENDPOINT"] == f"@pserver-0@:{_P[4]}"
+    assert ps1[c.CURRENT_ENDPOINT] == f"@pserver-1@:{_P[1]}" and ps1[c.ENDPOINTS_DIR] == str(tmp_path)
     assert ps1[c.ENDPOINTS_WAIT] == "pserver-0"  # never the trainers: they start once pservers listen
     assert contract("trainer", 0, tmp_path)[c.ENDPOINTS_WAIT] == "pserver-0,pserver-1,trainer-1"
     elastic = contract("trainer", 0, tmp_path, trainer_range=(1, 4))
@@ -91,11 +114,11 @@ def test_workers_publish_their_hosts_and_start_with_resolved_endpoints(tmp_path:
         assert p.wait(timeout=30) == 0, (tmp_path / f"{name}.out").read_text()
     for name in procs:
         got = json.loads((tmp_path / f"{name}.out").read_text())
-        assert got["ps"] == "10.0.0.1:41000,10.0.0.2:41001"
+        assert got["ps"] == f"10.0.0.1:{_P[0]},10.0.0.2:{_P[1]}"
         assert got["init"] == "10.0.0.1,10.0.0.2"
         assert got["me"] == f"{HOSTS[name]}:{PORTS[name]}"
         if name.startswith("trainer"):
-            assert got["trainers"] == ["10.0.0.3:41002", "10.0.0.4:41003"]
+            assert got["trainers"] == [f"10.0.0.3:{_P[2]}", f"10.0.0.4:{_P[3]}"]
     assert endpoints.published(str(shared)) == HOSTS
 
 
@@ -117,6 +140,6 @@ def test_the_env_reader_resolves_placeholders_itself(tmp_path: Path) -> None:
     endpoints.publish(str(tmp_path), "pserver-1", "10.0.0.2")
     raw = {**contract("pserver", 0, tmp_path), c.PUBLISH_HOST: "10.0.0.1"}
     got = env(raw)
-    assert got.pserver_endpoints == ("10.0.0.1:41000", "10.0.0.2:41001")
-    assert got.current_endpoint == "10.0.0.1:41000"
-    assert got.trainer_endpoints == ("trainer-0:41002", "trainer-1:41003")  # not waited for by a pserver
+    assert got.pserver_endpoints == (f"10.0.0.1:{_P[0]}", f"10.0.0.2:{_P[1]}")
+    assert got.current_endpoint == f"10.0.0.1:{_P[0]}"
+    assert got.trainer_endpoints == (f"trainer-0:{_P[2]}", f"trainer-1:{_P[3]}")  # a pserver waits for none
