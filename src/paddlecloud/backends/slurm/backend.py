@@ -101,6 +101,7 @@ from paddlecloud.backends.slurm.records import (
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.script import (
     BatchScripts,
+    log_file,
     port_free_file,
     ready_file,
     status_file,
@@ -710,7 +711,7 @@ class SlurmBackend:
             name=w.name, role=w.role, index=w.index, state=w.state, node=w.ran_on or w.node,
             endpoint=f"{self._host(w)}:{w.port}", restarts=w.run, exit_code=w.exit_code,
             started_at=w.started_at, finished_at=w.finished_at,
-            log_path=str(job.dir / "logs" / f"{w.name}.{w.run}.log"),
+            log_path=str(log_file(job, w)),
             reason=WorkerReason(w.why), message=w.message,
         )  # fmt: skip
 

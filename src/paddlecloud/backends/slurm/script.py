@@ -45,7 +45,16 @@ from paddlecloud.runtime import contract
 from paddlecloud.runtime.launcher import PORT_FREE
 from paddlecloud.runtime.torchelastic import RUN_TAG_VAR
 
-__all__ = ["DEFAULT_NEED", "MIB", "BatchScripts", "command", "port_free_file", "ready_file", "status_file"]
+__all__ = [
+    "DEFAULT_NEED",
+    "MIB",
+    "BatchScripts",
+    "command",
+    "log_file",
+    "port_free_file",
+    "ready_file",
+    "status_file",
+]
 
 MIB = 1024 * 1024
 #: what a worker needs when the launch does not say (one CPU, 512 MiB)
@@ -101,7 +110,7 @@ class BatchScripts:
             f"--job-name=pc-{slug(launch.user)}-{slug(launch.name)}-{w.name}-r{w.run}",
             f"--comment=paddlecloud:{launch.key}",
             f"--chdir={cwd}",
-            f"--output={job.dir / 'logs' / f'{w.name}.{w.run}.log'}",
+            f"--output={log_file(job, w)}",
             "--open-mode=append",
             "--ntasks=1",
             f"--cpus-per-task={max(1, math.ceil(need.cpu_m / 1000))}",
@@ -184,8 +193,7 @@ class BatchScripts:
         api, after, scontrol = self._fence(job)
         if not api:
             return []
-        log = job.dir / "logs" / f"{w.name}.{w.run}.log"
-        own = ["--log", str(log), "--status", str(status_file(job, w))]
+        own = ["--log", str(log_file(job, w)), "--status", str(status_file(job, w))]
         fence = ["--fence-api", api, "--fence-scontrol", scontrol, "--fence-after", str(after)]
         # built here, run there: the node's interpreter finds the package itself (``-m``), where
         # ``monitor.command()`` would name this host's folder of it
@@ -200,7 +208,7 @@ class BatchScripts:
         api = api_target(job.launch.api.url)
         fence, after, scontrol = self._fence(job)
         return RunKeep(
-            log=str(job.dir / "logs" / f"{w.name}.{w.run}.log"), max_log_bytes=limits.max_log_bytes,
+            log=str(log_file(job, w)), max_log_bytes=limits.max_log_bytes,
             max_pids=limits.max_pids if limits.resources != "off" else None, netns=name, vni=job.vni,
             addresses=dict(self.addresses()) if name else {}, api_target=api,
             api_dir=str(self.settings.node_cache / "run"), ready_port=w.port if server else 0,
@@ -219,6 +227,11 @@ class BatchScripts:
         )  # PREFIX/bin/python
         env_dir = Path(job.env_dir) if job.env_dir else prefix
         return self.sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",))
+
+
+def log_file(job: JobRecord, w: WorkerRecord) -> Path:
+    """This run's log (sbatch's ``--output``; the monitor writes into it too), kept across restarts."""
+    return job.dir / "logs" / f"{w.name}.{w.run}.log"
 
 
 def status_file(job: JobRecord, w: WorkerRecord) -> Path:
