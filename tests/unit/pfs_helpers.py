@@ -77,7 +77,7 @@ def tree_of(root: Path) -> dict[str, bytes | None]:
 
 def begin(client: Client, path: str, size: int, chunk_size: int = CHUNK, **kw: Any) -> UploadView:
     body = {"path": path, "size": size, "chunk_size": chunk_size, **kw}
-    return UploadView.model_validate_json(client.request("POST", "/pfs/uploads", json=body).content)
+    return UploadView.from_json(client.request("POST", "/pfs/uploads", json=body).content)
 
 
 def put_chunk(client: Client, up: UploadView, index: int, data: bytes, digest: str | None = None) -> None:

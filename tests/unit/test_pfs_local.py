@@ -61,7 +61,7 @@ def requests_of(client: Client) -> list[tuple[str, str]]:
 
 
 def grant(client: Client, **target: str) -> LocalGrant:
-    return LocalGrant.model_validate_json(client.request("POST", "/pfs/local", json=target).content)
+    return LocalGrant.from_json(client.request("POST", "/pfs/local", json=target).content)
 
 
 def redeem(g: LocalGrant, msg: dict[str, Any], fds: list[int] | None = None) -> list[dict[str, Any]]:

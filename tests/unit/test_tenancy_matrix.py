@@ -440,7 +440,7 @@ def build_world(platform: Platform, new_http: Callable[[], httpx.Client], tmp: P
     (tmp / "data.txt").write_bytes(b"alice's secret data")
     fs.upload_file(tmp / "data.txt", "pfs:private/data.txt")
     alice.create_sampleset("secret-set", "pfs:private")  # no loop runs here: it stays Pending
-    up = UploadView.model_validate_json(
+    up = UploadView.from_json(
         alice.request(
             "POST",
             "/pfs/uploads",

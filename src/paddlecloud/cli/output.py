@@ -11,15 +11,15 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
-from pydantic import BaseModel
 
 from paddlecloud.core.durations import human_duration
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from rich.console import Console
 
     from paddlecloud.api.files import StorageUsage
@@ -39,6 +39,13 @@ __all__ = [
     "storage_parts",
 ]
 
+
+class Wired(Protocol):
+    """An answer of ``api.files`` (a dataclass, not a pydantic model): its JSON is ``to_wire()``."""
+
+    def to_wire(self) -> dict[str, Any]: ...
+
+
 FORMATS = click.Choice(["table", "wide", "json", "yaml"])
 
 
@@ -51,20 +58,27 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
-def emit(data: BaseModel | Sequence[BaseModel] | dict[str, Any], fmt: str) -> None:
-    """Machine output: a model, or ``{"items": [...]}`` for a list."""
-    if isinstance(data, BaseModel):
-        obj: Any = data.model_dump(mode="json")
-    elif isinstance(data, dict):
-        obj = data
+def emit(data: BaseModel | Wired | Sequence[BaseModel | Wired] | dict[str, Any], fmt: str) -> None:
+    """Machine output: a model (or an answer of ``api.files``), or ``{"items": [...]}`` for a list."""
+    if isinstance(data, dict):
+        obj: Any = data
+    elif isinstance(data, Sequence):
+        obj = {"items": [_jsonable(d) for d in data]}
     else:
-        obj = {"items": [d.model_dump(mode="json") for d in data]}
+        obj = _jsonable(data)
     if fmt == "json":
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
     else:
         import yaml
 
         sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
+
+
+def _jsonable(data: BaseModel | Wired) -> Any:
+    """A pydantic model's JSON form, or an ``api.files`` answer's (no pydantic on the ``pfs`` path)."""
+    if hasattr(data, "to_wire"):
+        return data.to_wire()
+    return data.model_dump(mode="json")
 
 
 def age(t: datetime | None, now: datetime | None = None) -> str:

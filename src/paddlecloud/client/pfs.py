@@ -121,7 +121,7 @@ class Pfs:
         if self._home is None:
             try:
                 r = self._get("/pfs/home")
-                self._home = PfsHome.model_validate_json(r.content).path
+                self._home = PfsHome.from_json(r.content).path
                 self._data_port = r.headers.get(HEADER_DATA_PORT, "")
             except PaddleCloudError as exc:  # an older server's "no such route" (404, invalid_request)
                 if exc.code != ErrorCode.INVALID_REQUEST:
@@ -155,7 +155,7 @@ class Pfs:
         return self.session.request("GET", endpoint, params=params)
 
     def stat(self, path: str) -> FileInfo:
-        return FileInfo.model_validate_json(self._get("/pfs/stat", path=self.full(path)).content)
+        return FileInfo.from_json(self._get("/pfs/stat", path=self.full(path)).content)
 
     def exists(self, path: str) -> FileInfo | None:
         try:
@@ -167,12 +167,12 @@ class Pfs:
 
     def ls(self, path: str | None = None, recursive: bool = False) -> list[FileInfo]:
         r = self._get("/pfs/list", path=self.full(path or self.home()), recursive=str(recursive).lower())
-        return FileList.model_validate_json(r.content).items
+        return FileList.from_json(r.content).items
 
     def mkdir(self, path: str, parents: bool = False) -> FileInfo:
         """One directory (``parents``: and the missing ones above it; an existing one is fine)."""
         r = self.session.request("POST", "/pfs/mkdir", json={"path": self.full(path), "parents": parents})
-        return FileInfo.model_validate_json(r.content)
+        return FileInfo.from_json(r.content)
 
     def makedirs(self, path: str, exist_ok: bool = False) -> FileInfo:
         """As ``os.makedirs``: ``path`` and any missing parents; an existing ``path`` is an error
@@ -191,10 +191,10 @@ class Pfs:
 
     def mv(self, src: str, dst: str) -> FileInfo:
         r = self.session.request("POST", "/pfs/move", json={"src": self.full(src), "dst": self.full(dst)})
-        return FileInfo.model_validate_json(r.content)
+        return FileInfo.from_json(r.content)
 
     def usage(self) -> StorageUsage:
-        return StorageUsage.model_validate_json(self._get("/pfs/usage").content)
+        return StorageUsage.from_json(self._get("/pfs/usage").content)
 
     # -- single files ---------------------------------------------------------------------------
 
@@ -216,7 +216,7 @@ class Pfs:
             return TransferStats(files=1, bytes_sent=size)
         begin = {"path": remote, "size": size, "chunk_size": self.chunk_size, "overwrite": overwrite}
         r = self.session.request("POST", "/pfs/uploads", json=begin)
-        up = UploadView.model_validate_json(r.content)
+        up = UploadView.from_json(r.content)
         digests: list[str] = [""] * up.chunks
         fd = os.open(local, os.O_RDONLY)
         try:

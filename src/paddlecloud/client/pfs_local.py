@@ -48,7 +48,7 @@ class LocalPlane:
             return None
         try:
             r = self.session.request("POST", "/pfs/local", json=target)
-            g = LocalGrant.model_validate_json(r.content)
+            g = LocalGrant.from_json(r.content)
         except PaddleCloudError:  # an older server, none here, or refused: HTTP says why, if at all
             self.enabled = False
             return None
