@@ -220,11 +220,16 @@ ctld_pid() { pid_of "$DIR/run/slurmctld.pid" slurmctld; }
 slurmd_pid() { pid_of "$DIR/run/slurmd-$1.pid" slurmd; }
 
 # processes Slurm started on node $1: slurmstepds (they inherit PADDLECLOUD_SLURM_NODE from their
-# slurmd) and every task (SLURMD_NODENAME), with their descendants
+# slurmd) and every task (SLURMD_NODENAME), with their descendants. On hosts (PADDLECLOUD_SLURM_HOSTS)
+# also PADDLECLOUD_HOST, which `ensure-hosts.sh exec` gives everything it starts on a host: a
+# slurmstepd's title overwrites the first entries of its environment block (setproctitle), and
+# there those were PADDLECLOUD_SLURM_NODE and _DIR, so a stepd was missed, outlived its task and
+# told slurmctld "WTERMSIG 9" (a failed job, not the NODE_FAIL of a node that died)
 node_procs() {
-  local node=$1 f
+  local node=$1 f host=()
+  [ -n "$HOSTS" ] && host=(-e "PADDLECLOUD_HOST=$node")
   # one grep over every process's environment (-z: NUL-separated entries, -x: whole entry)
-  grep -lzx -e "PADDLECLOUD_SLURM_NODE=$node" -e "SLURMD_NODENAME=$node" /proc/[0-9]*/environ 2>/dev/null \
+  grep -lzx -e "PADDLECLOUD_SLURM_NODE=$node" -e "SLURMD_NODENAME=$node" "${host[@]}" /proc/[0-9]*/environ 2>/dev/null \
     | while read -r f; do
         grep -qzx -e "PADDLECLOUD_SLURM_DIR=$DIR" -e "SLURM_CONF=$CONF" "$f" 2>/dev/null || continue
         f=${f#/proc/}; f=${f%/environ}

@@ -326,7 +326,7 @@ def test_a_planned_rendezvous_store_runs_on_its_node_at_the_master_port(
     """An elastic torch job's store the plan placed (``STORE_WORKER``: the controller plans it as
     the job's one pserver, the launch names it ``rendezvous``) is the Slurm job Slurm runs on that
     node, at the job's master port (before: put wherever it fitted, issue 25). Whether the store
-    then serves (it needs torch, which this venv lacks) is tests/slurm/test_examples.py's."""
+    then serves (it needs torch, which this venv lacks) is tests/hosts/test_node_failure.py's."""
     assert Capability.STORE_WORKER in backend.capabilities
     job = store_launch(package, tmp_path)
     backend.start(job)

@@ -106,7 +106,7 @@ def test_the_store_whose_port_is_held_moves_with_the_master_port(
         store = record.workers["rendezvous-0"]
         assert store.port == record.stores[1] == ports[0] + 4, (store, record.stores)
         # its second run got past the launcher's check (the store itself needs torch, which this
-        # venv lacks: whether it serves is tests/slurm/test_examples.py's)
+        # venv lacks: whether it serves is tests/hosts/test_node_failure.py's)
         seen = sync_until(bare, job.key, lambda s: store.run == 1 and store.state != WorkerState.PENDING, 90)
     assert store.port != ports[0] + 4 and record.stores[1] == store.port, (store, record.stores)
     assert store.ran_on == "n3" and store.why != WorkerReason.PORT_HELD, store
