@@ -2,7 +2,7 @@
 
 Each check runs the ``paddlecloud`` program's own entry (``main()`` with ``sys.argv``) in a fresh
 interpreter (this test process has everything imported) against an endpoint where nothing listens,
-so the session is built and a request tried (httpcore imported), and reads ``sys.modules`` at exit.
+so the session is built and a request tried (for https, httpcore imported), and reads ``sys.modules`` at exit.
 No timing is asserted: the modules a command does not need are named, so a new top-level import of
 the job models, Rich, httpx's own command line or the async libraries in that path fails here.
 """
@@ -20,13 +20,16 @@ from paddlecloud.client.config import Datacenter, save_datacenter
 
 __all__: list[str] = []
 
-#: modules `pfs stat` / `pfs cp -q` must not load: pydantic (the file service's answers are
+#: modules `pfs stat` / `pfs cp -q` to an http:// endpoint must not load: httpx and httpcore (its
+#: session is client.plain's, on http.client), pydantic (the file service's answers are
 #: dataclasses, ~65 ms of start-up), the job wire models and the SDK class importing
 #: them, the request bodies the server reads (built when imported), PyYAML (the CLI's config file is
 #: JSON), Rich (drawn only for a progress bar), httpx's command line (Rich and pygments), and the
 #: async libraries httpcore would load for async callers
 NOT_FOR_PFS = [
     "pydantic",
+    "httpx",
+    "httpcore",
     "paddlecloud.api.models",
     "paddlecloud.api.file_requests",
     "yaml",
@@ -95,7 +98,9 @@ def test_only_the_program_freezes_its_import_time_objects(tmp_path: Path) -> Non
 
 def test_a_plain_http_endpoint_loads_no_ca_bundle_and_https_still_verifies(tmp_path: Path) -> None:
     assert run(tmp_path, "pfs", "stat", "pfs:x")["ca_loads"] == 0
-    assert run(tmp_path, "pfs", "stat", "pfs:x", endpoint="https://127.0.0.1:9")["ca_loads"] >= 1
+    tls = run(tmp_path, "pfs", "stat", "pfs:x", endpoint="https://127.0.0.1:9")
+    assert tls["ca_loads"] >= 1
+    assert {"httpx", "httpcore"} <= set(tls["modules"])  # https keeps httpx's verifying session
 
 
 def test_the_probe_sees_what_it_looks_for(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError, Se
 from paddlecloud.api.files import HEADER_DATA_PORT, FileInfo, FileList, PfsHome, StorageUsage, UploadView
 from paddlecloud.client.pfs_data import DataPlane, DataUnavailable
 from paddlecloud.client.pfs_local import BATCH, LocalBusy, LocalPlane
-from paddlecloud.client.session import Session, connect
+from paddlecloud.client.transport import TlsFiles, Transport, no_endpoint, resolve
 from paddlecloud.core.checksum import ChunkedHasher, chunk_digest, file_checksum
 from paddlecloud.core.fileio import copy_range, hash_range, start_writeback, write_at
 from paddlecloud.core.pfspath import expand_short, is_remote
@@ -93,7 +93,7 @@ class TransferStats:
 
 
 class Pfs:
-    def __init__(self, session: Session, *, parallel: int = 4, chunk_size: int = 16 << 20) -> None:
+    def __init__(self, session: Transport, *, parallel: int = 4, chunk_size: int = 16 << 20) -> None:
         self.session = session
         self.parallel = parallel
         self.chunk_size = chunk_size
@@ -107,11 +107,22 @@ class Pfs:
         self._plane: DataPlane | None = None
 
     @classmethod
-    def connect(cls, **kw: Any) -> Pfs:
-        """The file service of a new session (``kw``: :func:`paddlecloud.client.session.connect`'s:
-        by default the current datacenter of the client config). What ``paddlecloud pfs`` uses: it
-        imports none of ``Client``'s job models."""
-        return cls(connect(**kw))
+    def connect(
+        cls, endpoint: str | None = None, token: str | None = None, *, tls: TlsFiles = (None, None, None)
+    ) -> Pfs:
+        """The file service of a new session, by default to the current datacenter of the client
+        config. What ``paddlecloud pfs`` uses: it imports none of ``Client``'s job models, and to an
+        ``http://`` endpoint not even httpx (``client.plain``); ``https://`` has httpx's session."""
+        endpoint, token, tls = resolve(endpoint, token, tls)
+        if not endpoint:
+            raise no_endpoint()
+        if endpoint.lower().startswith("http://") and not any(tls):
+            from paddlecloud.client.plain import PlainSession
+
+            return cls(PlainSession(endpoint, token))
+        from paddlecloud.client.session import Session
+
+        return cls(Session(endpoint, token, tls=tls))
 
     # -- paths ----------------------------------------------------------------------------------
 

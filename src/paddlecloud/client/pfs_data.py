@@ -29,7 +29,7 @@ from urllib.parse import urlencode, urlsplit
 
 from paddlecloud.api import API_PREFIX
 from paddlecloud.api.errors import ErrorCode, InvalidInput, error_from_body
-from paddlecloud.client.session import Session
+from paddlecloud.client.transport import Transport
 from paddlecloud.core.fileio import write_at
 
 __all__ = ["BUFFER", "ENV_SWITCH", "DataPlane", "DataUnavailable"]
@@ -66,7 +66,7 @@ _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
 class DataPlane:
-    def __init__(self, session: Session, port: int) -> None:
+    def __init__(self, session: Transport, port: int) -> None:
         url = urlsplit(session.endpoint)
         self.host = url.hostname or "127.0.0.1"
         self.port = port
@@ -77,7 +77,7 @@ class DataPlane:
         self._idle: list[_Link] = []
 
     @classmethod
-    def of(cls, session: Session, header: str | None) -> DataPlane | None:
+    def of(cls, session: Transport, header: str | None) -> DataPlane | None:
         """The data port the answer header ``header`` names, unless there is none or it is off."""
         if not header or not header.isdigit() or os.environ.get(ENV_SWITCH, "1") == "0":
             return None

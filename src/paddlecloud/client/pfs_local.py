@@ -19,7 +19,7 @@ from typing import Any
 
 from paddlecloud.api.errors import PaddleCloudError, ServerError, error_from_body
 from paddlecloud.api.files import LocalGrant
-from paddlecloud.client.session import Session
+from paddlecloud.client.transport import Transport
 from paddlecloud.core.fdpass import ProtocolError, recv_msg, send_msg
 
 __all__ = ["BATCH", "ENV_SWITCH", "LocalBusy", "LocalPlane"]
@@ -37,7 +37,7 @@ class LocalBusy(Exception):
 
 
 class LocalPlane:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Transport) -> None:
         self.session = session
         self.enabled = os.environ.get(ENV_SWITCH, "1") != "0"
 

@@ -23,17 +23,9 @@ from typing import Any
 
 import httpx
 
-from paddlecloud._version import API_VERSION, MIN_SERVER_API_VERSION
-from paddlecloud.api import API_PREFIX, HEADER_API_VERSION
-from paddlecloud.api.errors import (
-    ErrorCode,
-    InvalidInput,
-    PaddleCloudError,
-    ServerUnreachable,
-    VersionMismatch,
-    error_from_body,
-)
-from paddlecloud.client.config import load_config
+from paddlecloud.api import API_PREFIX
+from paddlecloud.api.errors import InvalidInput, PaddleCloudError, ServerUnreachable
+from paddlecloud.client.transport import Checks, TlsFiles, no_endpoint, resolve
 
 __all__ = ["Session", "connect", "plain_http_context", "tls_context"]
 
@@ -73,9 +65,10 @@ def plain_http_context() -> ssl.SSLContext:
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # check_hostname=True, CERT_REQUIRED, no CAs
 
 
-class Session:
+class Session(Checks):
     """Requests below ``/api/v1`` to ``endpoint``. ``http``: an ``httpx.Client`` to use instead of
-    a new one (tests bind it to the ASGI app: the transport seam); ``tls``: ``(ca, cert, key)``."""
+    a new one (tests bind it to the ASGI app: the transport seam); ``tls``: ``(ca, cert, key)``.
+    A :class:`paddlecloud.client.transport.Transport`, as ``client.plain.PlainSession`` is."""
 
     def __init__(
         self,
@@ -84,15 +77,9 @@ class Session:
         *,
         http: httpx.Client | None = None,
         timeout: float = 30.0,
-        tls: tuple[str | None, str | None, str | None] = (None, None, None),
+        tls: TlsFiles = (None, None, None),
     ) -> None:
-        self.endpoint = endpoint.rstrip("/")
-        headers = {HEADER_API_VERSION: str(API_VERSION)}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        #: what a second connection to the same server needs (the PFS data port, client.pfs_data):
-        #: the headers every request carries and, for https, the TLS files' SSL context
-        self.headers = dict(headers)
+        super().__init__(endpoint, token)
         self._tls: ssl.SSLContext | None = None
         if http is None:
             ctx = self._tls = tls_context(*tls)
@@ -102,9 +89,8 @@ class Session:
                 http = httpx.Client(base_url=self.endpoint, timeout=timeout)
             else:
                 http = httpx.Client(base_url=self.endpoint, timeout=timeout, verify=ctx)
-        http.headers.update(headers)
+        http.headers.update(self.headers)
         self.http = http
-        self._checked = False
 
     def close(self) -> None:
         self.http.close()
@@ -150,34 +136,13 @@ class Session:
         except httpx.TransportError as exc:
             raise self.unreachable(exc) from None
 
-    def check(self, response: httpx.Response) -> None:
-        """The server's API version (first answer only) and the answer's status."""
-        if not self._checked:
-            sent = response.headers.get(HEADER_API_VERSION)
-            if sent is not None and sent.isdigit() and int(sent) < MIN_SERVER_API_VERSION:
-                raise VersionMismatch(
-                    f"server API version {sent} is older than this client needs ({MIN_SERVER_API_VERSION}): "
-                    "upgrade the server or use an older paddlecloud",
-                    code=ErrorCode.SERVER_TOO_OLD,
-                )
-            self._checked = True
-        if response.status_code >= 400:
-            try:
-                body: Any = response.json()
-            except ValueError:
-                body = None
-            raise error_from_body(response.status_code, body)
-
     def unreachable(self, exc: Exception) -> PaddleCloudError:
         if isinstance(exc, httpx.ConnectError) and ("SSL" in str(exc) or "certificate" in str(exc)):
             return ServerUnreachable(
                 f"TLS handshake with {self.endpoint} failed: {exc}; check the datacenter's ca, cert and "
                 "key (paddlecloud login --ca/--cert/--key)"
             )
-        return ServerUnreachable(
-            f"cannot reach the PaddleCloud server at {self.endpoint} ({type(exc).__name__}); "
-            "is `paddlecloud up` running?"
-        )
+        return super().unreachable(exc)
 
 
 def connect(
@@ -186,23 +151,13 @@ def connect(
     *,
     http: httpx.Client | None = None,
     timeout: float = 30.0,
-    tls: tuple[str | None, str | None, str | None] = (None, None, None),
+    tls: TlsFiles = (None, None, None),
 ) -> Session:
     """A session to ``endpoint`` with ``token``, both by default the current datacenter's of the
     client config, and so are the TLS files ``tls`` (ca, cert, key) when the endpoint comes from
     there too. ``Client()`` and ``Pfs.connect()`` (the CLI's ``pfs`` commands, which need none of the
     job models) are both made by it."""
-    ca, cert, key = tls
-    if endpoint is None or token is None:
-        dc = load_config().current
-        if dc is not None:
-            if not endpoint:
-                ca, cert, key = ca or dc.ca, cert or dc.cert, key or dc.key
-            endpoint = endpoint or dc.endpoint
-            token = token or dc.token
+    endpoint, token, tls = resolve(endpoint, token, tls)
     if not endpoint and http is None:
-        raise InvalidInput(
-            "no PaddleCloud endpoint configured: run `paddlecloud up` for a local platform, "
-            "or `paddlecloud login`; or set PADDLECLOUD_ENDPOINT"
-        )
-    return Session(endpoint or "http://testserver", token, http=http, timeout=timeout, tls=(ca, cert, key))
+        raise no_endpoint()
+    return Session(endpoint or "http://testserver", token, http=http, timeout=timeout, tls=tls)
