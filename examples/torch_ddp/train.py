@@ -24,7 +24,7 @@ broadcasts it, so every rank resumes from the same state.
 
 Adaptive mode (``--env ADAPTIVE=1``, for a job submitted with
 ``--batch-size N --adaptive-batch-size MIN:MAX``): the scheduler chooses the
-global batch; paddlecloud.runtime.adaptive.AdaptiveDDP reads it at every start
+global batch; paddlecloud.runtime.AdaptiveDDP reads it at every start
 (so at every membership change) and, when the scheduler changes only the batch,
 during the training (all ranks switch after the same step, no restart), splits
 it over the ranks (gradient accumulation above MAX_LOCAL_BATCH rows per rank),
@@ -128,7 +128,7 @@ def adaptive_setup(model, optimizer, rank):
     """Adaptive mode: the runtime's helper, at the batch the scheduler assigned (None otherwise)."""
     if not ADAPTIVE:
         return None
-    from paddlecloud.runtime.adaptive import AdaptiveDDP
+    from paddlecloud.runtime import AdaptiveDDP
 
     for group in optimizer.param_groups:
         group["lr"] = ADAPTIVE_LR

@@ -7,10 +7,10 @@ phases; :class:`Platform` wires both to a database and a backend.
 from __future__ import annotations
 
 from paddlecloud.controller.config import ComputeLimits, ForecastSettings, MetricsAccess, PlatformConfig
+from paddlecloud.controller.identity import Identity
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.jobtokens import JobIdentity, is_job_token
 from paddlecloud.controller.platform import Platform
-from paddlecloud.controller.users import Identity
 
 __all__ = [
     "ComputeLimits",

@@ -32,8 +32,8 @@ from paddlecloud.api.errors import Conflict, ErrorCode, NotFound
 from paddlecloud.api.models import JobSpec
 from paddlecloud.controller.batches import adaptive_spec, state_view
 from paddlecloud.controller.context import Context
+from paddlecloud.controller.identity import Identity, require_admin
 from paddlecloud.controller.jobtokens import JobIdentity
-from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.store.tables import AdaptiveReportRow, AdaptiveRow, JobRow
 
 __all__ = ["EMA_WEIGHT", "KEEP_REPORTS", "REPORT_INTERVAL_S", "AdaptiveService"]

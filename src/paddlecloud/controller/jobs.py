@@ -39,6 +39,7 @@ from paddlecloud.controller.batches import new_state
 from paddlecloud.controller.capacity import check_capacity
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.forecasts import FORECAST_TABLE
+from paddlecloud.controller.identity import Identity, require_admin
 from paddlecloud.controller.jobtokens import JobIdentity
 from paddlecloud.controller.packages import check_entry, inspect_package
 from paddlecloud.controller.quotas import compute_quota
@@ -46,7 +47,6 @@ from paddlecloud.controller.readcache import ReadCache
 from paddlecloud.controller.records import job_request, record_workers
 from paddlecloud.controller.sampleset_records import check_job_sampleset
 from paddlecloud.controller.tasks import add_queue, plan_tasks
-from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.controller.views import RoleTally, detail_view, job_view, worker_view
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
 from paddlecloud.core.quantity import format_cpu, format_memory

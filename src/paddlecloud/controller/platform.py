@@ -3,6 +3,8 @@
     Platform.open(config) ─┬─ store.open_database(url)   (Alembic upgrade to head)
                            ├─ registry.entry(config.backend).create(settings, data dir, ...)
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
+                           │                      (deleting a user spans the three: delete_user,
+                           │                      controller.user_deletion)
                            ├─ TaskService (the jobs' data task masters)
                            ├─ AdaptiveService (adaptive-batch jobs' reports and assignment)
                            ├─ SampleSetService + SampleSetLoop (controller.samplesets: cached data
@@ -28,6 +30,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from paddlecloud.api.users import UserDeleted
 from paddlecloud.backends import registry
 from paddlecloud.backends.base import Backend, BackendSetup, Capability
 from paddlecloud.backends.registry import BackendConfigError
@@ -40,6 +43,7 @@ from paddlecloud.controller.files import FileService
 from paddlecloud.controller.files_local import LocalTransfers
 from paddlecloud.controller.forecasts import ForecastBoard, Forecaster
 from paddlecloud.controller.history import History
+from paddlecloud.controller.identity import Identity, require_admin
 from paddlecloud.controller.jobs import JobService
 from paddlecloud.controller.metrics import PlatformMetrics, live_figures
 from paddlecloud.controller.quotas import storage_quota
@@ -49,7 +53,8 @@ from paddlecloud.controller.sampleset_records import cached_bytes_of
 from paddlecloud.controller.samplesets import SampleSetLoop, SampleSetService
 from paddlecloud.controller.scheduling import ClusterState
 from paddlecloud.controller.tasks import TaskService
-from paddlecloud.controller.users import Identity, UserDirectory, require_admin
+from paddlecloud.controller.user_deletion import UserDeletion
+from paddlecloud.controller.users import UserDirectory
 from paddlecloud.core.clock import Clock, SystemClock
 from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.storage import LocalDirStore
@@ -190,6 +195,13 @@ class Platform:
         self.stop_loops()
         self.ctx.backend.close()
         self.ctx.db.dispose()
+
+    def delete_user(
+        self, who: Identity, name: str, *, force: bool = False, delete_files: bool = False
+    ) -> UserDeleted:
+        """Delete user ``name`` (admins only, never yourself): ``controller.user_deletion``."""
+        deletion = UserDeletion(self.users, self.jobs, self.files)
+        return deletion.delete(who, name, force=force, delete_files=delete_files)
 
     def ensure_user(self, name: str, *, admin: bool = False) -> str:
         with self.ctx.session() as s:

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput, NotFound
 from paddlecloud.api.file_requests import QuotaUpdate
-from paddlecloud.controller.users import Identity, require_admin
+from paddlecloud.controller.identity import Identity, require_admin
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 from paddlecloud.core.resources import Resources
 from paddlecloud.store.tables import UserRow

@@ -57,6 +57,7 @@ from paddlecloud.backends.samplesets import (
     SampleTaskStatus,
 )
 from paddlecloud.controller.context import Context
+from paddlecloud.controller.identity import Identity, require_admin
 from paddlecloud.controller.sampleset_records import (
     find_sampleset,
     ref_of,
@@ -64,7 +65,6 @@ from paddlecloud.controller.sampleset_records import (
     sampleset_not_found,
     samplesets_unavailable,
 )
-from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.core.phases import TERMINAL_PHASES
 from paddlecloud.core.quantity import QuantityError, human_memory, parse_memory
 from paddlecloud.store.tables import JobRow, SampleJobRow, SampleSetRow

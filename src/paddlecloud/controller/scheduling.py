@@ -20,9 +20,9 @@ from paddlecloud.api.cluster import Amounts, ClusterView, NodeView, QueueEntry, 
 from paddlecloud.backends.base import Capability
 from paddlecloud.controller.capacity import node_states
 from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.identity import Identity, require_admin
 from paddlecloud.controller.reconciler import HOLDING, Reconciler
 from paddlecloud.controller.records import job_request
-from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.controller.views import ts
 from paddlecloud.core.phases import JobPhase
 from paddlecloud.core.resources import Resources

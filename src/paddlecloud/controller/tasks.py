@@ -55,8 +55,8 @@ from paddlecloud.api.tasks import (
 from paddlecloud.backends.base import WorkerStatus
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.files import FileService
+from paddlecloud.controller.identity import Identity, require_admin
 from paddlecloud.controller.jobtokens import JobIdentity, authenticate_job
-from paddlecloud.controller.users import Identity, require_admin
 from paddlecloud.controller.views import ts
 from paddlecloud.core import tasks as logic
 from paddlecloud.core.phases import WorkerState

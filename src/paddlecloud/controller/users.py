@@ -11,25 +11,16 @@ re-check, under a lock (the admins' rows locked ``FOR UPDATE`` on PostgreSQL, a 
 it), that the caller is still an admin, so two admins revoking each other at once cannot leave none
 (the second finds itself revoked: ``forbidden``).
 
-Deleting a user (``delete``)::
-
-    active jobs (Queued, Starting, Running)? ── not force ──▶ 409 user_has_jobs (names them)
-    lock the account out (a new token nobody sees; no longer admin), commit
-    every job of the user: the active ones killed at once (force: their grace periods overlap), then
-    each record with its logs, tasks and package removed
-    PFS home: kept (admins still read it at /pfs/<dc>/home/NAME) or, with delete_files, deleted
-    their SampleSets marked deleting (the SampleSet loop unmounts and removes them)
-    the user row removed (its name is free again: a new user of that name gets a kept home)
+Deleting a user spans the jobs and the files too: ``controller.user_deletion`` (above the services)
+does it, with :meth:`UserDirectory.lock_out` first and :meth:`UserDirectory.forget` last. Who is
+asking, and whether they are an admin: ``controller.identity``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import secrets
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Select, select, update
 from sqlalchemy.exc import IntegrityError
@@ -37,20 +28,13 @@ from sqlalchemy.orm import Session
 
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, NotFound, Unauthorized
 from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
-from paddlecloud.api.users import UserDeleted
 from paddlecloud.controller.config import ComputeLimits
+from paddlecloud.controller.identity import Identity, require_admin
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.phases import TERMINAL_PHASES
 from paddlecloud.store.tables import JobRow, SampleSetRow, UserRow
 
-if TYPE_CHECKING:  # the services a deletion goes through (they import this module)
-    from paddlecloud.controller.files import FileService
-    from paddlecloud.controller.jobs import JobService
-
-__all__ = ["Identity", "UserDirectory", "require_admin"]
-
-#: rounds of removing a deleted user's jobs (a submit that raced the lock-out is found by the next)
-_ROUNDS = 3
+__all__ = ["UserDirectory"]
 
 
 def _hash(token: str) -> str:
@@ -59,20 +43,6 @@ def _hash(token: str) -> str:
 
 def _new_token() -> str:
     return "pc_" + secrets.token_urlsafe(32)
-
-
-class Identity:
-    __slots__ = ("is_admin", "name")
-
-    def __init__(self, name: str, is_admin: bool) -> None:
-        self.name = name
-        self.is_admin = is_admin
-
-
-def require_admin(who: Identity, what: str) -> None:
-    """Raise ``Forbidden`` (code ``forbidden``) unless ``who`` is an admin; ``what`` names the action."""
-    if not who.is_admin:
-        raise Forbidden(f"{what} is for admins only; user {who.name!r} is not one", code=ErrorCode.FORBIDDEN)
 
 
 def _not_found(name: str) -> NotFound:
@@ -190,17 +160,17 @@ class UserDirectory:
             session.commit()
         return UserView(name=row.name, is_admin=row.is_admin)
 
-    def delete(
-        self, who: Identity, name: str, *, jobs: JobService, files: FileService, force: bool = False,
-        delete_files: bool = False,
-    ) -> UserDeleted:  # fmt: skip
-        """Delete user ``name`` (module doc): their jobs go, their home stays unless ``delete_files``."""
+    def lock_out(self, session: Session, who: Identity, name: str, *, force: bool) -> list[str]:
+        """The first step of deleting ``name`` (``controller.user_deletion``): refused for a
+        non-admin, for ``who`` themselves, and while ``name`` has active jobs unless ``force``
+        (``user_has_jobs``, naming them); then ``name``'s token is replaced by one nobody sees and
+        its admin status goes, committed. Returns the active jobs (to be killed)."""
         require_admin(who, "deleting users")
         if name == who.name:
             raise _own_account("delete")
-        with self._admin_lock, jobs.ctx.session() as s:
-            row = self._locked_user(s, who, name)
-            active = list(s.scalars(self._jobs_of(name).where(JobRow.phase.not_in(TERMINAL_PHASES))))
+        with self._admin_lock:
+            row = self._locked_user(session, who, name)
+            active = list(session.scalars(_jobs_of(name).where(JobRow.phase.not_in(TERMINAL_PHASES))))
             if active and not force:
                 shown = ", ".join(active[:5]) + (", ..." if len(active) > 5 else "")
                 raise Conflict(
@@ -209,41 +179,28 @@ class UserDirectory:
                     code=ErrorCode.USER_HAS_JOBS,
                 )
             row.token_sha256, row.is_admin = _hash(_new_token()), False  # locked out from now on
-            s.commit()
-        done = UserDeleted(name=name, killed=active, home_path=str(files.home(name)))
-        with ThreadPoolExecutor(max_workers=8) as pool:  # their grace periods run together, not in turn
-            for job in active:
-                pool.submit(self._kill_quietly, jobs, who, job, name)
-        for _ in range(_ROUNDS):
-            with jobs.ctx.session() as s:
-                left = list(s.scalars(self._jobs_of(name)))
-            if not left:
-                break
-            for job in left:
-                try:
-                    jobs.delete(who, job, user=name)  # kills it first if it is still active
-                except (NotFound, Conflict):  # it ended or went meanwhile: the next round sees
-                    continue
-                done.jobs_removed += 1
-        if delete_files and files.remove_home(name):
-            done.home = "deleted"
-        with jobs.ctx.session() as s:  # their SampleSets: unmounted and removed by their loop
-            s.execute(
-                update(SampleSetRow)
-                .where(SampleSetRow.owner == name)
-                .values(deleting=True, message="deleting: its owner was deleted")
-            )
-            gone = s.scalar(select(UserRow).where(UserRow.name == name))
-            if gone is not None:
-                s.delete(gone)
-                s.commit()
-        return done
+            session.commit()
+        return active
 
     @staticmethod
-    def _kill_quietly(jobs: JobService, who: Identity, job: str, user: str) -> None:
-        with contextlib.suppress(NotFound, Conflict):  # it ended or went meanwhile
-            jobs.kill(who, job, user=user)
+    def jobs_of(session: Session, name: str) -> list[str]:
+        """The names of ``name``'s jobs, oldest first."""
+        return list(session.scalars(_jobs_of(name)))
 
     @staticmethod
-    def _jobs_of(user: str) -> Select[str]:
-        return select(JobRow.name).where(JobRow.user == user).order_by(JobRow.id)
+    def forget(session: Session, name: str) -> None:
+        """The last step of deleting ``name``: their SampleSets marked deleting (their loop unmounts
+        and removes them), their row removed (the name is free again)."""
+        session.execute(
+            update(SampleSetRow)
+            .where(SampleSetRow.owner == name)
+            .values(deleting=True, message="deleting: its owner was deleted")
+        )
+        gone = session.scalar(select(UserRow).where(UserRow.name == name))
+        if gone is not None:
+            session.delete(gone)
+        session.commit()
+
+
+def _jobs_of(user: str) -> Select[str]:
+    return select(JobRow.name).where(JobRow.user == user).order_by(JobRow.id)

@@ -2,8 +2,8 @@
 
 A job submitted with ``--adaptive-batch-size MIN:MAX`` lets the scheduler choose its global batch
 (docs/env-contract.md, "Adaptive batch size"). Inside the job this module does the arithmetic and
-the talking, standard library only; :class:`AdaptiveDDP` (``runtime.adaptive_torch``, imported on
-first use) drives a PyTorch DDP training loop with it::
+the talking, standard library only; ``AdaptiveDDP`` (``runtime.adaptive_torch``; imported on first
+use as ``paddlecloud.runtime.AdaptiveDDP``) drives a PyTorch DDP training loop with it::
 
     server ──GET /api/v1/jobs/{job}/adaptive──▶ Assignment (global batch now, initial, bounds, LR rule)
     Assignment, world size, max local batch ──plan()──▶ Plan (local = micro batch x accumulation steps)
@@ -37,19 +37,15 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from paddlecloud.runtime import apiclient
 from paddlecloud.runtime import contract as c
-
-if TYPE_CHECKING:
-    from paddlecloud.runtime.adaptive_torch import AdaptiveDDP
 
 __all__ = [
     "LR_RULES",
     "MAX_NOISE",
     "AdaptiveApiError",
-    "AdaptiveDDP",
     "Assignment",
     "JobApi",
     "LiveBatchSampler",
@@ -319,7 +315,7 @@ def rebatch(current: Assignment, proposal: int) -> Assignment | None:
 class LiveBatchSampler:
     """A DataLoader ``batch_sampler`` whose batch size is read at every batch (``size()``), so a new
     micro-batch applies from the next batch on, mid-epoch, without a new loader or a lost position.
-    Every replica reads the same size at the same step (:class:`AdaptiveDDP` switches them together),
+    Every replica reads the same size at the same step (``AdaptiveDDP`` switches them together),
     and a ``DistributedSampler`` gives each the same number of indices, so their steps stay paired."""
 
     def __init__(self, sampler: Iterable[int], size: Callable[[], int], drop_last: bool = False) -> None:
@@ -514,12 +510,3 @@ class Reporter:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-
-
-def __getattr__(name: str) -> Any:
-    """The PyTorch side is imported on first use (it imports torch when an object is made)."""
-    if name == "AdaptiveDDP":
-        from paddlecloud.runtime import adaptive_torch
-
-        return adaptive_torch.AdaptiveDDP
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

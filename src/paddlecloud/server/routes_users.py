@@ -80,6 +80,4 @@ def delete_user(
     ] = False,
 ) -> UserDeleted:
     """Delete a user (admins only, never yourself): their jobs are removed, their token stops working."""
-    return platform.users.delete(
-        who, name, jobs=platform.jobs, files=platform.files, force=force, delete_files=delete_files
-    )
+    return platform.delete_user(who, name, force=force, delete_files=delete_files)
