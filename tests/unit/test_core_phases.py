@@ -90,7 +90,7 @@ def test_success_and_running_messages_mention_counts() -> None:
         (ST, OK, True),
         (ST, FA, True),
         (ST, KI, True),
-        (ST, Q, False),  # preempted jobs go through Preempting first
+        (ST, Q, True),  # BackendUnavailable (the start not taken after all), NotAdopted
         (ST, PR, True),  # preempted: its processes are being stopped
         (PR, Q, True),  # ... all gone: queued again
         (PR, KI, True),
@@ -100,7 +100,7 @@ def test_success_and_running_messages_mention_counts() -> None:
         (RU, FA, True),
         (RU, KI, True),
         (RU, ST, False),
-        (RU, Q, False),
+        (RU, Q, True),  # NotAdopted: a restarted server's backend cannot take it over
         (RU, PR, True),  # preempted
         (OK, RU, False),
         (FA, Q, False),

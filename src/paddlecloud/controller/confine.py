@@ -100,8 +100,7 @@ def end_failed(ctx: Context, row: JobRow, reason: FailReason, message: str) -> N
         ctx.backend.stop(key, 0.0)
     except Exception:
         log.exception("job %s: stopping it (%s) failed", key, reason)
-    row.phase, row.reason, row.message = JobPhase.FAILED, str(reason), message
-    row.finished_at = ctx.clock.now()
+    ctx.move(row, JobPhase.FAILED, str(reason), message)
     ctx.event(row, "Warning", str(reason), message)
 
 

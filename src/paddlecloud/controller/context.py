@@ -36,6 +36,7 @@ from paddlecloud.controller.sampleset_records import launch_ref
 from paddlecloud.controller.specs import SpecCache
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
+from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, check_transition
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
 from paddlecloud.store.db import Database
@@ -149,6 +150,17 @@ class Context:
             s.add(ev)
         else:
             row.events.append(ev)
+
+    def move(self, row: JobRow, to: JobPhase, reason: str, message: str) -> None:
+        """The one writer of a job's phase: the move checked against the job state machine
+        (``core.phases``; one it does not have raises ``InvalidTransition``, a bug), the reason and
+        message written with it, ``finished_at`` set when the phase is terminal. Events stay the
+        caller's (their wording differs by cause). ``tests/unit/test_phase_writes.py`` fails if
+        another module assigns a job's ``.phase``."""
+        check_transition(JobPhase(row.phase), to)
+        row.phase, row.reason, row.message = to, reason, message
+        if to in TERMINAL_PHASES and row.finished_at is None:
+            row.finished_at = self.clock.now()
 
     def workers_placed(self, row: JobRow, spec: JobSpec | None = None) -> tuple[WorkerPlacement, ...]:
         """``row``'s placement as the backend's workers: a planned store, the job's one "pserver"

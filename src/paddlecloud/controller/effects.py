@@ -134,8 +134,7 @@ def _wait(ctx: Context, row: JobRow, wait: Wait) -> None:
 
 def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
     now = ctx.clock.now()
-    row.phase = JobPhase.STARTING
-    row.reason, row.message = "Admitted", admit.message
+    ctx.move(row, JobPhase.STARTING, "Admitted", admit.message)
     ctx.metrics.decision("admit")
     if row.started_at is None:  # its first admission
         ctx.metrics.queueing_delay.observe(max(now - row.submitted_at, 0.0))
@@ -165,14 +164,18 @@ def _unadmit(ctx: Context, row: JobRow) -> None:
         ctx.backend.stop(job_key(row.user, row.name), 0.0)
     except Exception:
         log.exception("job %s/%s: cleaning up after a failed start", row.user, row.name)
-    row.phase, row.placement, row.attempts = JobPhase.QUEUED, None, row.attempts - 1
-    row.reason, row.message = "BackendUnavailable", "the backend could not start it now; queued again"
+    ctx.move(row, JobPhase.QUEUED, "BackendUnavailable", "the backend could not start it now; queued again")
+    row.placement, row.attempts = None, row.attempts - 1
 
 
 def _preempt(ctx: Context, row: JobRow, p: Preempt) -> None:
     grace = ctx.config.shrink_grace
-    row.phase, row.reason = JobPhase.PREEMPTING, "Preempting"
-    row.message = f"{p.message}; stopping its workers ({grace:g} s to checkpoint)"
+    ctx.move(
+        row,
+        JobPhase.PREEMPTING,
+        "Preempting",
+        f"{p.message}; stopping its workers ({grace:g} s to checkpoint)",
+    )
     ctx.event(row, "Warning", "Preempting", row.message)
     ctx.metrics.decision("preempt")
     ctx.stop_in_background(job_key(row.user, row.name), grace)
@@ -182,7 +185,7 @@ def requeue_preempted(ctx: Context, row: JobRow, status: JobStatus) -> None:
     """A Preempting job whose processes are all gone: Queued again, its run's logs kept."""
     record_workers(ctx, row, status)
     message = row.message.rpartition("; stopping its workers")[0] or row.message
-    row.phase, row.reason, row.message = JobPhase.QUEUED, "Preempted", message
+    ctx.move(row, JobPhase.QUEUED, "Preempted", message)
     row.placement = None
     ctx.event(row, "Warning", "Preempted", f"{message}; queued again, logs of this run kept")
 

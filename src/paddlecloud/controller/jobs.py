@@ -356,9 +356,7 @@ class JobService:
             row = self._row(s, who, name, user)
             if started:
                 record_workers(self.ctx, row, status)
-            row.phase, row.reason = JobPhase.KILLED, "Killed"
-            row.message = f"killed by {who.name}{trouble}"
-            row.finished_at = self.ctx.clock.now()
+            self.ctx.move(row, JobPhase.KILLED, "Killed", f"killed by {who.name}{trouble}")
             self.ctx.event(row, "Normal", "Killed", row.message)
             s.commit()
             view = detail_view(row)

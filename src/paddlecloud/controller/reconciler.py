@@ -195,15 +195,15 @@ class Reconciler:
             return True
         name = self.ctx.backend.name
         if row.stop_requested:
-            row.phase, row.reason = JobPhase.KILLED, "Killed"
-            row.message = f"kill completed after a server restart (the {name} backend keeps no jobs)"
-            row.finished_at = self.ctx.clock.now()
+            message = f"kill completed after a server restart (the {name} backend keeps no jobs)"
+            self.ctx.move(row, JobPhase.KILLED, "Killed", message)
         else:
-            row.phase, row.reason, row.placement = JobPhase.QUEUED, "NotAdopted", None
-            row.message = (
+            message = (
                 f"the server restarted and the {name} backend cannot take over started jobs "
                 "(it does not declare adopt): queued again"
             )
+            self.ctx.move(row, JobPhase.QUEUED, "NotAdopted", message)
+            row.placement = None
         self.ctx.event(row, "Warning", row.reason, row.message)
         return False
 
@@ -216,9 +216,7 @@ class Reconciler:
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.STOP_FAILED, "finishing the kill", exc)
                 return
-        row.phase, row.reason = JobPhase.KILLED, "Killed"
-        row.message = "kill completed after a server restart"
-        row.finished_at = self.ctx.clock.now()
+        self.ctx.move(row, JobPhase.KILLED, "Killed", "kill completed after a server restart")
         self.ctx.event(row, "Normal", "Killed", row.message)
 
     # -- one cycle ------------------------------------------------------------------------------
@@ -303,9 +301,7 @@ class Reconciler:
             if row.reason != STOPPING:  # outcome known, remaining processes still being stopped
                 row.reason, row.message = STOPPING, f"{message}; stopping the remaining workers"
             return
-        row.phase, row.reason, row.message = change_phase, reason, message
-        if change_phase in TERMINAL_PHASES:
-            row.finished_at = self.ctx.clock.now()
+        self.ctx.move(row, change_phase, reason, message)
         self.ctx.event(row, "Warning" if change_phase == JobPhase.FAILED else "Normal", reason, message)
 
     def _enforce_storage(self, s: Session) -> None:

@@ -10,7 +10,11 @@ A preempted job is ``Preempting`` while its processes get their grace period to 
 (its resources still count as held); it is ``Queued`` again once none is left.
 
 ``next_phase`` is the one place that decides a job's phase from what the backend observed; the
-controller applies its result. Terminal phases never change again.
+controller applies its result through ``Context.move``, the one writer of a job's phase, which
+checks every move against the table here (:func:`check_transition`). Terminal phases never change
+again. Besides the moves drawn above, a started job goes back to ``Queued`` when the engine could
+not take its start after all (``BackendUnavailable``) and when a restarted server's backend cannot
+take over started jobs (``NotAdopted``).
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from enum import StrEnum
 
 __all__ = [
     "TERMINAL_PHASES",
+    "InvalidTransition",
     "JobPhase",
     "PhaseChange",
     "RoleCounts",
     "WorkerReason",
     "WorkerState",
     "can_transition",
+    "check_transition",
     "next_phase",
 ]
 
@@ -45,9 +51,24 @@ TERMINAL_PHASES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLE
 _ALLOWED: dict[JobPhase, frozenset[JobPhase]] = {
     JobPhase.QUEUED: frozenset({JobPhase.STARTING, JobPhase.KILLED, JobPhase.FAILED}),
     JobPhase.STARTING: frozenset(
-        {JobPhase.RUNNING, JobPhase.FAILED, JobPhase.KILLED, JobPhase.SUCCEEDED, JobPhase.PREEMPTING}
+        {
+            JobPhase.RUNNING,
+            JobPhase.FAILED,
+            JobPhase.KILLED,
+            JobPhase.SUCCEEDED,
+            JobPhase.PREEMPTING,
+            JobPhase.QUEUED,  # the engine could not take the start after all; or NotAdopted
+        }
     ),
-    JobPhase.RUNNING: frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.KILLED, JobPhase.PREEMPTING}),
+    JobPhase.RUNNING: frozenset(
+        {
+            JobPhase.SUCCEEDED,
+            JobPhase.FAILED,
+            JobPhase.KILLED,
+            JobPhase.PREEMPTING,
+            JobPhase.QUEUED,  # NotAdopted
+        }
+    ),
     JobPhase.PREEMPTING: frozenset({JobPhase.QUEUED, JobPhase.KILLED, JobPhase.FAILED}),
     JobPhase.SUCCEEDED: frozenset(),
     JobPhase.FAILED: frozenset(),
@@ -80,8 +101,18 @@ class WorkerReason(StrEnum):
     PORT_HELD = "PortHeld"
 
 
+class InvalidTransition(RuntimeError):
+    """A move the job state machine does not have: a bug in the controller, never a user's error."""
+
+
 def can_transition(src: JobPhase, dst: JobPhase) -> bool:
     return src == dst or dst in _ALLOWED[src]
+
+
+def check_transition(src: JobPhase, dst: JobPhase) -> None:
+    """Raise :class:`InvalidTransition` unless ``src -> dst`` is in the table."""
+    if not can_transition(src, dst):
+        raise InvalidTransition(f"a job cannot go from {src} to {dst}")
 
 
 @dataclass(frozen=True)
