@@ -24,8 +24,8 @@ import httpx
 import pytest
 
 from paddlecloud.api.models import JobDetail
+from paddlecloud.backends.errors import IsolationError
 from paddlecloud.backends.local.isolation import RunLimits
-from paddlecloud.backends.local.sandbox import IsolationError
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform
 from paddlecloud.core.phases import JobPhase, WorkerReason

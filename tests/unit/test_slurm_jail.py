@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from paddlecloud.backends.errors import IsolationError
 from paddlecloud.backends.local.envs import install_runtime_shim
-from paddlecloud.backends.local.sandbox import IsolationError, JobJail, WorkerDirs, choose, worker_base_env
+from paddlecloud.backends.local.sandbox import JobJail, WorkerDirs, choose, worker_base_env
 from paddlecloud.backends.options import OptionError
 from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
 from paddlecloud.backends.slurm.jail import CANNOT_CONFINE, JailSpec, SpecError, main
@@ -143,7 +144,8 @@ def test_a_node_without_bubblewrap_fails_the_worker_with_the_reason(node: dict[s
 
 def test_the_node_side_imports_only_the_sandbox() -> None:
     """Each worker start pays for the jail's imports: not the backends' contract, Pydantic, ...;
-    only the sandbox and the node's keeping of the run (``nodekeep``: ``paddlecloud.node``)."""
+    only the sandbox, the backends' error classes (standard library only: ``IsolationError``) and
+    the node's keeping of the run (``nodekeep``: ``paddlecloud.node``)."""
     code = (
         "import sys, paddlecloud.backends.slurm.jail\n"
         "print(sorted(m for m in sys.modules if 'pydantic' in m or m.startswith('paddlecloud.backends.')))"
@@ -152,7 +154,8 @@ def test_the_node_side_imports_only_the_sandbox() -> None:
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == str(
-        ["paddlecloud.backends.local", "paddlecloud.backends.local.sandbox", "paddlecloud.backends.options",
+        ["paddlecloud.backends.errors", "paddlecloud.backends.local", "paddlecloud.backends.local.sandbox",
+         "paddlecloud.backends.options",
          "paddlecloud.backends.slurm", "paddlecloud.backends.slurm.jail",
          "paddlecloud.backends.slurm.nodekeep"]
     )  # fmt: skip

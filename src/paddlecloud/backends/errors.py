@@ -20,7 +20,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import ClassVar
 
-__all__ = ["BackendError", "BackendUnavailable", "ErrorKind", "JobRejected", "NotSupported"]
+__all__ = ["BackendError", "BackendUnavailable", "ErrorKind", "IsolationError", "JobRejected", "NotSupported"]
 
 
 class ErrorKind(StrEnum):
@@ -57,3 +57,9 @@ class NotSupported(BackendError):
         )
         self.backend = backend
         self.operation = operation
+
+
+class IsolationError(RuntimeError):
+    """The isolation a backend was asked for (``up --isolation``) cannot be had here, found when it
+    is set up, not in a call about a job; the message says what to change. Here (not in the local
+    sandbox's module) so that the server and the CLI name it without importing a backend."""

@@ -35,7 +35,6 @@ from paddlecloud.store.tables import JobRow, WorkerRow
 
 __all__ = [
     "CONTENT_TYPE",
-    "DECISION_KINDS",
     "LEASE_OUTCOMES",
     "RESTART_EVENTS",
     "LiveFigures",
@@ -46,8 +45,6 @@ __all__ = [
 #: the exposition's media type (Prometheus text format 0.0.4)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-#: the ``kind`` label of ``paddlecloud_scheduler_decisions_total``
-DECISION_KINDS = ("admit", "wait", "resize", "preempt")
 #: the ``outcome`` label of ``paddlecloud_task_leases_total``: a lease granted, and how leases end
 LEASE_OUTCOMES = ("granted", "done", "failed", "expired", "released", "lost")
 #: backend events that say a worker was restarted by its restart policy (local and Kubernetes say

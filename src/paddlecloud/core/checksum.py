@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import blake3
 
-__all__ = ["PREFIX", "ChunkedHasher", "chunk_digest", "file_checksum", "parse_checksum"]
+__all__ = ["PREFIX", "ChunkedHasher", "chunk_digest", "file_checksum"]
 
 PREFIX = "blake3c"
 
@@ -27,15 +27,6 @@ def file_checksum(chunk_size: int, digests: Iterable[str]) -> str:
     for d in digests:
         h.update(bytes.fromhex(d))
     return f"{PREFIX}:{chunk_size}:{h.hexdigest()}"
-
-
-def parse_checksum(text: str) -> tuple[int, str]:
-    """``blake3c:<chunk size>:<hex>`` → (chunk size, hex); ValueError if malformed."""
-    prefix, size, hexd = text.split(":")
-    if prefix != PREFIX or not size.isdigit() or len(hexd) != 64:
-        raise ValueError(f"not a {PREFIX} checksum: {text!r}")
-    int(hexd, 16)
-    return int(size), hexd
 
 
 class ChunkedHasher:

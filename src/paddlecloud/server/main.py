@@ -24,7 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from paddlecloud.api.errors import PaddleCloudError
-from paddlecloud.backends.local.sandbox import IsolationError
+from paddlecloud.backends.errors import IsolationError
 from paddlecloud.backends.options import OptionError
 from paddlecloud.backends.registry import BackendConfigError, BackendEntry, UnknownBackend, backend_names
 from paddlecloud.backends.registry import entry as backend_entry

@@ -63,10 +63,6 @@ def set_admin(name: str, update: AdminUpdate, who: Caller, platform: PlatformDep
         return platform.users.set_admin(s, who, name, update.admin)
 
 
-ForceParam = Annotated[bool, Query(description="kill the user's active jobs (else: 409 user_has_jobs)")]
-DeleteFilesParam = Annotated[bool, Query(description="delete the user's PFS home too (default: kept)")]
-
-
 @router.delete("/users/{name}", response_model=UserDeleted, tags=["users"])
 def delete_user(
     name: str,

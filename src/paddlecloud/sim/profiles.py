@@ -441,13 +441,6 @@ class AppProfile:
         """Samples per second at a fixed global batch (accumulating when needed)."""
         return global_bsz / self.step_time(replicas, nodes, global_bsz / replicas)
 
-    def placement_throughput(self, placement: Sequence[int], global_bsz: float) -> float:
-        """:meth:`throughput` for an exact per-node placement."""
-        replicas = sum(c for c in placement if c)
-        if replicas < 1:
-            raise ValueError("placement has no GPUs")
-        return global_bsz / self.placement_step_time(placement, global_bsz / replicas)
-
     # ----------------------------------------------------------------------------------- work
 
     def epoch_progress(self, epoch: int) -> float:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from paddlecloud.backends.local.sandbox import Isolation, IsolationError, Sandbox, choose
+from paddlecloud.backends.errors import IsolationError
+from paddlecloud.backends.local.sandbox import Isolation, Sandbox, choose
 from paddlecloud.backends.options import OptionError, quantity
 from paddlecloud.node import netns
 from paddlecloud.node.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, safe_name

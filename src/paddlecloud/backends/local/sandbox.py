@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import unquote, urlparse
 
+from paddlecloud.backends.errors import IsolationError
 from paddlecloud.backends.options import ISOLATION_MODES
 
 if TYPE_CHECKING:  # only a type here: the Slurm node-side jail imports this module, and no more
@@ -67,7 +68,6 @@ __all__ = [
     "Command",
     "ConfinementError",
     "Isolation",
-    "IsolationError",
     "JobJail",
     "Sandbox",
     "WorkerDirs",
@@ -117,10 +117,6 @@ BUILD_ENV = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY
 _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _PIP_PATH_KEYS = ("find-links", "index-url", "extra-index-url", "cert", "client-cert", "constraint")
 _STATUS_MAX = 64 * 1024
-
-
-class IsolationError(RuntimeError):
-    """The isolation asked for cannot be had here; the message says what to change."""
 
 
 class ConfinementError(RuntimeError):

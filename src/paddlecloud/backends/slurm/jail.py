@@ -41,9 +41,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from paddlecloud.backends.errors import IsolationError
 from paddlecloud.backends.local.sandbox import (
     ConfinementError,
-    IsolationError,
     JobJail,
     Sandbox,
     WorkerDirs,
