@@ -9,7 +9,7 @@
 An entry names the ``up`` options it reads (Click parameter names: ``node_cpu`` for ``--node-cpu``);
 the CLI refuses an option of another backend, and the entry's ``settings`` turns the values into the
 settings object (``backends.options.OptionError`` for a bad value, naming the option). Adding a backend is one
-package plus one :class:`BackendEntry` in ``_BUILTIN`` (and its options on ``up``); nothing in the
+package plus one :class:`BackendEntry` in ``_builtin()`` (and its options on ``up``); nothing in the
 controller names a backend.
 """
 
