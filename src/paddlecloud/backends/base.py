@@ -30,6 +30,7 @@ the engine chooses hosts, resolved by the workers at run time (``Topology.at_run
 ``WorkerContext.endpoints_dir`` in ``core.envcontract``; ``runtime.endpoints``).
 
 Implementations: ``backends.local`` (OS processes on virtual nodes of this machine),
+``backends.slurm`` (a batch job per worker on a Slurm cluster; docs/slurm.md),
 ``backends.kubernetes`` (a TrainingJob custom resource per job, made into Pods by an operator;
 docs/kubernetes.md) and ``backends.memory`` (workers a test drives, no processes). Every one passes
 ``tests/conformance``. docs/architecture.md, "The backend contract", has the whole contract.
