@@ -21,7 +21,7 @@ from paddlecloud.api.errors import ErrorCode, InvalidInput
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, NodeInfo
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.records import fixed_workers, job_request
+from paddlecloud.controller.records import fixed_workers
 from paddlecloud.core.quantity import format_cpu, human_memory
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest, NodeState, Plan, Snapshot, Wait, WaitReason, never_placeable
@@ -113,10 +113,10 @@ def node_states(ctx: Context, holding: Sequence[JobRow], nodes: Sequence[NodeInf
     (``SHARED_CAPACITY``), what the engine reports that other work holds."""
     used: dict[str, Resources] = {}
     gpus_used: dict[str, set[int]] = {}
-    for row in holding:
-        req = job_request(row, specs=ctx.specs, engine=ctx.engine_units)
+    for row in holding:  # what each worker holds, from the spec (not a whole JobRequest: the cycle
+        fixed = fixed_workers(ctx.specs.get(row), ctx.engine_units)  # builds that once per job)
         for p in row.placement or []:
-            need = req.pserver if p["role"] == "pserver" else req.trainer
+            need = fixed["pserver"] if p["role"] == "pserver" else fixed["trainer"]
             used[p["node"]] = used.get(p["node"], Resources()) + need
             gpus_used.setdefault(p["node"], set()).update(p.get("gpus", []))
     shared = Capability.SHARED_CAPACITY in ctx.backend.capabilities
