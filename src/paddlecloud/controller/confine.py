@@ -35,7 +35,7 @@ from enum import StrEnum
 
 from paddlecloud.backends.errors import BackendError, ErrorKind
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.core.phases import JobPhase
+from paddlecloud.core.phases import JobPhase, JobReason
 from paddlecloud.store.tables import JobRow
 
 __all__ = ["FailReason", "backend_recovered", "backend_trouble", "end_failed", "fail_job"]
@@ -128,4 +128,4 @@ def backend_trouble(ctx: Context, row: JobRow, reason: FailReason, what: str, ex
 def backend_recovered(ctx: Context, row: JobRow) -> None:
     """A backend call about ``row`` succeeded: a streak of transient errors ends (with an event)."""
     if ctx.retrying.pop(job_key(row.user, row.name), None) is not None:
-        ctx.event(row, "Normal", "BackendAvailable", "the backend answers again")
+        ctx.event(row, "Normal", JobReason.BACKEND_AVAILABLE, "the backend answers again")

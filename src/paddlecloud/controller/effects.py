@@ -48,7 +48,7 @@ from paddlecloud.controller.batches import noise_scale
 from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.records import record_workers, trainer_names
-from paddlecloud.core.phases import JobPhase, WorkerState
+from paddlecloud.core.phases import JobPhase, JobReason, WorkerState
 from paddlecloud.scheduler import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.store.tables import JobRow, WorkerRow
 
@@ -134,7 +134,7 @@ def _wait(ctx: Context, row: JobRow, wait: Wait) -> None:
 
 def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
     now = ctx.clock.now()
-    ctx.move(row, JobPhase.STARTING, "Admitted", admit.message)
+    ctx.move(row, JobPhase.STARTING, JobReason.ADMITTED, admit.message)
     ctx.metrics.decision("admit")
     if row.started_at is None:  # its first admission
         ctx.metrics.queueing_delay.observe(max(now - row.submitted_at, 0.0))
@@ -145,7 +145,7 @@ def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
     for p in ctx.workers_placed(row):  # the names the backend's workers will have
         _pending_worker(row, p)
     again = f" (start {row.attempts})" if row.attempts > 1 else ""
-    ctx.event(row, "Normal", "Admitted", admit.message + again)
+    ctx.event(row, "Normal", JobReason.ADMITTED, admit.message + again)
     _assign_batch(ctx, row, admit.batch_size, sum(p.role == "trainer" for p in admit.placement))
     s.commit()  # the decision is durable before any process starts
     try:
@@ -164,7 +164,7 @@ def _unadmit(ctx: Context, row: JobRow) -> None:
         ctx.backend.stop(job_key(row.user, row.name), 0.0)
     except Exception:
         log.exception("job %s/%s: cleaning up after a failed start", row.user, row.name)
-    ctx.move(row, JobPhase.QUEUED, "BackendUnavailable", "the backend could not start it now; queued again")
+    ctx.move(row, JobPhase.QUEUED, JobReason.REQUEUED, "the backend could not start it now; queued again")
     row.placement, row.attempts = None, row.attempts - 1
 
 
@@ -173,10 +173,10 @@ def _preempt(ctx: Context, row: JobRow, p: Preempt) -> None:
     ctx.move(
         row,
         JobPhase.PREEMPTING,
-        "Preempting",
+        JobReason.PREEMPTING,
         f"{p.message}; stopping its workers ({grace:g} s to checkpoint)",
     )
-    ctx.event(row, "Warning", "Preempting", row.message)
+    ctx.event(row, "Warning", JobReason.PREEMPTING, row.message)
     ctx.metrics.decision("preempt")
     ctx.stop_in_background(job_key(row.user, row.name), grace)
 
@@ -185,9 +185,9 @@ def requeue_preempted(ctx: Context, row: JobRow, status: JobStatus) -> None:
     """A Preempting job whose processes are all gone: Queued again, its run's logs kept."""
     record_workers(ctx, row, status)
     message = row.message.rpartition("; stopping its workers")[0] or row.message
-    ctx.move(row, JobPhase.QUEUED, "Preempted", message)
+    ctx.move(row, JobPhase.QUEUED, JobReason.PREEMPTED, message)
     row.placement = None
-    ctx.event(row, "Warning", "Preempted", f"{message}; queued again, logs of this run kept")
+    ctx.event(row, "Warning", JobReason.PREEMPTED, f"{message}; queued again, logs of this run kept")
 
 
 def _shrink(ctx: Context, row: JobRow, r: Resize) -> None:
@@ -229,7 +229,7 @@ def _grow(ctx: Context, row: JobRow, r: Resize, before: int | None = None) -> No
             done.append(p)
     except Exception as exc:  # the job keeps what it has (and got); the next cycle may try again
         log.exception("growing %s failed", r.job)
-        ctx.event(row, "Warning", "ResizeFailed", f"adding trainers failed: {exc}")
+        ctx.event(row, "Warning", JobReason.RESIZE_FAILED, f"adding trainers failed: {exc}")
         if not done:
             return
         kept = [p for p in r.placement if f"trainer-{p.index}" in have] + done
@@ -246,14 +246,14 @@ def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int, moved: boo
     now = ctx.clock.now()
     if moved and r.trainers == before:  # the same count on other nodes (restarted)
         row.resized_at = now
-        ctx.event(row, "Normal", "Resized", f"trainers {before} moved: {r.message}")
+        ctx.event(row, "Normal", JobReason.RESIZED, f"trainers {before} moved: {r.message}")
         ctx.metrics.decision("resize", "Move")
     elif r.trainers == before:  # a new batch on the same trainers: its BatchSize event says it
         # applied live at a step boundary (no restart): it does not start the grow cooldown
         ctx.metrics.decision("resize", "Rebatch")
     else:
         row.resized_at = now
-        ctx.event(row, "Normal", "Resized", f"trainers {before} -> {r.trainers}: {r.message}")
+        ctx.event(row, "Normal", JobReason.RESIZED, f"trainers {before} -> {r.trainers}: {r.message}")
         ctx.metrics.decision("resize", "Grow" if r.trainers > before else "Shrink")
     if row.adaptive is not None and r.batch_size > 0:  # the re-batch cooldown: any resize sets a batch
         row.adaptive.rebatched_at = now
@@ -284,4 +284,9 @@ def _assign_batch(ctx: Context, row: JobRow, batch: int, trainers: int) -> None:
     if state.step_time_s is not None:
         why.append(f"step time {state.step_time_s:.3g} s")
     detail = f" ({', '.join(why)})" if why else " (no report yet)"
-    ctx.event(row, "Normal", "BatchSize", f"global batch {before} -> {batch} on {trainers} trainers{detail}")
+    ctx.event(
+        row,
+        "Normal",
+        JobReason.BATCH_SIZE,
+        f"global batch {before} -> {batch} on {trainers} trainers{detail}",
+    )

@@ -48,7 +48,7 @@ from paddlecloud.controller.records import job_request, record_workers
 from paddlecloud.controller.sampleset_records import check_job_sampleset
 from paddlecloud.controller.tasks import add_queue, plan_tasks
 from paddlecloud.controller.views import RoleTally, detail_view, job_view, worker_view
-from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase
+from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, JobReason
 from paddlecloud.core.quantity import format_cpu, format_memory
 from paddlecloud.core.resources import Resources
 from paddlecloud.store.tables import JobRow, UserRow, WorkerRow
@@ -278,7 +278,7 @@ class JobService:
                 workers=[],  # known empty: building the answer needs no query for them
                 adaptive=new_state(spec),  # adaptive-batch jobs: the assignment starts at its batch
             )
-            self.ctx.event(row, "Normal", "Submitted", f"submitted by {who.name}")
+            self.ctx.event(row, "Normal", JobReason.SUBMITTED, f"submitted by {who.name}")
             if tasks is not None and spec.tasks is not None:
                 passes = spec.tasks.num_passes
                 self.ctx.event(
@@ -356,8 +356,8 @@ class JobService:
             row = self._row(s, who, name, user)
             if started:
                 record_workers(self.ctx, row, status)
-            self.ctx.move(row, JobPhase.KILLED, "Killed", f"killed by {who.name}{trouble}")
-            self.ctx.event(row, "Normal", "Killed", row.message)
+            self.ctx.move(row, JobPhase.KILLED, JobReason.KILLED, f"killed by {who.name}{trouble}")
+            self.ctx.event(row, "Normal", JobReason.KILLED, row.message)
             s.commit()
             view = detail_view(row)
         self.ctx.wake()  # freed capacity: schedule now

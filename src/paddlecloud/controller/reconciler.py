@@ -71,7 +71,15 @@ from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
 from paddlecloud.controller.sampleset_records import Readiness, readiness
 from paddlecloud.controller.tasks import release_ended
-from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, RoleCounts, WorkerState, next_phase
+from paddlecloud.core.phases import (
+    TERMINAL_PHASES,
+    JobPhase,
+    JobReason,
+    PhaseChange,
+    RoleCounts,
+    WorkerState,
+    next_phase,
+)
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot
 from paddlecloud.store.tables import JobRow
@@ -83,12 +91,9 @@ log = logging.getLogger("paddlecloud.reconciler")
 ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING)
 #: phases whose jobs hold resources on the nodes
 HOLDING = (*ACTIVE, JobPhase.PREEMPTING)
-#: the reason of a started job whose outcome is known while its last processes stop: it keeps what
-#: it holds but is no longer the policy's to grow, shrink or preempt (a trainer added then would
-#: never run and turn its success into a failure)
-STOPPING = "Stopping"
-#: the reason of a queued job held back until the SampleSet it names is Ready
-SAMPLESET_NOT_READY = "SampleSetNotReady"
+#: (JobReason.STOPPING: a started job whose outcome is known while its last processes stop keeps
+#: what it holds but is no longer the policy's to grow, shrink or preempt: a trainer added then
+#: would never run and turn its success into a failure)
 
 
 def _counts(status: JobStatus, role: str, names: set[str]) -> RoleCounts:
@@ -180,7 +185,7 @@ class Reconciler:
                 return False
             self._unadopted.discard(key)
             backend_recovered(self.ctx, row)
-            self.ctx.event(row, "Normal", "Adopted", "server restarted; job re-adopted")
+            self.ctx.event(row, "Normal", JobReason.ADOPTED, "server restarted; job re-adopted")
         if row.stop_requested:  # the server stopped in the middle of a kill: finish it
             self._finish_kill(row)
         elif row.phase == JobPhase.PREEMPTING:  # ... or of a preemption: stop it again
@@ -196,13 +201,13 @@ class Reconciler:
         name = self.ctx.backend.name
         if row.stop_requested:
             message = f"kill completed after a server restart (the {name} backend keeps no jobs)"
-            self.ctx.move(row, JobPhase.KILLED, "Killed", message)
+            self.ctx.move(row, JobPhase.KILLED, JobReason.KILLED, message)
         else:
             message = (
                 f"the server restarted and the {name} backend cannot take over started jobs "
                 "(it does not declare adopt): queued again"
             )
-            self.ctx.move(row, JobPhase.QUEUED, "NotAdopted", message)
+            self.ctx.move(row, JobPhase.QUEUED, JobReason.NOT_ADOPTED, message)
             row.placement = None
         self.ctx.event(row, "Warning", row.reason, row.message)
         return False
@@ -216,8 +221,8 @@ class Reconciler:
             except Exception as exc:
                 fail_job(self.ctx, row, FailReason.STOP_FAILED, "finishing the kill", exc)
                 return
-        self.ctx.move(row, JobPhase.KILLED, "Killed", "kill completed after a server restart")
-        self.ctx.event(row, "Normal", "Killed", row.message)
+        self.ctx.move(row, JobPhase.KILLED, JobReason.KILLED, "kill completed after a server restart")
+        self.ctx.event(row, "Normal", JobReason.KILLED, row.message)
 
     # -- one cycle ------------------------------------------------------------------------------
 
@@ -292,14 +297,14 @@ class Reconciler:
             status.failure_reason,
         )
         if change is None and status.finished and JobPhase(row.phase) not in TERMINAL_PHASES:
-            change_phase, reason, message = JobPhase.FAILED, "Ended", "every process ended without success"
+            change = PhaseChange(JobPhase.FAILED, JobReason.ENDED, "every process ended without success")
         elif change is None:
             return
         else:
             change_phase, reason, message = change.phase, change.reason, change.message
         if change_phase in TERMINAL_PHASES and not status.finished:
-            if row.reason != STOPPING:  # outcome known, remaining processes still being stopped
-                row.reason, row.message = STOPPING, f"{message}; stopping the remaining workers"
+            if row.reason != JobReason.STOPPING:  # outcome known, remaining processes still being stopped
+                row.reason, row.message = JobReason.STOPPING, f"{message}; stopping the remaining workers"
             return
         self.ctx.move(row, change_phase, reason, message)
         self.ctx.event(row, "Warning" if change_phase == JobPhase.FAILED else "Normal", reason, message)
@@ -316,7 +321,7 @@ class Reconciler:
                 )
             ).all()
             for row in rows:
-                if row.reason == STOPPING:
+                if row.reason == JobReason.STOPPING:
                     continue
                 reason, message = storage_failure(over, row)
                 log.warning("job %s/%s: %s", row.user, row.name, reason)
@@ -359,7 +364,9 @@ class Reconciler:
             nodes=node_states(self.ctx, holding, nodes),
             queue=waiting,
             running=tuple(
-                self._request(r, elastic) for r in active if not r.stop_requested and r.reason != STOPPING
+                self._request(r, elastic)
+                for r in active
+                if not r.stop_requested and r.reason != JobReason.STOPPING
             ),
             quotas=compute_quotas(s),
         )
@@ -444,9 +451,9 @@ class Reconciler:
         for row in queued:
             found = samplesets.get((row.user, str(row.spec.get("sampleset"))))
             if found is not None and not found.ready:
-                if row.reason != SAMPLESET_NOT_READY:
-                    self.ctx.event(row, "Normal", SAMPLESET_NOT_READY, found.message)
-                row.reason, row.message = SAMPLESET_NOT_READY, found.message
+                if row.reason != JobReason.SAMPLESET_NOT_READY:
+                    self.ctx.event(row, "Normal", JobReason.SAMPLESET_NOT_READY, found.message)
+                row.reason, row.message = JobReason.SAMPLESET_NOT_READY, found.message
                 continue
             caches = found.cache_nodes if found is not None else frozenset()
             try:

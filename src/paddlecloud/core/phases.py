@@ -26,6 +26,7 @@ __all__ = [
     "TERMINAL_PHASES",
     "InvalidTransition",
     "JobPhase",
+    "JobReason",
     "PhaseChange",
     "RoleCounts",
     "WorkerReason",
@@ -74,6 +75,38 @@ _ALLOWED: dict[JobPhase, frozenset[JobPhase]] = {
     JobPhase.FAILED: frozenset(),
     JobPhase.KILLED: frozenset(),
 }
+
+
+class JobReason(StrEnum):
+    """Why a job is where it is, in the controller's own words (``reason`` of ``get jobs`` and of
+    its events). A job the controller failed says a ``controller.confine.FailReason``; a waiting
+    one a ``scheduler.WaitReason``; a worker's failure the backend's reason (``StartFailed``,
+    ``WorkerFailed``, ...)."""
+
+    SUBMITTED = "Submitted"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    #: every process of a started job ended, none with success, and no worker reported a failure
+    ENDED = "Ended"
+    #: the outcome is known; its remaining processes are being stopped
+    STOPPING = "Stopping"
+    KILLED = "Killed"
+    PREEMPTING = "Preempting"
+    PREEMPTED = "Preempted"
+    #: the engine could not take the start after all: queued again (transient)
+    REQUEUED = "BackendUnavailable"
+    #: a restarted server's backend cannot take over started jobs: queued again
+    NOT_ADOPTED = "NotAdopted"
+    ADOPTED = "Adopted"
+    BACKEND_AVAILABLE = "BackendAvailable"
+    RESIZED = "Resized"
+    RESIZE_FAILED = "ResizeFailed"
+    BATCH_SIZE = "BatchSize"
+    #: its SampleSet is not Ready: the job waits out of the queue
+    SAMPLESET_NOT_READY = "SampleSetNotReady"
+    #: a worker failed (the backend's default reason of a failure)
+    WORKER_FAILED = "WorkerFailed"
 
 
 class WorkerState(StrEnum):
@@ -135,7 +168,7 @@ def next_phase(
     pservers: RoleCounts,
     trainers: RoleCounts,
     failure: str | None,
-    failure_reason: str = "WorkerFailed",
+    failure_reason: str = JobReason.WORKER_FAILED,
 ) -> PhaseChange | None:
     """Decide the next phase of a started job from per-role counts; ``None`` means no change.
 
@@ -148,7 +181,9 @@ def next_phase(
     if failure:
         return PhaseChange(JobPhase.FAILED, failure_reason, failure)
     if trainers.desired and trainers.succeeded >= trainers.desired:
-        return PhaseChange(JobPhase.SUCCEEDED, "Completed", f"all {trainers.desired} trainers succeeded")
+        return PhaseChange(
+            JobPhase.SUCCEEDED, JobReason.COMPLETED, f"all {trainers.desired} trainers succeeded"
+        )
     if (
         current == JobPhase.STARTING
         and trainers.running + trainers.succeeded >= trainers.desired
@@ -156,7 +191,7 @@ def next_phase(
     ):
         return PhaseChange(
             JobPhase.RUNNING,
-            "Running",
+            JobReason.RUNNING,
             f"{pservers.running} pservers and {trainers.running} trainers running",
         )
     return None
