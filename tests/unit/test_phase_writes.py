@@ -22,8 +22,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "paddlecloud"
 ALLOWED = {SRC / "controller" / "context.py", SRC / "controller" / "samplesets.py"}
 
 
-def phase_writes(path: Path) -> list[int]:
-    """Lines of ``path`` that assign to some ``X.phase`` (plain, tuple or augmented assignment)."""
+def phase_writes(path: Path, attr: str = "phase") -> list[int]:
+    """Lines of ``path`` that assign to some ``X.<attr>`` (plain, tuple or augmented assignment)."""
     lines = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         targets: list[ast.expr] = []
@@ -32,7 +32,7 @@ def phase_writes(path: Path) -> list[int]:
         elif isinstance(node, ast.AugAssign | ast.AnnAssign):
             targets = [node.target]
         flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
-        if any(isinstance(t, ast.Attribute) and t.attr == "phase" for t in flat):
+        if any(isinstance(t, ast.Attribute) and t.attr == attr for t in flat):
             lines.append(node.lineno)
     return lines
 
@@ -44,6 +44,18 @@ def test_only_context_move_writes_a_jobs_phase() -> None:
         if p not in ALLOWED and phase_writes(p)
     }
     assert found == {}
+
+
+def test_only_the_placement_codec_writes_a_jobs_placement() -> None:
+    """``controller/placement.py`` is the one writer (and reader) of ``JobRow.placement``'s JSON."""
+    codec = SRC / "controller" / "placement.py"
+    found = {
+        str(p.relative_to(SRC)): phase_writes(p, "placement")
+        for p in sorted((SRC / "controller").rglob("*.py"))
+        if p != codec and phase_writes(p, "placement")
+    }
+    assert found == {}
+    assert phase_writes(codec, "placement")
 
 
 def test_the_scan_sees_each_form_of_assignment(tmp_path: Path) -> None:

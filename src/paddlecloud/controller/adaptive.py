@@ -34,6 +34,7 @@ from paddlecloud.controller.batches import adaptive_spec, state_view
 from paddlecloud.controller.context import Context
 from paddlecloud.controller.identity import Identity, require_admin
 from paddlecloud.controller.jobtokens import JobIdentity
+from paddlecloud.controller.placement import trainers_of
 from paddlecloud.store.tables import AdaptiveReportRow, AdaptiveRow, JobRow
 
 __all__ = ["EMA_WEIGHT", "KEEP_REPORTS", "REPORT_INTERVAL_S", "AdaptiveService"]
@@ -54,11 +55,11 @@ def _ema(old: float | None, new: float) -> float:
 
 def _trainers(row: JobRow) -> int:
     """The trainers the job runs with now (its placement; 0 while it holds none)."""
-    return sum(1 for p in row.placement or [] if p["role"] == "trainer")
+    return len(trainers_of(row))
 
 
 def _trainer_nodes(row: JobRow, replicas: int) -> int:
-    nodes = {p["node"] for p in row.placement or [] if p["role"] == "trainer"}
+    nodes = {p.node for p in trainers_of(row)}
     return min(max(len(nodes), 1), replicas)
 
 

@@ -21,6 +21,7 @@ from paddlecloud.api.errors import ErrorCode, InvalidInput
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, NodeInfo
 from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.placement import placed
 from paddlecloud.controller.records import fixed_workers
 from paddlecloud.core.quantity import format_cpu, human_memory
 from paddlecloud.core.resources import Resources
@@ -115,10 +116,10 @@ def node_states(ctx: Context, holding: Sequence[JobRow], nodes: Sequence[NodeInf
     gpus_used: dict[str, set[int]] = {}
     for row in holding:  # what each worker holds, from the spec (not a whole JobRequest: the cycle
         fixed = fixed_workers(ctx.specs.get(row), ctx.engine_units)  # builds that once per job)
-        for p in row.placement or []:
-            need = fixed["pserver"] if p["role"] == "pserver" else fixed["trainer"]
-            used[p["node"]] = used.get(p["node"], Resources()) + need
-            gpus_used.setdefault(p["node"], set()).update(p.get("gpus", []))
+        for p in placed(row):
+            need = fixed["pserver"] if p.role == "pserver" else fixed["trainer"]
+            used[p.node] = used.get(p.node, Resources()) + need
+            gpus_used.setdefault(p.node, set()).update(p.gpus)
     shared = Capability.SHARED_CAPACITY in ctx.backend.capabilities
     out = []
     for n in nodes:

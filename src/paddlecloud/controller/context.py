@@ -9,6 +9,7 @@ preemption's stop runs in a thread of its own, ``stop_in_background``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from paddlecloud.controller.forecasts import ForecastBoard
 from paddlecloud.controller.history import History
 from paddlecloud.controller.jobtokens import issue_job_token
 from paddlecloud.controller.metrics import PlatformMetrics
+from paddlecloud.controller.placement import placed
 from paddlecloud.controller.sampleset_records import launch_ref
 from paddlecloud.controller.specs import SpecCache
 from paddlecloud.core.clock import Clock
@@ -168,18 +170,13 @@ class Context:
         parsed = spec if spec is not None else self.specs.get(row)
         store = self.engine_units.store(parsed) is not None
         return tuple(
-            WorkerPlacement(
-                RENDEZVOUS if store and p["role"] == "pserver" else p["role"],
-                int(p["index"]),
-                p["node"],
-                tuple(p.get("gpus", ())),
-            )
-            for p in (row.placement or [])
+            dataclasses.replace(p, role=RENDEZVOUS) if store and p.role == "pserver" else p
+            for p in placed(row)
         )
 
     def launch(self, row: JobRow) -> JobLaunch:
         spec = row.spec
-        parsed = JobSpec.from_stored(spec)
+        parsed = self.specs.get(row)
         store = self.engine_units.store(parsed)
         placement = self.workers_placed(row, parsed)
         resources = {"pserver": parsed.pservers.resources(), "trainer": parsed.trainers.resources()}

@@ -47,7 +47,8 @@ from paddlecloud.backends.base import JobStatus
 from paddlecloud.controller.batches import noise_scale
 from paddlecloud.controller.confine import FailReason, backend_recovered, backend_trouble, fail_job
 from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.records import record_workers, trainer_names
+from paddlecloud.controller.placement import place, placed, trainer_names, trainers_of
+from paddlecloud.controller.records import record_workers
 from paddlecloud.core.phases import JobPhase, JobReason, WorkerState
 from paddlecloud.scheduler import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.store.tables import JobRow, WorkerRow
@@ -55,10 +56,6 @@ from paddlecloud.store.tables import JobRow, WorkerRow
 __all__ = ["apply_plan", "requeue_preempted"]
 
 log = logging.getLogger("paddlecloud.effects")
-
-
-def _as_json(p: WorkerPlacement) -> dict[str, object]:
-    return {"role": p.role, "index": p.index, "node": p.node, "gpus": list(p.gpus)}
 
 
 def _pending_worker(row: JobRow, p: WorkerPlacement) -> None:
@@ -141,7 +138,7 @@ def _admit(ctx: Context, s: Session, row: JobRow, admit: Admit) -> None:
         row.started_at = now
     row.accounted_at = now
     row.attempts += 1
-    row.placement = [_as_json(p) for p in admit.placement]
+    place(row, admit.placement)
     for p in ctx.workers_placed(row):  # the names the backend's workers will have
         _pending_worker(row, p)
     again = f" (start {row.attempts})" if row.attempts > 1 else ""
@@ -165,7 +162,8 @@ def _unadmit(ctx: Context, row: JobRow) -> None:
     except Exception:
         log.exception("job %s/%s: cleaning up after a failed start", row.user, row.name)
     ctx.move(row, JobPhase.QUEUED, JobReason.REQUEUED, "the backend could not start it now; queued again")
-    row.placement, row.attempts = None, row.attempts - 1
+    place(row, None)
+    row.attempts -= 1
 
 
 def _preempt(ctx: Context, row: JobRow, p: Preempt) -> None:
@@ -186,7 +184,7 @@ def requeue_preempted(ctx: Context, row: JobRow, status: JobStatus) -> None:
     record_workers(ctx, row, status)
     message = row.message.rpartition("; stopping its workers")[0] or row.message
     ctx.move(row, JobPhase.QUEUED, JobReason.PREEMPTED, message)
-    row.placement = None
+    place(row, None)
     ctx.event(row, "Warning", JobReason.PREEMPTED, f"{message}; queued again, logs of this run kept")
 
 
@@ -201,7 +199,7 @@ def _shrink(ctx: Context, row: JobRow, r: Resize) -> None:
 def _first_moved(row: JobRow, r: Resize) -> int | None:
     """The lowest index of a trainer the job keeps that ``r`` places on another node or other GPUs
     (``consolidate.py``: a job that restarts anyway re-placed on fewer nodes); None: none moves."""
-    now = {p["index"]: (p["node"], tuple(p["gpus"])) for p in row.placement or [] if p["role"] == "trainer"}
+    now = {p.index: (p.node, p.gpus) for p in trainers_of(row)}
     moved = [p.index for p in r.placement if p.index in now and now[p.index] != (p.node, p.gpus)]
     return min(moved, default=None)
 
@@ -212,7 +210,7 @@ def _retire_from(ctx: Context, row: JobRow, index: int) -> int:
     key, have = job_key(row.user, row.name), len(trainer_names(row))
     for _ in range(have - index):
         ctx.backend.remove_trainer(key, ctx.config.shrink_grace)
-    row.placement = [p for p in row.placement or [] if p["role"] != "trainer" or p["index"] < index]
+    place(row, [p for p in placed(row) if p.role != "trainer" or p.index < index])
     return have
 
 
@@ -241,8 +239,7 @@ def _grow(ctx: Context, row: JobRow, r: Resize, before: int | None = None) -> No
 
 
 def _record_resize(ctx: Context, row: JobRow, r: Resize, before: int, moved: bool = False) -> None:
-    pservers = [p for p in row.placement or [] if p["role"] != "trainer"]
-    row.placement = pservers + [_as_json(p) for p in r.placement]
+    place(row, [*(p for p in placed(row) if p.role != "trainer"), *r.placement])
     now = ctx.clock.now()
     if moved and r.trainers == before:  # the same count on other nodes (restarted)
         row.resized_at = now

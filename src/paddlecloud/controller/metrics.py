@@ -28,6 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
+from paddlecloud.controller.placement import count_trainers
 from paddlecloud.core.phases import JobPhase, WorkerState
 from paddlecloud.scheduler import NodeState, WaitReason
 from paddlecloud.store.db import Database
@@ -106,7 +107,7 @@ def live_figures(db: Database, nodes: tuple[NodeState, ...]) -> LiveFigures:
             RunningJob(
                 user,
                 name,
-                trainers=sum(p["role"] == "trainer" for p in placement or ()),
+                trainers=count_trainers(placement),
                 running=running_by_job.get(job_id, 0),
             )
             for job_id, user, name, placement in s.execute(placed)

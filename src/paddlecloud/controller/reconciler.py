@@ -67,8 +67,9 @@ from paddlecloud.controller.confine import (
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.diskwatch import storage_failure
 from paddlecloud.controller.effects import apply_plan, requeue_preempted
+from paddlecloud.controller.placement import place, trainer_names
 from paddlecloud.controller.quotas import compute_quotas
-from paddlecloud.controller.records import account, job_request, record_workers, trainer_names
+from paddlecloud.controller.records import account, job_request, record_workers
 from paddlecloud.controller.sampleset_records import Readiness, readiness
 from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import (
@@ -208,7 +209,7 @@ class Reconciler:
                 "(it does not declare adopt): queued again"
             )
             self.ctx.move(row, JobPhase.QUEUED, JobReason.NOT_ADOPTED, message)
-            row.placement = None
+            place(row, None)
         self.ctx.event(row, "Warning", row.reason, row.message)
         return False
 

@@ -2,7 +2,7 @@
 
 ``job_request``: a job row as the scheduler sees it (elastic bounds only where the backend can
 resize; an adaptive-batch job's best batch and goodput per trainer count, ``controller.batches``).
-``placement_of`` / ``trainer_names``: a job's recorded placement. ``record_workers``: write what
+(A job's placement: ``controller.placement``.) ``record_workers``: write what
 the backend observed (worker states, backend events) onto a job row, counting the restarts
 among the events (``paddlecloud_worker_restarts_total``). ``account``: add the
 service a started job received since it was last accounted (trainer-seconds; GPU-seconds for GPU
@@ -18,9 +18,10 @@ from paddlecloud.backends.base import JobStatus
 from paddlecloud.controller.batches import BatchPlans
 from paddlecloud.controller.context import Context, EngineUnits, job_key
 from paddlecloud.controller.metrics import RESTART_EVENTS
+from paddlecloud.controller.placement import placed, trainer_names
 from paddlecloud.controller.specs import SpecCache
 from paddlecloud.core.resources import Resources
-from paddlecloud.scheduler import JobRequest, WorkerPlacement
+from paddlecloud.scheduler import JobRequest
 from paddlecloud.store.tables import JobRow, WorkerRow
 
 __all__ = [
@@ -28,25 +29,11 @@ __all__ = [
     "account",
     "fixed_workers",
     "job_request",
-    "placement_of",
     "record_workers",
-    "trainer_names",
 ]
 
 #: an engine that allocates what is asked (millicores, no store worker)
 PLAIN = EngineUnits()
-
-
-def placement_of(row: JobRow) -> tuple[WorkerPlacement, ...]:
-    return tuple(
-        WorkerPlacement(p["role"], int(p["index"]), p["node"], tuple(p.get("gpus", ())))
-        for p in (row.placement or [])
-    )
-
-
-def trainer_names(row: JobRow) -> set[str]:
-    """The trainers the job has now (a resize changes them; retired ones are not among them)."""
-    return {f"trainer-{p['index']}" for p in (row.placement or []) if p["role"] == "trainer"}
 
 
 def job_request(
@@ -69,7 +56,7 @@ def job_request(
     rendezvous store as a worker), so each worker is planned at what it will hold.
     """
     spec = specs.get(row) if specs is not None else JobSpec.from_stored(row.spec)
-    placement = placement_of(row)
+    placement = placed(row)
     hi = (
         max(spec.trainers.max or spec.trainers.count, spec.trainers.count) if elastic else spec.trainers.count
     )

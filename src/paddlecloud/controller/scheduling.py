@@ -21,6 +21,7 @@ from paddlecloud.backends.base import Capability
 from paddlecloud.controller.capacity import node_states
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.identity import Identity, require_admin
+from paddlecloud.controller.placement import placed
 from paddlecloud.controller.reconciler import HOLDING, Reconciler
 from paddlecloud.controller.records import job_request
 from paddlecloud.controller.views import ts
@@ -57,8 +58,8 @@ class ClusterState:
             states = node_states(self.ctx, holding, infos)
             workers: dict[str, int] = {}
             for row in holding:
-                for p in row.placement or []:
-                    workers[p["node"]] = workers.get(p["node"], 0) + 1
+                for p in placed(row):
+                    workers[p.node] = workers.get(p.node, 0) + 1
         shared = Capability.SHARED_CAPACITY in backend.capabilities
         nodes = [
             NodeView(

@@ -20,6 +20,7 @@ from paddlecloud.api.models import (
     WorkerView,
 )
 from paddlecloud.controller.batches import state_view
+from paddlecloud.controller.placement import trainers_of
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, WorkerReason, WorkerState
 from paddlecloud.store.tables import JobRow, WorkerRow
 
@@ -55,7 +56,7 @@ def _role(counts: RoleTally, role: str, desired: int) -> RoleStatus:
 def _trainers(row: JobRow) -> int:
     """A placed job's current trainer count (an elastic job's changes), else the requested one."""
     if row.placement:
-        return sum(1 for p in row.placement if p["role"] == "trainer")
+        return len(trainers_of(row))
     return int(row.spec.get("trainers", {}).get("count", 1))
 
 
