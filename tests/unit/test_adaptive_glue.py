@@ -91,7 +91,7 @@ def request_of(world: MemoryWorld, name: str) -> Any:
     with ctx.session() as s:
         row = s.scalar(select(JobRow).where(JobRow.user == "alice", JobRow.name == name))
         assert row is not None
-        return job_request(row, True, ctx.specs, ctx.batch_plans)
+        return job_request(row, True, specs=ctx.specs, plans=ctx.batch_plans)
 
 
 def test_without_reports_an_adaptive_job_keeps_its_batch(world: MemoryWorld, package: Path) -> None:

@@ -7,6 +7,7 @@ SampleSets' own phases, ``controller/samplesets.py``, are another state machine.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,24 @@ def test_only_the_placement_codec_writes_a_jobs_placement() -> None:
     }
     assert found == {}
     assert phase_writes(codec, "placement")
+
+
+#: reads of a row's stored spec (its JSON), parsed or raw: ``row.spec.get(``, ``row.spec[``, an alias
+#: of it, or a parse of it outside the cache
+RAW_SPEC = re.compile(r"\.spec\.get\(|\.spec\[|= \w+\.spec$|from_stored\(\w+\.spec\)", re.M)
+
+
+def test_only_the_spec_cache_reads_a_jobs_stored_spec() -> None:
+    """``controller/specs.py`` parses a stored spec once per job (``SpecCache``) and reads the two
+    counts a listing shows; ``views.detail_view`` parses the one job a request asks for (with the
+    ``spec_unreadable`` answer when it no longer passes the rules)."""
+    allowed = {SRC / "controller" / "specs.py"}
+    found = {
+        str(p.relative_to(SRC)): [m.group(0) for m in RAW_SPEC.finditer(p.read_text())]
+        for p in sorted((SRC / "controller").rglob("*.py"))
+        if p not in allowed
+    }
+    assert {k: v for k, v in found.items() if v} == {"controller/views.py": ["from_stored(row.spec)"]}
 
 
 def test_the_scan_sees_each_form_of_assignment(tmp_path: Path) -> None:

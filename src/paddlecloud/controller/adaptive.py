@@ -67,8 +67,9 @@ class AdaptiveService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    @staticmethod
-    def _job(s: Session, who: Identity | JobIdentity, name: str, user: str | None) -> tuple[JobRow, JobSpec]:
+    def _job(
+        self, s: Session, who: Identity | JobIdentity, name: str, user: str | None
+    ) -> tuple[JobRow, JobSpec]:
         """The caller's job ``name`` and its spec, if it is an adaptive job."""
         missing = NotFound(
             f"job {name!r} not found (see: paddlecloud get jobs -a)", code=ErrorCode.JOB_NOT_FOUND
@@ -85,7 +86,7 @@ class AdaptiveService:
             row = s.scalar(select(JobRow).where(JobRow.user == owner, JobRow.name == name))
         if row is None:
             raise missing
-        spec = JobSpec.from_stored(row.spec)
+        spec = self.ctx.specs.get(row)
         if adaptive_spec(spec) is None:
             raise Conflict(
                 f"job {name!r} has a fixed batch size: submit it with --batch-size and "

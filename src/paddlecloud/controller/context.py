@@ -14,7 +14,6 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import inspect as sa_inspect
@@ -60,10 +59,9 @@ def package_url(api_url: str, pfs_path: str) -> str:
     return f"{api_url.rstrip('/')}{API_PREFIX}/pfs/file?path={quote(pfs_path, safe='/')}"
 
 
-def _trainer_range(spec: dict[str, Any]) -> tuple[int, int] | None:
-    t = spec.get("trainers", {})
-    count = int(t.get("count", 1))
-    lo, hi = int(t.get("min") or count), int(t.get("max") or count)
+def _trainer_range(spec: JobSpec) -> tuple[int, int] | None:
+    t = spec.trainers
+    lo, hi = t.min or t.count, t.max or t.count
     return (lo, hi) if lo < hi else None
 
 
@@ -175,30 +173,27 @@ class Context:
         )
 
     def launch(self, row: JobRow) -> JobLaunch:
-        spec = row.spec
         parsed = self.specs.get(row)
         store = self.engine_units.store(parsed)
         placement = self.workers_placed(row, parsed)
         resources = {"pserver": parsed.pservers.resources(), "trainer": parsed.trainers.resources()}
-        input_path = spec.get("input") or ""
+        input_path = str(parsed.input or "")
         input_dir = self.files.local_path(self.files.parse(input_path)) if input_path else None
         return JobLaunch(
             key=job_key(row.user, row.name),
             user=row.user,
             name=row.name,
             framework=row.framework,
-            entry=str(spec["entry"]),
+            entry=str(parsed.entry),
             package=self._local(row.package_id),
             output_dir=Path(row.output_dir),
             placement=placement,
-            env={**spec.get("env", {}), **batch_env(parsed, row.adaptive)},
-            files=JobFiles(
-                input_dir=str(input_dir or ""), input=input_path, output=str(spec.get("output") or "")
-            ),
+            env={**parsed.env, **batch_env(parsed, row.adaptive)},
+            files=JobFiles(input_dir=str(input_dir or ""), input=input_path, output=str(parsed.output or "")),
             attempt=max(row.attempts - 1, 0),
             restarts=parsed.restart_rules(),
             api=self._api(row),
-            trainer_range=_trainer_range(spec),
+            trainer_range=_trainer_range(parsed),
             resources={**resources, RENDEZVOUS: STORE_NEED} if store is not None else resources,
             package_path=row.package_id,
             package_url=package_url(self.config.api_url, row.package_id),

@@ -219,8 +219,9 @@ class DiskWatch:
             book.clear(w.user)
 
 
-def storage_failure(over: Overage, row: JobRow) -> tuple[FailReason, str]:
-    """Why ``row`` (a running job of ``over.user``) is failed, and what its owner can do."""
+def storage_failure(over: Overage, row: JobRow, output: str) -> tuple[FailReason, str]:
+    """Why ``row`` (a running job of ``over.user``, writing its output to ``output``: "" none) is
+    failed, and what its owner can do."""
     user, h = over.user, human_bytes
     ask = f"ask an admin to raise the quota (`paddlecloud admin set-quota {user} --storage SIZE`)"
     if over.error:
@@ -240,7 +241,6 @@ def storage_failure(over: Overage, row: JobRow) -> tuple[FailReason, str]:
     if over.samplesets:
         parts.append(f"SampleSet caches {h(over.samplesets)}")
     limit = h(over.limit) if over.limit is not None else "no limit"
-    output = str(row.spec.get("output") or "")
     return FailReason.STORAGE_QUOTA_EXCEEDED, (
         f"storage quota exceeded: {user} uses {'at least ' if over.partial else ''}{h(over.used)} of "
         f"{limit}: {', '.join(parts)}. Every running job of {user} was stopped. Remove files with "

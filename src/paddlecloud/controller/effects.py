@@ -274,7 +274,8 @@ def _assign_batch(ctx: Context, row: JobRow, batch: int, trainers: int) -> None:
     before, state.batch_size, state.trainers = state.batch_size, batch, trainers
     if batch == before:
         return
-    init = int((row.spec.get("batch") or {}).get("size") or batch)
+    asked = ctx.specs.get(row).batch
+    init = asked.size if asked is not None and asked.size else batch
     why, noise = [], noise_scale(state, init)
     if noise is not None:
         why.append(f"noise scale {noise:,.0f}")

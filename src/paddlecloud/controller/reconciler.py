@@ -71,6 +71,7 @@ from paddlecloud.controller.placement import place, trainer_names
 from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers
 from paddlecloud.controller.sampleset_records import Readiness, readiness
+from paddlecloud.controller.specs import SpecCache
 from paddlecloud.controller.tasks import release_ended
 from paddlecloud.core.phases import (
     TERMINAL_PHASES,
@@ -108,9 +109,16 @@ def _counts(status: JobStatus, role: str, names: set[str]) -> RoleCounts:
     )
 
 
-def _samplesets(s: Session, queued: Sequence[JobRow]) -> dict[tuple[str, str], Readiness]:
+def _sampleset_of(specs: SpecCache, row: JobRow) -> str | None:
+    """The SampleSet ``row`` names (None: none, or a spec that cannot be read: failed elsewhere)."""
+    spec = specs.peek(row)
+    return spec.sampleset if spec is not None else None
+
+
+def _samplesets(s: Session, specs: SpecCache, queued: Sequence[JobRow]) -> dict[tuple[str, str], Readiness]:
     """Whether the SampleSet each queued job names is Ready, by (owner, name)."""
-    return readiness(s, {(r.user, str(r.spec["sampleset"])) for r in queued if r.spec.get("sampleset")})
+    named = {(r.user, name) for r in queued if (name := _sampleset_of(specs, r))}
+    return readiness(s, named)
 
 
 class Reconciler:
@@ -267,7 +275,7 @@ class Reconciler:
                 continue
             account(row, now, self.ctx.specs)
             self.apply_status(row, status)
-            if row.spec.get("tasks"):  # a dead trainer's tasks go to the others now, not at expiry
+            if self.ctx.specs.get(row).tasks is not None:  # a dead trainer's tasks go to the others now
                 self.ctx.metrics.lease("released", release_ended(s, row.id, status.workers))
             s.commit()
         self._observe_trainers(rows, now)
@@ -289,7 +297,7 @@ class Reconciler:
         record_workers(self.ctx, row, status)
         if row.phase == JobPhase.STARTING and status.events:  # say what the start is waiting on
             row.reason, row.message = status.events[-1].reason, status.events[-1].message
-        pservers = {f"pserver-{i}" for i in range(int(row.spec["pservers"]["count"]))}
+        pservers = {f"pserver-{i}" for i in range(self.ctx.specs.get(row).pservers.count)}
         change = next_phase(
             JobPhase(row.phase),
             _counts(status, "pserver", pservers),
@@ -324,7 +332,10 @@ class Reconciler:
             for row in rows:
                 if row.reason == JobReason.STOPPING:
                     continue
-                reason, message = storage_failure(over, row)
+                spec = self.ctx.specs.peek(row)
+                reason, message = storage_failure(
+                    over, row, str(spec.output or "") if spec is not None else ""
+                )
                 log.warning("job %s/%s: %s", row.user, row.name, reason)
                 end_failed(self.ctx, row, reason, message)
                 s.commit()
@@ -386,11 +397,13 @@ class Reconciler:
             return None
         elastic = Capability.RESIZE in self.ctx.backend.capabilities
         specs, ids, waiting = {}, {}, []
-        samplesets = _samplesets(s, queued)
+        samplesets = _samplesets(s, self.ctx.specs, queued)
         for row in (*queued, *active):
             key = job_key(row.user, row.name)
             queued_now = row.phase == JobPhase.QUEUED
-            found = samplesets.get((row.user, str(row.spec.get("sampleset")))) if queued_now else None
+            found = (
+                samplesets.get((row.user, str(_sampleset_of(self.ctx.specs, row)))) if queued_now else None
+            )
             if found is not None and not found.ready:  # held out of the queue until it is Ready
                 continue
             caches = found.cache_nodes if found is not None else frozenset()
@@ -440,7 +453,12 @@ class Reconciler:
     def _request(self, row: JobRow, elastic: bool, caches: frozenset[str] = frozenset()) -> JobRequest:
         """The scheduler's view of ``row``, with the controller's caches and the engine's CPU unit."""
         return job_request(
-            row, elastic, self.ctx.specs, self.ctx.batch_plans, caches, engine=self.ctx.engine_units
+            row,
+            elastic,
+            specs=self.ctx.specs,
+            plans=self.ctx.batch_plans,
+            cache_nodes=caches,
+            engine=self.ctx.engine_units,
         )
 
     def _requests(self, s: Session, queued: Sequence[JobRow], elastic: bool) -> tuple[JobRequest, ...]:
@@ -448,9 +466,9 @@ class Reconciler:
         A job whose SampleSet is not Ready waits out of the queue (``SampleSetNotReady``); the others
         naming one carry the nodes that hold its cache."""
         out = []
-        samplesets = _samplesets(s, queued)
+        samplesets = _samplesets(s, self.ctx.specs, queued)
         for row in queued:
-            found = samplesets.get((row.user, str(row.spec.get("sampleset"))))
+            found = samplesets.get((row.user, str(_sampleset_of(self.ctx.specs, row))))
             if found is not None and not found.ready:
                 if row.reason != JobReason.SAMPLESET_NOT_READY:
                     self.ctx.event(row, "Normal", JobReason.SAMPLESET_NOT_READY, found.message)

@@ -39,23 +39,23 @@ PLAIN = EngineUnits()
 def job_request(
     row: JobRow,
     elastic: bool = True,
-    specs: SpecCache | None = None,
+    *,
+    specs: SpecCache,
     plans: BatchPlans | None = None,
     cache_nodes: frozenset[str] = frozenset(),
-    *,
     engine: EngineUnits = PLAIN,
 ) -> JobRequest:
     """The scheduler's view of a job; a started job's ``running`` and ``placement`` are what it holds.
 
     ``elastic=False`` (a backend without the resize capability) pins min and max to the requested
-    count so no policy plans a resize the backend cannot do. ``specs``: parse the stored spec once
-    per job (the controller's cache) instead of on every call. ``plans``: an adaptive-batch job's
+    count so no policy plans a resize the backend cannot do. ``specs``: the controller's cache of
+    parsed specs (each parsed once per job). ``plans``: an adaptive-batch job's
     ``batches`` and goodput ``speedup`` (the controller's cache; without it, none: views that do
     not schedule). ``cache_nodes``: the nodes holding the cache of the job's SampleSet.
     ``engine``: what the engine really allocates (``Context.engine_units``: whole CPUs, the
     rendezvous store as a worker), so each worker is planned at what it will hold.
     """
-    spec = specs.get(row) if specs is not None else JobSpec.from_stored(row.spec)
+    spec = specs.get(row)
     placement = placed(row)
     hi = (
         max(spec.trainers.max or spec.trainers.count, spec.trainers.count) if elastic else spec.trainers.count

@@ -320,7 +320,7 @@ class SampleSetService:
                 for j in s.scalars(
                     select(JobRow).where(JobRow.user == who.name, JobRow.phase.not_in(list(TERMINAL_PHASES)))
                 )
-                if j.spec.get("sampleset") == name
+                if (spec := self.ctx.specs.peek(j)) is not None and spec.sampleset == name
             ]
             if users:
                 raise Conflict(

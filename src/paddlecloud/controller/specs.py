@@ -5,6 +5,12 @@ Every reconcile cycle turns every queued and running job's stored spec (a JSON c
 row's spec once and keeps it by (job id, submit time) — one cache per ``Context``, so two databases in
 one process (tests) never see each other's specs. A job deleted and submitted again under the same
 id gets a new submit time and so a new entry.
+
+This module is the controller's only reader of the stored spec (``tests/unit/test_phase_writes.py``
+reads the source for any other): ``get`` (parsed; a spec that no longer passes the rules raises),
+``peek`` (parsed, or None for such a spec: for the paths that must not fail on one job), and
+``listed_counts`` (the two counts a listing shows, read without parsing: ``get jobs`` lists
+thousands of finished jobs).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections import OrderedDict
 from paddlecloud.api.models import JobSpec
 from paddlecloud.store.tables import JobRow
 
-__all__ = ["SpecCache"]
+__all__ = ["SpecCache", "listed_counts"]
 
 
 class SpecCache:
@@ -43,5 +49,19 @@ class SpecCache:
                 self._specs.popitem(last=False)
         return spec
 
+    def peek(self, row: JobRow) -> JobSpec | None:
+        """:meth:`get`, or None when the stored spec cannot be read (the reconcile cycle fails
+        that job with ``InvalidSpec``; a caller that only looks must not fail on it first)."""
+        try:
+            return self.get(row)
+        except (ValueError, TypeError, KeyError):  # pydantic's ValidationError is a ValueError
+            return None
+
     def __len__(self) -> int:
         return len(self._specs)
+
+
+def listed_counts(row: JobRow) -> tuple[int, int]:
+    """The pservers and trainers ``row``'s stored spec asks for, read without parsing it."""
+    stored = row.spec
+    return int(stored.get("pservers", {}).get("count", 0)), int(stored.get("trainers", {}).get("count", 1))

@@ -21,6 +21,7 @@ from paddlecloud.api.models import (
 )
 from paddlecloud.controller.batches import state_view
 from paddlecloud.controller.placement import trainers_of
+from paddlecloud.controller.specs import listed_counts
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, WorkerReason, WorkerState
 from paddlecloud.store.tables import JobRow, WorkerRow
 
@@ -57,11 +58,10 @@ def _trainers(row: JobRow) -> int:
     """A placed job's current trainer count (an elastic job's changes), else the requested one."""
     if row.placement:
         return len(trainers_of(row))
-    return int(row.spec.get("trainers", {}).get("count", 1))
+    return listed_counts(row)[1]
 
 
 def job_view(row: JobRow, counts: RoleTally, estimate: EstimateView | None = None) -> JobView:
-    spec = row.spec
     submitted = ts(row.submitted_at)
     assert submitted is not None
     return JobView(
@@ -69,7 +69,7 @@ def job_view(row: JobRow, counts: RoleTally, estimate: EstimateView | None = Non
         user=row.user,
         phase=JobPhase(row.phase),
         framework=Framework(row.framework),
-        pservers=_role(counts, "pserver", int(spec.get("pservers", {}).get("count", 0))),
+        pservers=_role(counts, "pserver", listed_counts(row)[0]),
         trainers=_role(counts, "trainer", _trainers(row)),
         priority=row.priority,
         submitted_at=submitted,
