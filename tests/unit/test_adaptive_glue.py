@@ -130,7 +130,7 @@ def test_reports_grow_the_batch_with_the_trainers_and_the_plan_assigns_it(
     assert req.speedup[-1] > 1.0
     assert req.batch_size == 0  # not running: no batch of its own yet
     world.tick()
-    snap, plan = world.platform.reconciler.last  # type: ignore[misc]
+    snap, plan = world.platform.reconciler.last_round  # type: ignore[misc]
     assert snap.queue[0].batches == req.batches  # what the loop gave the policy
     assert make_policy(world.platform.reconciler.policy.name).schedule(snap) == plan  # the simulator's too
     (admit,) = plan.admit

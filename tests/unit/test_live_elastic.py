@@ -293,8 +293,8 @@ def test_live_snapshot_gives_the_same_plan_to_the_simulator_policy(
     _submit(alice, pkg, "b", 30.0, count=2)
     _submit(alice, pkg, "c", 30.0, count=3)
     platform.reconciler.tick()
-    assert platform.reconciler.last is not None
-    snap, live_plan = platform.reconciler.last
+    assert platform.reconciler.last_round is not None
+    snap, live_plan = platform.reconciler.last_round
     assert isinstance(snap, Snapshot) and len(snap.queue) == 3
     assert make_policy(name).schedule(snap) == live_plan
     assert {a.job for a in live_plan.admit} == {"alice/a", "alice/b"}
@@ -316,8 +316,8 @@ def test_live_snapshot_with_adaptive_jobs_gives_the_same_plan_to_the_simulator_p
     _submit(alice, pkg, "a", 30.0, count=2, min=1, max=3)
     _submit(alice, pkg, "b", 30.0, count=1)
     platform.reconciler.tick()
-    assert platform.reconciler.last is not None
-    snap, _ = platform.reconciler.last
+    assert platform.reconciler.last_round is not None
+    snap, _ = platform.reconciler.last_round
     fitted = FittedStepTime.fit([(1, 1, 32.0, 0.2), (1, 1, 64.0, 0.35), (2, 1, 32.0, 0.25)])
     assert fitted is not None
     table = goodput_table(fitted, AdaptiveBatch(init=64, lo=32, hi=512), 5000.0, [1, 1, 1])
@@ -337,7 +337,7 @@ def test_live_snapshot_with_adaptive_jobs_gives_the_same_plan_to_the_simulator_p
     )
 
     _until(platform, alice, "a", lambda j: j.phase == "Running")
-    snap, _ = platform.reconciler.last
+    snap, _ = platform.reconciler.last_round
     running = next(j for j in snap.running if j.key == "alice/a")
     stale = dataclasses.replace(running, resized_at=snap.now - 3600, rebatched_at=snap.now - 3600)
     moved = dataclasses.replace(

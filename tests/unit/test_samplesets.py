@@ -356,7 +356,7 @@ def test_a_job_waits_until_its_sampleset_is_ready_then_starts_with_it(
     assert [e.reason for e in job.events].count("SampleSetNotReady") == 1
     settle(world)
     world.tick()
-    snap, _plan = world.platform.reconciler.last or (None, None)
+    snap, _plan = world.platform.reconciler.last_round or (None, None)
     assert snap is not None and snap.queue[0].cache_nodes == frozenset({"mem-0", "mem-1"})
     job = alice.job("train")
     assert job.phase in (JobPhase.STARTING, JobPhase.RUNNING), job.message
@@ -376,7 +376,7 @@ def test_cache_nodes_are_those_caching_nine_tenths_of_it(world: MemoryWorld, tmp
     settle(world)
     world.submit(alice, "train", package(tmp_path), sampleset="mnist")
     world.tick()
-    snap, _plan = world.platform.reconciler.last or (None, None)
+    snap, _plan = world.platform.reconciler.last_round or (None, None)
     assert snap is not None and snap.queue[0].cache_nodes == frozenset({"mem-1"})
     # wherever it was placed, the job's node has the SampleSet mounted
     job = alice.job("train")
@@ -388,7 +388,7 @@ def test_cache_nodes_are_those_caching_nine_tenths_of_it(world: MemoryWorld, tmp
     settle(world)
     world.submit(alice, "train2", package(tmp_path), sampleset="mnist")
     world.tick()
-    snap, _plan = world.platform.reconciler.last or (None, None)
+    snap, _plan = world.platform.reconciler.last_round or (None, None)
     assert snap is not None
     assert {q.key: q.cache_nodes for q in snap.queue}.get("alice/train2") == frozenset()
 
@@ -408,7 +408,7 @@ def test_a_job_without_a_sampleset_is_unchanged(world: MemoryWorld, tmp_path: Pa
     world.submit(alice, "plain", pkg)
     world.tick()
     assert world.engine.jobs["alice/plain"].launch.sampleset is None
-    snap, _ = world.platform.reconciler.last or (None, None)
+    snap, _ = world.platform.reconciler.last_round or (None, None)
     assert snap is not None and snap.queue[0].cache_nodes == frozenset()
     assert "sampleset" not in alice.job("plain").spec.model_dump(exclude_none=True)
 

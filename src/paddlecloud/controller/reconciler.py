@@ -126,8 +126,9 @@ class Reconciler:
         self.ctx = ctx
         self.policy = policy
         self.cycle = 0
-        #: the last cycle's snapshot and plan (for tests and for comparing with the simulator)
-        self.last: tuple[Snapshot, Plan] | None = None
+        #: the last scheduling round's snapshot and plan: the queue view orders its waiting jobs by
+        #: the plan's waits (``ClusterState``), and tests compare it with the simulator's
+        self.last_round: tuple[Snapshot, Plan] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: queued jobs whose admission waits for preempted jobs to stop (``effects.apply_plan``)
@@ -361,7 +362,7 @@ class Reconciler:
         self.ctx.metrics.scheduling_round.observe(time.perf_counter() - started)
         if Capability.SHARED_CAPACITY in self.ctx.backend.capabilities:
             plan = name_foreign_load(plan, nodes, snap)
-        self.last = (snap, plan)
+        self.last_round = (snap, plan)
         rows = {job_key(r.user, r.name): r for r in (*queued, *active)}
         self._held |= apply_plan(self.ctx, s, plan, rows)
         holding_now = [r for r in (*queued, *holding) if r.phase in HOLDING]  # after the plan

@@ -138,7 +138,7 @@ class ClusterState:
     def _order(self) -> dict[str, int]:
         """Job key -> rank among the last cycle's waits, in the order the policy decided them (the
         policies consider waiting jobs in their order: priority, service, fair share, age)."""
-        last = self.reconciler.last
+        last = self.reconciler.last_round
         order: dict[str, int] = {}
         for w in last[1].wait if last is not None else ():
             order.setdefault(w.job, len(order))
