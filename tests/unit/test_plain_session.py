@@ -39,6 +39,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         self.server.connections.add(self.client_address)
+        if self.path.startswith("/api/v1/toolarge"):  # refused before the body is read, as a proxy does
+            err = {"error": {"code": "request_too_large", "message": "the body is over 1 MiB"}}
+            self._answer(413, json.dumps(err).encode(), {"Connection": "close"})
+            self.close_connection = True
+            return
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path.startswith("/api/v1/error"):
             err = {"error": {"code": "path_not_found", "message": "no such file: /p"}}
@@ -47,6 +52,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, b"{}", {HEADER_API_VERSION: "0"})
         elif self.path.startswith("/api/v1/big"):
             self._answer(200, BIG)
+        elif self.path.startswith("/api/v1/short"):  # says more than it sends, then closes
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(BIG)))
+            self.end_headers()
+            self.wfile.write(BIG[:1000])
+            self.close_connection = True
         else:
             seen = {
                 "method": self.command,
@@ -136,7 +147,7 @@ def test_a_request_that_fails_on_a_kept_connection_is_sent_again_whole_unless_a_
     """The race the idle check cannot see: the server closes just as the request goes out."""
     s = _session(server)
     s.request("GET", "/one")
-    monkeypatch.setattr("select.select", lambda r, w, x, t: ([], [], []))  # looks alive
+    monkeypatch.setattr("paddlecloud.client.plain._readable", lambda sock: False)  # looks alive
     for conn in s._idle:
         assert conn.sock is not None
         conn.sock.shutdown(socket.SHUT_RDWR)
@@ -160,3 +171,38 @@ def test_nothing_listening_is_server_unreachable() -> None:
 def test_only_plain_http() -> None:
     with pytest.raises(ValueError, match="http://"):
         PlainSession("https://example.invalid", None)
+
+
+def test_an_answer_sent_before_the_body_is_the_error_raised(server: _Server) -> None:
+    """A proxy's 413 before it reads the body: the send breaks, the answer is what the caller gets
+    (not "cannot reach the server"), and the body is not sent again."""
+    with pytest.raises(PaddleCloudError) as err:
+        _session(server).request("PUT", "/toolarge", content=iter([b"x" * (32 << 20)]))
+    assert err.value.code == ErrorCode.REQUEST_TOO_LARGE
+    assert len(server.connections) == 1
+
+
+def test_a_body_cut_short_is_server_unreachable_not_a_short_file(server: _Server) -> None:
+    with pytest.raises(ServerUnreachable):
+        b"".join(_session(server).stream_bytes("/short"))
+
+
+def test_bodies_go_out_in_slices_of_at_most_a_mib() -> None:
+    from paddlecloud.client.plain import SEND_SLICE, _slices
+
+    parts = list(_slices([memoryview(b"a" * (SEND_SLICE * 2 + 5)), memoryview(b"b" * 3)]))
+    assert [p.nbytes for p in parts] == [SEND_SLICE, SEND_SLICE, 5, 3]
+
+
+def test_pfs_takes_the_plain_session_only_where_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """http:// without a proxy: the plain session; a proxy in the environment (httpx honours it,
+    http.client would not) or https://: httpx's session."""
+    from paddlecloud.client.pfs import Pfs
+    from paddlecloud.client.session import Session
+
+    for name in [k for k in __import__("os").environ if k.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+    assert isinstance(Pfs.connect("http://127.0.0.1:9", "t").session, PlainSession)
+    assert isinstance(Pfs.connect("https://127.0.0.1:9", "t").session, Session)
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    assert isinstance(Pfs.connect("http://127.0.0.1:9", "t").session, Session)

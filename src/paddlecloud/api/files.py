@@ -110,8 +110,9 @@ def _jsonable(v: Any) -> Any:
         return [_jsonable(x) for x in v]
     if isinstance(v, _Wire):
         return v.to_wire()
-    if isinstance(v, datetime):
-        return v.isoformat()
+    if isinstance(v, datetime):  # as pydantic writes it (and the server sends it): UTC as "Z"
+        text = v.isoformat()
+        return text[: -len("+00:00")] + "Z" if text.endswith("+00:00") else text
     return v
 
 

@@ -27,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from paddlecloud.api.errors import ErrorCode, InvalidInput, PaddleCloudError, ServerError
-from paddlecloud.api.files import HEADER_DATA_PORT, FileInfo, FileList, PfsHome, StorageUsage, UploadView
+from paddlecloud.api.files import (
+    HEADER_DATA_PORT,
+    ChecksumView,
+    FileInfo,
+    FileList,
+    PfsHome,
+    StorageUsage,
+    UploadView,
+)
 from paddlecloud.client.pfs_data import DataPlane, DataUnavailable
 from paddlecloud.client.pfs_local import BATCH, LocalBusy, LocalPlane
 from paddlecloud.client.transport import TlsFiles, Transport, no_endpoint, resolve
@@ -45,6 +53,12 @@ PART = ".pfspart"
 
 def _noop(_n: int) -> None:
     pass
+
+
+def _proxied() -> bool:
+    """Whether the environment names a proxy (``http_proxy``, ``ALL_PROXY``, ...): httpx goes
+    through it, ``client.plain`` would not."""
+    return any(k.lower() in ("http_proxy", "all_proxy") and v for k, v in os.environ.items())
 
 
 def _body(data: bytes) -> tuple[Iterator[bytes], dict[str, str]]:
@@ -108,21 +122,30 @@ class Pfs:
 
     @classmethod
     def connect(
-        cls, endpoint: str | None = None, token: str | None = None, *, tls: TlsFiles = (None, None, None)
+        cls,
+        endpoint: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        tls: TlsFiles = (None, None, None),
+        http: Any = None,
     ) -> Pfs:
         """The file service of a new session, by default to the current datacenter of the client
         config. What ``paddlecloud pfs`` uses: it imports none of ``Client``'s job models, and to an
-        ``http://`` endpoint not even httpx (``client.plain``); ``https://`` has httpx's session."""
-        endpoint, token, tls = resolve(endpoint, token, tls)
-        if not endpoint:
-            raise no_endpoint()
-        if endpoint.lower().startswith("http://") and not any(tls):
-            from paddlecloud.client.plain import PlainSession
+        ``http://`` endpoint not even httpx (``client.plain``). httpx's session (``client.session``)
+        where it is needed: ``https://`` (its trust store, the TLS files), a proxy set in the
+        environment (httpx honours ``*_proxy``), or ``http``, an ``httpx.Client`` to use (tests)."""
+        if http is None:
+            endpoint, token, tls = resolve(endpoint, token, tls)
+            if not endpoint:
+                raise no_endpoint()
+            if endpoint.lower().startswith("http://") and not any(tls) and not _proxied():
+                from paddlecloud.client.plain import PlainSession
 
-            return cls(PlainSession(endpoint, token))
-        from paddlecloud.client.session import Session
+                return cls(PlainSession(endpoint, token, timeout=timeout))
+        from paddlecloud.client.session import connect
 
-        return cls(Session(endpoint, token, tls=tls))
+        return cls(connect(endpoint, token, http=http, timeout=timeout, tls=tls))
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -395,7 +418,8 @@ class Pfs:
         return stats
 
     def _checksum(self, remote: str) -> str:
-        return str(self._get("/pfs/checksum", path=remote, chunk_size=self.chunk_size).json()["checksum"])
+        answer = self._get("/pfs/checksum", path=remote, chunk_size=self.chunk_size)
+        return ChecksumView.from_json(answer.content).checksum
 
     def _open_local(self, remote: str, size: int) -> int | None:
         """A read-only descriptor of ``remote`` from the server (same-host fast path), else None."""

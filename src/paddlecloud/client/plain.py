@@ -23,8 +23,9 @@ import contextlib
 import http.client
 import json as jsonlib
 import select
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -33,10 +34,14 @@ from paddlecloud.client.transport import Checks
 
 __all__ = ["PlainAnswer", "PlainSession"]
 
-#: idle connections kept for the next requests (a copy runs ``parallel`` at once)
-MAX_IDLE = 8
+#: idle connections kept for the next requests (a copy runs up to ``2 x parallel`` at once; the
+#: server closes one idle for a few seconds)
+MAX_IDLE = 64
 #: bytes of a streamed body read at a time
 STREAM_PIECE = 1 << 20
+#: bytes of a request's body sent at a time: the timeout applies to each send, so a slow link gets
+#: ``timeout`` per MiB, not per chunk (as the data port's client, ``client.pfs_data.SLICE``)
+SEND_SLICE = 1 << 20
 #: what a kept-alive connection the server closed meanwhile fails with (before any answer)
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
@@ -103,14 +108,17 @@ class PlainSession(Checks):
         """One API call (``path`` below ``/api/v1``); errors raised as PaddleCloudError. ``content``:
         bytes, or an iterable of them (kept for a retry)."""
         sent = {**self.headers, **(headers or {})}
-        body: list[bytes | bytearray | memoryview] | None = None
+        body: list[memoryview] | None = None
         if json is not None:
-            body = [jsonlib.dumps(json).encode()]
+            body = [memoryview(jsonlib.dumps(json).encode())]
             sent["Content-Type"] = "application/json"
         elif content is not None:
-            body = [content] if isinstance(content, bytes | bytearray | memoryview) else list(content)
+            pieces = [content] if isinstance(content, bytes | bytearray | memoryview) else list(content)
+            body = [memoryview(p).cast("B") for p in pieces]
         if body is not None:
-            sent.setdefault("Content-Length", str(sum(len(b) for b in body)))
+            for name in [k for k in sent if k.lower() == "content-length"]:
+                del sent[name]
+            sent["Content-Length"] = str(sum(b.nbytes for b in body))
         conn, resp = self._exchange(method, self._base + API_PREFIX + path + _query(params), sent, body)
         try:
             answer = PlainAnswer(resp.status, resp.headers, resp.read())
@@ -133,6 +141,8 @@ class PlainSession(Checks):
             self.check(PlainAnswer(resp.status, resp.headers, b""))  # the version, on a first answer
             while piece := resp.read(STREAM_PIECE):
                 yield piece
+            if resp.length:  # http.client ends a body cut short quietly; httpx raises
+                raise http.client.IncompleteRead(b"", resp.length)
             done = True
         except (OSError, http.client.HTTPException) as exc:
             raise self.unreachable(exc) from None
@@ -147,13 +157,21 @@ class PlainSession(Checks):
         method: str,
         url: str,
         headers: dict[str, str],
-        body: list[bytes | bytearray | memoryview] | None,
+        body: list[memoryview] | None,
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """The request sent on an idle connection (or a new one), its answer's head read."""
+        """The request sent on an idle connection (or a new one), its answer's head read. A server
+        (or a proxy) that answers before the whole body is sent (413) and closes makes the send
+        fail: its answer, already here, is the one returned."""
         for attempt in (0, 1):
             conn, fresh = self._take()
             try:
-                conn.request(method, url, body=iter(body) if body is not None else None, headers=headers)
+                try:
+                    sent = _slices(body) if body is not None else None
+                    conn.request(method, url, body=sent, headers=headers)
+                except _STALE:
+                    with contextlib.suppress(OSError, http.client.HTTPException):
+                        return conn, conn.getresponse()
+                    raise
                 return conn, conn.getresponse()
             except _STALE as exc:
                 conn.close()
@@ -176,7 +194,7 @@ class PlainSession(Checks):
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout), True
-            if conn.sock is not None and not select.select([conn.sock], [], [], 0)[0]:
+            if conn.sock is not None and not _readable(conn.sock):
                 return conn, False
             conn.close()
 
@@ -187,3 +205,17 @@ class PlainSession(Checks):
                 return
         with contextlib.suppress(OSError):
             conn.close()
+
+
+def _slices(body: list[memoryview]) -> Iterable[memoryview]:
+    for piece in body:
+        for i in range(0, piece.nbytes, SEND_SLICE):
+            yield piece[i : i + SEND_SLICE]
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether an idle connection's socket has something to read (the server's close, or bytes it
+    should not have sent): then it is not reused. ``poll``, not ``select``: descriptors past 1023."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
