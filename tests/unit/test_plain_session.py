@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from paddlecloud.api import HEADER_API_VERSION
-from paddlecloud.api.errors import ErrorCode, PaddleCloudError, ServerUnreachable, VersionMismatch
+from paddlecloud.api.errors import (
+    ErrorCode,
+    PaddleCloudError,
+    ServerError,
+    ServerUnreachable,
+    VersionMismatch,
+)
 from paddlecloud.client.plain import PlainSession
 
 __all__: list[str] = []
@@ -48,6 +54,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/api/v1/error"):
             err = {"error": {"code": "path_not_found", "message": "no such file: /p"}}
             self._answer(404, json.dumps(err).encode())
+        elif self.path.startswith("/api/v1/moved"):
+            self._answer(301, b"", {"Location": "https://elsewhere.invalid/api/v1/moved"})
         elif self.path.startswith("/api/v1/old"):
             self._answer(200, b"{}", {HEADER_API_VERSION: "0"})
         elif self.path.startswith("/api/v1/big"):
@@ -206,3 +214,10 @@ def test_pfs_takes_the_plain_session_only_where_it_serves(monkeypatch: pytest.Mo
     assert isinstance(Pfs.connect("https://127.0.0.1:9", "t").session, Session)
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
     assert isinstance(Pfs.connect("http://127.0.0.1:9", "t").session, Session)
+
+
+def test_a_redirect_is_an_error_not_a_success(server: _Server) -> None:
+    """Neither session follows a redirect, so nothing was done: a 3xx is a ServerError naming where
+    (an http -> https redirect made a small-file upload print "copied" and store nothing)."""
+    with pytest.raises(ServerError, match="answered 301, sending this request to https://elsewhere"):
+        _session(server).request("PUT", "/moved", content=b"x")

@@ -25,6 +25,7 @@ from paddlecloud.api.errors import (
     ErrorCode,
     InvalidInput,
     PaddleCloudError,
+    ServerError,
     ServerUnreachable,
     VersionMismatch,
     error_from_body,
@@ -126,6 +127,12 @@ class Checks:
                     code=ErrorCode.SERVER_TOO_OLD,
                 )
             self._checked = True
+        if 300 <= response.status_code < 400:  # neither session follows one: nothing was done
+            where = response.headers.get("location") or "elsewhere"
+            raise ServerError(
+                f"the server at {self.endpoint} answered {response.status_code}, sending this request to "
+                f"{where}: check the datacenter's endpoint (paddlecloud login --endpoint)"
+            )
         if response.status_code >= 400:
             try:
                 body: Any = response.json()
