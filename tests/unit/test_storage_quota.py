@@ -22,8 +22,8 @@ from memory_platform import MemoryWorld
 from paddlecloud.api.errors import ErrorCode, PaddleCloudError
 from paddlecloud.backends.jobdirs import DiskWalkError
 from paddlecloud.client import Client
-from paddlecloud.controller.confine import FailReason
 from paddlecloud.controller.diskwatch import DiskWatch
+from paddlecloud.controller.failures import FailReason
 from paddlecloud.controller.quotas import set_storage_quota
 from paddlecloud.core.phases import JobPhase
 

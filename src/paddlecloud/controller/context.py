@@ -93,7 +93,7 @@ class Context:
     #: stops them again when the error was transient
     stop_failures: dict[str, BaseException] = field(default_factory=dict)
     #: jobs whose backend calls meet transient errors, by key: when the streak began
-    #: (``controller.confine.backend_trouble``)
+    #: (``controller.failures.backend_trouble``)
     retrying: dict[str, float] = field(default_factory=dict)
     #: stored specs parsed once per job (every cycle reads every queued and running job's)
     specs: SpecCache = field(default_factory=SpecCache)

@@ -18,7 +18,7 @@ own, and a user found over their storage quota handed to the reconciler, which f
       ─▶ a walk that cannot be done (a folder the server may not read, folders nested deeper than
          the walkers go): flagged with ``error``: the quota is enforced as if passed (fail closed)
     Reconciler.tick ─▶ DiskBook.take_over() ─▶ every Starting/Running job of that user fails
-      (confine.end_failed, StorageQuotaExceeded / StorageUnmeasurable, :func:`storage_failure`'s
+      (failures.end_failed, StorageQuotaExceeded / StorageUnmeasurable, :func:`storage_failure`'s
       message: how much of how much, what counts, what to do)
 
 Cost: nothing in the reconcile loop or a request but reading the book. Users without running jobs
@@ -42,9 +42,9 @@ from paddlecloud.api.errors import PaddleCloudError
 from paddlecloud.backends.base import Capability
 from paddlecloud.backends.errors import BackendError
 from paddlecloud.backends.jobdirs import DiskWalkError
-from paddlecloud.controller.confine import FailReason
 from paddlecloud.controller.context import Context, job_key
 from paddlecloud.controller.diskbook import Overage
+from paddlecloud.controller.failures import FailReason
 from paddlecloud.core.phases import JobPhase
 from paddlecloud.core.quantity import human_bytes
 from paddlecloud.store.tables import JobRow

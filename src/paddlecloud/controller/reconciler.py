@@ -25,7 +25,7 @@ Ready (reason ``SampleSetNotReady``, with what it waits for); once it is, its re
 nodes holding the cache, which placement prefers.
 
 A backend call about one job that raises (``adopt``, ``sync``, ``stop``, also a preemption's stop in
-the background) fails that job alone (``controller.confine``), as does a queued job whose stored spec
+the background) fails that job alone (``controller.failures``), as does a queued job whose stored spec
 cannot be read: the cycle goes on with the other jobs. A transient error (``BackendUnavailable``)
 keeps the job instead and the call is tried again next cycle, for at most ``backend_retry_s``: a job
 not re-adopted yet is not synced until it is. After a restart, a backend that does not declare
@@ -57,16 +57,16 @@ from paddlecloud.api.history import ClusterPoint
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, JobStatus, NodeInfo
 from paddlecloud.controller.capacity import name_foreign_load, node_states
-from paddlecloud.controller.confine import (
+from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.diskwatch import storage_failure
+from paddlecloud.controller.effects import apply_plan, requeue_preempted
+from paddlecloud.controller.failures import (
     FailReason,
     backend_recovered,
     backend_trouble,
     end_failed,
     fail_job,
 )
-from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.diskwatch import storage_failure
-from paddlecloud.controller.effects import apply_plan, requeue_preempted
 from paddlecloud.controller.placement import place, trainer_names
 from paddlecloud.controller.quotas import compute_quotas
 from paddlecloud.controller.records import account, job_request, record_workers
