@@ -1,6 +1,6 @@
 """Test helpers for the pure Kubernetes modules: TrainingJob dicts, and a tiny in-memory cluster.
 
-``Cluster`` applies a ``Plan`` the way the operator does (create, delete, stop, status, finalizer)
+``Cluster`` applies an ``ObjectPlan`` the way the operator does (create, delete, stop, status, finalizer)
 and lets a test play the kubelet and the scheduler: ``run``, ``ready``, ``exit``, ``unschedulable``.
 It is not an API server (7B's ``tests/kube/fakeapi.py`` is); it only keeps the reconcile table
 tests short.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paddlecloud.backends.kubernetes import crd
-from paddlecloud.backends.kubernetes.objects import STOP_PATCH, Plan, reconcile
+from paddlecloud.backends.kubernetes.objects import STOP_PATCH, ObjectPlan, reconcile
 from paddlecloud.backends.kubernetes.status import rfc3339
 
 Obj = dict[str, Any]
@@ -86,7 +86,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 @dataclass
 class Cluster:
-    """One TrainingJob, its pods and services; ``step`` reconciles and applies the Plan."""
+    """One TrainingJob, its pods and services; ``step`` reconciles and applies the ObjectPlan."""
 
     job: Obj
     now: float = T0
@@ -95,18 +95,18 @@ class Cluster:
     podgroups: dict[str, Obj] = field(default_factory=dict)
     policies: dict[str, Obj] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)
-    plans: list[Plan] = field(default_factory=list)
+    plans: list[ObjectPlan] = field(default_factory=list)
     deleted_job: bool = False
     stopped: list[str] = field(default_factory=list)
 
-    def step(self, *, keep_deleting: bool = False) -> Plan:
+    def step(self, *, keep_deleting: bool = False) -> ObjectPlan:
         plan = reconcile(self.job, list(self.pods.values()), list(self.services.values()), self.now,
                          list(self.podgroups.values()), list(self.policies.values()))  # fmt: skip
         self.plans.append(plan)
         self.apply(plan, keep_deleting)
         return plan
 
-    def apply(self, plan: Plan, keep_deleting: bool = False) -> None:
+    def apply(self, plan: ObjectPlan, keep_deleting: bool = False) -> None:
         for obj in plan.create:
             obj = copy.deepcopy(obj)
             store = self._stores()[obj["kind"]]

@@ -1,6 +1,6 @@
 """Table tests of the pure TrainingJob reconcile (``backends/kubernetes/objects.py``).
 
-Each test drives a ``Cluster`` (tests/unit/kube_helpers.py): reconcile, apply the Plan, play the
+Each test drives a ``Cluster`` (tests/unit/kube_helpers.py): reconcile, apply the ObjectPlan, play the
 kubelet (pods Running / Ready / exiting), reconcile again, and look at the objects and the status.
 """
 

@@ -226,7 +226,7 @@ def test_engine_uses_the_scheduler_packages_types() -> None:
     assert engine.JobRequest is scheduler.JobRequest
     assert engine.NodeState is scheduler.NodeState
     # plans are applied by the scheduler package's bookkeeping, the one start-time forecasts use
-    assert engine.apply_plan is scheduler_apply.apply_plan
+    assert engine.advance_states is scheduler_apply.advance_states
     assert issubclass(engine._Run, scheduler_apply.JobState)
     assert runner.make_policy is scheduler.policy
 
@@ -320,16 +320,16 @@ def test_a_batch_only_resize_pays_the_rebatch_cost_not_a_restart() -> None:
     jobs = {"a": scheduler_apply.JobState(), "b": scheduler_apply.JobState()}
     queue, running = ["a", "b"], list[str]()
     admit = Plan(0, admit=[Admit("a", two, "", 64), Admit("b", two[:1], "", 64)])
-    scheduler_apply.apply_plan(admit, jobs, queue, running, 0.0, 30.0, 5.0)
+    scheduler_apply.advance_states(admit, jobs, queue, running, 0.0, 30.0, 5.0)
     assert jobs["a"].paused_until == jobs["b"].paused_until == 30.0
     early = Plan(1, resize=[Resize("a", 2, two, "", 128)])
-    scheduler_apply.apply_plan(early, jobs, queue, running, 10.0, 30.0, 5.0)
+    scheduler_apply.advance_states(early, jobs, queue, running, 10.0, 30.0, 5.0)
     assert jobs["a"].paused_until == 30.0 and jobs["a"].batch == 128  # still starting: no shorter
     later = Plan(2, resize=[Resize("a", 2, two, "", 256), Resize("b", 2, two, "", 128)])
-    scheduler_apply.apply_plan(later, jobs, queue, running, 100.0, 30.0, 5.0)
+    scheduler_apply.advance_states(later, jobs, queue, running, 100.0, 30.0, 5.0)
     assert (jobs["a"].paused_until, jobs["a"].batch) == (105.0, 256)  # batch only: 5 s
     assert (jobs["b"].paused_until, jobs["b"].batch) == (130.0, 128)  # a grow: a restart
-    scheduler_apply.apply_plan(later, jobs, queue, running, 200.0, 30.0)  # no rebatch cost given
+    scheduler_apply.advance_states(later, jobs, queue, running, 200.0, 30.0)  # no rebatch cost given
     assert jobs["a"].paused_until == 230.0  # as any resize (the forecast's default)
 
 
@@ -342,13 +342,13 @@ def test_a_resize_of_any_kind_sets_rebatched_at_and_only_a_move_resized_at() -> 
     two = tuple(WorkerPlacement("trainer", i, "n0") for i in range(2))
     jobs = {"a": scheduler_apply.JobState()}
     queue, running = ["a"], list[str]()
-    scheduler_apply.apply_plan(
+    scheduler_apply.advance_states(
         Plan(0, admit=[Admit("a", two[:1], "", 64)]), jobs, queue, running, 0.0, 30.0, 5.0
     )
     assert (jobs["a"].resized_at, jobs["a"].rebatched_at) == (0.0, float("-inf"))
     rebatch = Plan(1, resize=[Resize("a", 1, two[:1], "", 128)])
-    scheduler_apply.apply_plan(rebatch, jobs, queue, running, 400.0, 30.0, 5.0)
+    scheduler_apply.advance_states(rebatch, jobs, queue, running, 400.0, 30.0, 5.0)
     assert (jobs["a"].resized_at, jobs["a"].rebatched_at) == (0.0, 400.0)
     grow = Plan(2, resize=[Resize("a", 2, two, "", 256)])
-    scheduler_apply.apply_plan(grow, jobs, queue, running, 500.0, 30.0, 5.0)
+    scheduler_apply.advance_states(grow, jobs, queue, running, 500.0, 30.0, 5.0)
     assert (jobs["a"].resized_at, jobs["a"].rebatched_at) == (500.0, 500.0)

@@ -6,7 +6,7 @@ the talking, standard library only; ``AdaptiveDDP`` (``runtime.adaptive_torch``;
 use as ``paddlecloud.runtime.AdaptiveDDP``) drives a PyTorch DDP training loop with it::
 
     server ──GET /api/v1/jobs/{job}/adaptive──▶ Assignment (global batch now, initial, bounds, LR rule)
-    Assignment, world size, max local batch ──plan()──▶ Plan (local = micro batch x accumulation steps)
+    Assignment, world size, max local batch ──plan()──▶ BatchSplit (local = micro batch x accumulation steps)
     |g|² at two batch sizes per step ──NoiseEstimator (window, then EMA)──▶ grad_sqr, grad_var
     grad_sqr, grad_var, batch / initial ──lr_gain()──▶ the learning-rate multiplier, progress
     rank 0 ──Reporter (rate-limited, background thread)──POST …/adaptive/report──▶ server
@@ -47,10 +47,10 @@ __all__ = [
     "MAX_NOISE",
     "AdaptiveApiError",
     "Assignment",
+    "BatchSplit",
     "JobApi",
     "LiveBatchSampler",
     "NoiseEstimator",
-    "Plan",
     "Reporter",
     "agreed",
     "lr_gain",
@@ -219,7 +219,7 @@ def read_assignment(
 
 
 @dataclass(frozen=True)
-class Plan:
+class BatchSplit:
     """How a global batch runs on ``replicas``: each takes ``accum_steps`` micro-batches of ``micro``."""
 
     replicas: int
@@ -237,7 +237,7 @@ class Plan:
         return self.local * self.replicas
 
 
-def plan(batch: int, replicas: int, max_local: int | None = None) -> Plan:
+def plan(batch: int, replicas: int, max_local: int | None = None) -> BatchSplit:
     """Local batch ``≈ batch / replicas``; above ``max_local`` it is accumulated over micro-batches of
     at most ``max_local``."""
     if batch < 1 or replicas < 1:
@@ -246,7 +246,7 @@ def plan(batch: int, replicas: int, max_local: int | None = None) -> Plan:
         raise ValueError(f"the max local batch must be >= 1, got {max_local}")
     local = max(1, round(batch / replicas))
     steps = 1 if max_local is None else math.ceil(local / max_local)
-    return Plan(replicas, max(1, round(local / steps)), steps)
+    return BatchSplit(replicas, max(1, round(local / steps)), steps)
 
 
 def lr_gain(rule: str, scale: float, grad_sqr: float | None = None, grad_var: float | None = None) -> float:

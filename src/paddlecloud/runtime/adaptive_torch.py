@@ -45,10 +45,10 @@ from typing import Any
 
 from paddlecloud.runtime.adaptive import (
     Assignment,
+    BatchSplit,
     JobApi,
     LiveBatchSampler,
     NoiseEstimator,
-    Plan,
     Reporter,
     agreed,
     lr_gain,
@@ -165,7 +165,7 @@ class AdaptiveDDP:
         job_api = JobApi.from_env() if api == "env" else api if isinstance(api, JobApi) else None
         self.assignment = self._agree(read_assignment(job_api, None, batch, self.options.lr_rule))
         self.max_local = max_local_batch
-        self.plan: Plan = plan(self.assignment.batch_size, self.world, max_local_batch)
+        self.plan: BatchSplit = plan(self.assignment.batch_size, self.world, max_local_batch)
         self.estimator = NoiseEstimator(self.assignment.init, self.options.smoothing)
         self.gain = self._gain()
         #: samples trained, counted at the initial batch (``gain x init`` per full step)

@@ -2,7 +2,7 @@
 
 A virtual run (the simulator's rounds, a start-time forecast) keeps, per job, a :class:`JobState`
 (what it holds, when it first started, until when it restarts) and two ordered lists of job keys:
-the queue and the running jobs. :func:`apply_plan` carries one plan out on them, the way the
+the queue and the running jobs. :func:`advance_states` carries one plan out on them, the way the
 simulator always has:
 
     Admit    -> the job holds the plan's placement (trainers in ``placement``, pservers in
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from paddlecloud.scheduler.decisions import Plan, WorkerPlacement
 
-__all__ = ["JobState", "apply_plan"]
+__all__ = ["JobState", "advance_states"]
 
 
 @dataclass(kw_only=True)
@@ -50,7 +50,7 @@ class JobState:
     batch: int = 0
 
 
-def apply_plan(
+def advance_states(
     plan: Plan,
     jobs: Mapping[str, JobState],
     queue: list[str],

@@ -1,7 +1,7 @@
 """When will each job start, and end? The policy run forward from a snapshot, on what is known.
 
     Snapshot (now) + Work per job (how much it has left, how sure that is, how fast it goes)
-      ─▶ round: policy.schedule(snapshot) ─▶ apply_plan (scheduler.apply, as the simulator does)
+      ─▶ round: policy.schedule(snapshot) ─▶ advance_states (scheduler.apply, as the simulator does)
                ─▶ running jobs progress; a job that runs out of work ends (its resources are
                   free from the next round, as in the simulator and the server)
                ─▶ the next snapshot (nodes re-counted, attained service grown)
@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from paddlecloud.scheduler.apply import JobState, apply_plan
+from paddlecloud.scheduler.apply import JobState, advance_states
 from paddlecloud.scheduler.decisions import Plan, WorkerPlacement
 from paddlecloud.scheduler.snapshot import JobRequest, NodeState, Snapshot
 
@@ -218,10 +218,10 @@ class _Run:
             self.dirty.add(p.node)
 
     def apply(self, plan: Plan, restart_s: float) -> None:
-        """``scheduler.apply_plan``, the nodes' holdings following the changed placements."""
+        """``scheduler.apply.advance_states``, the nodes' holdings following the changed placements."""
         touched = [a.job for a in plan.admit] + [z.job for z in plan.resize] + [p.job for p in plan.preempt]
         before = {k: self.jobs[k].held for k in touched}
-        apply_plan(plan, self.jobs, self.queue, self.running, self.t, restart_s)
+        advance_states(plan, self.jobs, self.queue, self.running, self.t, restart_s)
         for key, old in before.items():
             job = self.jobs[key]
             self.move(job, old, -1)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest, NodeState, Plan, Policy, Snapshot
-from paddlecloud.scheduler.apply import JobState, apply_plan
+from paddlecloud.scheduler.apply import JobState, advance_states
 from paddlecloud.sim.adaptive import AdaptiveModel, Tables
 from paddlecloud.sim.estimates import EstimateSpec, StartLog, accuracy
 from paddlecloud.sim.profiles import AppProfile, ThroughputModel
@@ -212,8 +212,11 @@ class _World:
 
     def apply(self, plan: Plan) -> None:
         """Admitted jobs start, resized ones change trainers (both pay ``restart_s``), preempted ones
-        go back to the queue with their progress (``scheduler.apply_plan``, shared with forecasts)."""
-        apply_plan(plan, self.runs, self.queued, self.running, self.t, self.cfg.restart_s, self.cfg.rebatch_s)
+        go back to the queue with their progress (``scheduler.apply.advance_states``, shared with
+        forecasts)."""
+        advance_states(
+            plan, self.runs, self.queued, self.running, self.t, self.cfg.restart_s, self.cfg.rebatch_s
+        )
 
     def progress(self, result: SimResult) -> None:
         """One round of progress; finished jobs leave; the round's row goes into the series."""

@@ -1,4 +1,4 @@
-"""Pure reconcile of one TrainingJob: what is observed in, a :class:`Plan` of what to do out.
+"""Pure reconcile of one TrainingJob: what is observed in, a :class:`ObjectPlan` of what to do out.
 
     reconcile(TrainingJob, its Pods, its Services, now, its PodGroups, its NetworkPolicies)
       1 deleting ─────────▶ delete pods / services / PodGroup; finalizer "remove" once no pod is left
@@ -12,9 +12,9 @@
       7 scale ────────────▶ missing trainers created, surplus deleted highest index first
       8 status ───────────▶ phase + reason + message (why a job waits), counts, conditions
 
-The operator applies the Plan (``docs/kubernetes.md``: create in order, tolerate 409 / 404, patch
+The operator applies the ObjectPlan (``docs/kubernetes.md``: create in order, tolerate 409 / 404, patch
 ``/status``, post events, handle the finalizer) and calls ``reconcile`` again on any change. Calling
-it twice on the same observation gives the same Plan: decisions taken (a restart) are recorded in
+it twice on the same observation gives the same ObjectPlan: decisions taken (a restart) are recorded in
 the status it returns, never only in the actions. No clock, no I/O.
 """
 
@@ -30,7 +30,7 @@ from paddlecloud.backends.kubernetes.spec import JobView, problems, read_job
 from paddlecloud.backends.kubernetes.status import PodView, observe, parse_time, rfc3339
 from paddlecloud.core.restarts import Fail, decide
 
-__all__ = ["STOP_PATCH", "Delete", "Event", "Plan", "reconcile"]
+__all__ = ["STOP_PATCH", "Delete", "Event", "ObjectPlan", "reconcile"]
 
 #: merge patch that stops a pod in place (the kubelet kills it with its grace period; the pod and
 #: its logs stay): ``spec.activeDeadlineSeconds`` may be set on a running pod, never raised
@@ -57,7 +57,7 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ObjectPlan:
     create: tuple[Obj, ...] = ()
     delete: tuple[Delete, ...] = ()
     stop: tuple[str, ...] = ()
@@ -71,7 +71,7 @@ class Plan:
 
 @dataclass
 class _Builder:
-    """The Plan being built, and the job's new status."""
+    """The ObjectPlan being built, and the job's new status."""
 
     job: JobView
     now: float
@@ -89,8 +89,8 @@ class _Builder:
     may_start: bool = False
     delete_job: bool = False
 
-    def plan(self, finalizer: Literal["add", "remove"] | None) -> Plan:
-        return Plan(
+    def plan(self, finalizer: Literal["add", "remove"] | None) -> ObjectPlan:
+        return ObjectPlan(
             create=tuple(self.create),
             delete=tuple(self.delete),
             stop=tuple(self.stop),
@@ -161,7 +161,7 @@ def _delete_everything(b: _Builder, reason: str) -> None:
         b.delete.append(Delete("PodGroup", str(pg["metadata"]["name"]), None, reason))
 
 
-def _teardown(b: _Builder) -> Plan:
+def _teardown(b: _Builder) -> ObjectPlan:
     """The TrainingJob is being deleted: stop everything, then let it go."""
     _delete_everything(b, "TrainingJobDeleted")
     if b.names:
@@ -385,7 +385,7 @@ def reconcile(
     now: float,
     podgroups: Sequence[Mapping[str, Any]] = (),
     policies: Sequence[Mapping[str, Any]] = (),
-) -> Plan:
+) -> ObjectPlan:
     """What to do about ``job`` given its observed pods, services, PodGroups and NetworkPolicies at
     ``now`` (epoch s)."""
     b = _builder(job, pods_observed, services_observed, podgroups, policies, now)

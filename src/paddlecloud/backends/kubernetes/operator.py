@@ -4,14 +4,14 @@
                 Pod event (label paddlecloud.org/job) ─┼─▶ Operator.reconcile(ns, name)   (one job at a time)
     resync thread (every resync_s, each job) ──────────┘      LIST its NetworkPolicies, GET TrainingJob,
                                                               LIST its Pods / Services (/ PodGroups)
-                                                            objects.reconcile(...) ──▶ Plan (pure)
-                                                            apply(Plan): finalizer, create, delete,
+                                                            objects.reconcile(...) ──▶ ObjectPlan (pure)
+                                                            apply(ObjectPlan): finalizer, create, delete,
                                                             stop in place, /status, events, TTL
                 requeue_after ──▶ a timer calls reconcile(ns, name) again
 
 Every write that depends on what was read carries the resourceVersion read (finalizers, status); a
 409 Conflict runs the whole reconcile again (at most ``CONFLICT_ROUNDS`` times) on a fresh read.
-Creating what exists (409) and deleting what is gone (404) are fine: the Plan is recomputed from what
+Creating what exists (409) and deleting what is gone (404) are fine: the ObjectPlan is recomputed from what
 is observed each time, so applying it twice is harmless. With ``--edl`` the EDL controller
 (``edl.py``) runs in a thread beside the handlers. The resync is a thread rather than a kopf timer,
 because kopf puts a finalizer of its own on every object a timer watches.
@@ -79,8 +79,8 @@ class Operator:
     def __post_init__(self) -> None:
         self._requeue = Requeue(self.handle)
 
-    def reconcile(self, ns: str, name: str) -> objects.Plan | None:
-        """Observe, decide, apply; again on a 409 (bounded). The Plan applied, or None when the
+    def reconcile(self, ns: str, name: str) -> objects.ObjectPlan | None:
+        """Observe, decide, apply; again on a 409 (bounded). The ObjectPlan applied, or None when the
         TrainingJob is gone."""
         with self._lock(ns, name):
             for attempt in range(CONFLICT_ROUNDS):
@@ -135,7 +135,7 @@ class Operator:
         with self._guard:
             return self._locks.setdefault((ns, name), threading.Lock())
 
-    def _round(self, ns: str, name: str) -> objects.Plan | None:
+    def _round(self, ns: str, name: str) -> objects.ObjectPlan | None:
         selector = f"{crd.LABEL_JOB}={name}"
         # read before the TrainingJob: every call between its GET and the /status PATCH widens the
         # window for a 409 (a policy read a little early is harmless: creating one that exists is fine)
@@ -168,7 +168,7 @@ class Operator:
             raise
         return list(out.get("items") or [])
 
-    def _apply(self, job: Obj, plan: objects.Plan) -> None:
+    def _apply(self, job: Obj, plan: objects.ObjectPlan) -> None:
         meta = job["metadata"]
         ns, name = meta["namespace"], meta["name"]
         if plan.finalizer == "add":
