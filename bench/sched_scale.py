@@ -46,7 +46,7 @@ from paddlecloud.scheduler import (
     WorkerPlacement,
     policy,
 )
-from paddlecloud.scheduler.apply import JobState, apply_plan
+from paddlecloud.scheduler.apply import JobState, advance_states
 from paddlecloud.scheduler.goodput import AdaptiveBatch, FittedStepTime, GoodputModel, GoodputTable
 
 _GPU = Resources(4000, 32 << 30, 1)
@@ -127,7 +127,7 @@ def after(snap: Snapshot, plan: Plan, rng: random.Random, churn: int) -> Snapsho
             resized_at=j.resized_at, rebatched_at=j.rebatched_at, batch=j.batch_size,
         )  # fmt: skip
     queue, running = [j.key for j in snap.queue], [j.key for j in snap.running]
-    apply_plan(plan, books, queue, running, snap.now, restart_s=0.0)
+    advance_states(plan, books, queue, running, snap.now, restart_s=0.0)
     for key in rng.sample(running, min(churn, len(running))):
         running.remove(key)
     adaptive = any(j.batches for j in old.values())
