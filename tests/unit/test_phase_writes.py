@@ -2,7 +2,8 @@
 checks the move against the job state machine (``core.phases``). This reads the source: any other
 assignment to a ``.phase`` attribute in the modules that handle jobs fails here. (A new job's row
 is made ``Queued`` by ``JobService.submit``: a keyword of the constructor, not an assignment. The
-SampleSets' own phases, ``controller/samplesets.py``, are another state machine.)"""
+SampleSets' own phases, ``controller/samplesets.py`` and ``sampleset_loop.py``, are another
+state machine.)"""
 
 from __future__ import annotations
 
@@ -19,8 +20,12 @@ from paddlecloud.store.tables import JobRow
 __all__: list[str] = []
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "paddlecloud"
-#: the one writer, and the SampleSet state machine's module
-ALLOWED = {SRC / "controller" / "context.py", SRC / "controller" / "samplesets.py"}
+#: the one writer, and the SampleSet state machine's modules
+ALLOWED = {
+    SRC / "controller" / "context.py",
+    SRC / "controller" / "samplesets.py",
+    SRC / "controller" / "sampleset_loop.py",
+}
 
 
 def phase_writes(path: Path, attr: str = "phase") -> list[int]:

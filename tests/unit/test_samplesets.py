@@ -455,7 +455,7 @@ def test_a_mount_failing_for_now_is_shown_and_tried_again(world: MemoryWorld) ->
 
 def test_a_sampleset_is_not_ready_while_the_warmup_after_its_sync_waits_to_run() -> None:
     """Between the sync's end and the warmup's start a job would be placed without the cache."""
-    from paddlecloud.controller.samplesets import derive_phase
+    from paddlecloud.controller.sampleset_loop import derive_phase
     from paddlecloud.store.tables import SampleJobRow
 
     def job(kind: str, phase: SampleJobPhase) -> SampleJobRow:

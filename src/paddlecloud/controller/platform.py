@@ -7,7 +7,8 @@
                            │                      controller.user_deletion)
                            ├─ TaskService (the jobs' data task masters)
                            ├─ AdaptiveService (adaptive-batch jobs' reports and assignment)
-                           ├─ SampleSetService + SampleSetLoop (controller.samplesets: cached data
+                           ├─ SampleSetService + SampleSetLoop (controller.samplesets and
+                           │                      controller.sampleset_loop: cached data
                            │                      sets; their caches count in the storage quota)
                            ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
                            ├─ DiskWatch                  (storage use of users with running jobs,
@@ -49,8 +50,9 @@ from paddlecloud.controller.metrics import PlatformMetrics, live_figures
 from paddlecloud.controller.quotas import storage_quota
 from paddlecloud.controller.readcache import ReadCache
 from paddlecloud.controller.reconciler import Reconciler
+from paddlecloud.controller.sampleset_loop import SampleSetLoop
 from paddlecloud.controller.sampleset_records import cached_bytes_of
-from paddlecloud.controller.samplesets import SampleSetLoop, SampleSetService
+from paddlecloud.controller.samplesets import SampleSetService
 from paddlecloud.controller.scheduling import ClusterState
 from paddlecloud.controller.tasks import TaskService
 from paddlecloud.controller.user_deletion import UserDeletion

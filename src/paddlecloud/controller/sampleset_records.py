@@ -7,9 +7,9 @@
                                                         JobRequest's cache_nodes (>= 90 % cached)
     FileService quota ──cached_bytes_of(owner)──────▶ used = PFS bytes + cached bytes
 
-The SampleSet service itself (create, jobs, delete and the lifecycle loop) is
-``controller/samplesets.py``; this module holds only what other services share with it, so that
-none of them imports that one.
+The SampleSet service itself (create, jobs, delete) is ``controller/samplesets.py``, its lifecycle
+loop ``controller/sampleset_loop.py``; this module holds only what the others share, so that none
+of them imports those.
 """
 
 from __future__ import annotations
