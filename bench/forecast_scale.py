@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from paddlecloud.controller.config import ForecastSettings
+from paddlecloud.controller.model.config import ForecastSettings
 from paddlecloud.scheduler import Snapshot, policy
 from paddlecloud.scheduler.forecast import Basis, Work, forecast, seconds_work
 

@@ -55,7 +55,7 @@ PACKAGES = {
         ("src/paddlecloud/core/*.py",), ("tests/unit/test_core_*.py", "tests/unit/test_pfs_paths.py")
     ),
     "tasks": Package(
-        ("src/paddlecloud/controller/tasks.py", "src/paddlecloud/core/tasks.py"),
+        ("src/paddlecloud/controller/services/tasks.py", "src/paddlecloud/core/tasks.py"),
         ("tests/unit/test_task_master*.py", "tests/unit/test_core_tasks.py"),
     ),
 }

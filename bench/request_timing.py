@@ -34,7 +34,7 @@ from bench.list_jobs import fill  # noqa: E402
 import paddlecloud.server.app as app_module  # noqa: E402
 from paddlecloud.backends.local import LocalSettings, NodeShape  # noqa: E402
 from paddlecloud.controller import Platform, PlatformConfig  # noqa: E402
-from paddlecloud.controller.metrics import PlatformMetrics  # noqa: E402
+from paddlecloud.controller.model.metrics import PlatformMetrics  # noqa: E402
 from paddlecloud.server.main import _tune_gc as tune_gc  # noqa: E402
 from paddlecloud.server.metrics import RequestMetricsMiddleware  # noqa: E402
 

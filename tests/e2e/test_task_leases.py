@@ -25,7 +25,7 @@ from paddlecloud.api.tasks import LeaseRequest
 from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.client import Client
 from paddlecloud.controller import Identity, Platform, PlatformConfig
-from paddlecloud.controller.tasks import TaskService
+from paddlecloud.controller.services.tasks import TaskService
 from paddlecloud.core import tasks as task_logic
 from paddlecloud.core.clock import ManualClock
 from paddlecloud.server import create_app

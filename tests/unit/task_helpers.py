@@ -18,7 +18,7 @@ from sqlalchemy import select
 from paddlecloud.backends.local import LocalSettings, NodeShape
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform, PlatformConfig
-from paddlecloud.controller.jobtokens import issue_job_token
+from paddlecloud.controller.model.jobtokens import issue_job_token
 from paddlecloud.core.clock import Clock, ManualClock
 from paddlecloud.server import create_app
 from paddlecloud.store.tables import JobRow

@@ -17,7 +17,7 @@ from task_helpers import Bench, hold_trainers
 from paddlecloud.api.adaptive import AdaptiveReport
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound, Unauthorized
 from paddlecloud.client import Client
-from paddlecloud.controller.adaptive import EMA_WEIGHT, KEEP_REPORTS, REPORT_INTERVAL_S
+from paddlecloud.controller.services.adaptive import EMA_WEIGHT, KEEP_REPORTS, REPORT_INTERVAL_S
 from paddlecloud.server import create_app
 from paddlecloud.store.tables import AdaptiveReportRow
 

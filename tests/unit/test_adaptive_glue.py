@@ -17,10 +17,10 @@ from task_helpers import hold_trainers
 from paddlecloud.api.adaptive import AdaptiveReport
 from paddlecloud.backends.base import NodeInfo
 from paddlecloud.client import Client
-from paddlecloud.controller.adaptive import REPORT_INTERVAL_S
-from paddlecloud.controller.effects import apply_plan
-from paddlecloud.controller.jobtokens import issue_job_token
-from paddlecloud.controller.records import job_request
+from paddlecloud.controller.loop.effects import apply_plan
+from paddlecloud.controller.model.job_rows import job_request
+from paddlecloud.controller.model.jobtokens import issue_job_token
+from paddlecloud.controller.services.adaptive import REPORT_INTERVAL_S
 from paddlecloud.core.resources import Resources
 from paddlecloud.runtime import contract as c
 from paddlecloud.scheduler import Plan, Resize, WorkerPlacement

@@ -11,7 +11,7 @@ from memory_platform import MemoryWorld
 
 from paddlecloud.api.errors import NotFound
 from paddlecloud.api.history import ClusterPoint
-from paddlecloud.controller.history import History
+from paddlecloud.controller.model.history import History
 
 pytestmark = pytest.mark.timeout(60)
 

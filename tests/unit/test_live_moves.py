@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from paddlecloud.backends.base import NodeInfo
 from paddlecloud.client import Client
-from paddlecloud.controller.effects import apply_plan
+from paddlecloud.controller.loop.effects import apply_plan
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import Plan, Resize, WorkerPlacement

@@ -29,7 +29,7 @@ from paddlecloud.api.errors import Conflict
 from paddlecloud.api.models import JobDetail
 from paddlecloud.client import Client
 from paddlecloud.controller import MetricsAccess, Platform
-from paddlecloud.controller.metrics import LEASE_OUTCOMES, PlatformMetrics
+from paddlecloud.controller.model.metrics import LEASE_OUTCOMES, PlatformMetrics
 from paddlecloud.core.clock import ManualClock
 from paddlecloud.core.phases import JobPhase, WorkerState
 from paddlecloud.server import create_app

@@ -35,7 +35,7 @@ from paddlecloud.api.errors import ErrorCode
 from paddlecloud.client import Client
 from paddlecloud.client.pfs import Pfs
 from paddlecloud.controller import Platform
-from paddlecloud.controller.quotas import set_storage_quota
+from paddlecloud.controller.services.quotas import set_storage_quota
 from paddlecloud.core.checksum import chunk_digest
 
 pytestmark = pytest.mark.timeout(60)

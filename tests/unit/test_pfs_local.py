@@ -1,6 +1,7 @@
-"""The PFS same-host fast path (controller/files_local.py, server/pfs_socket.py, client/pfs_local.py):
-data moved as an open descriptor over the server's Unix socket, with the guarantees of the HTTP path
-(verified, resumable, atomic, tenancy) and nothing more for a hostile client than HTTP gives it."""
+"""The PFS same-host fast path (controller/services/files_local.py, server/pfs_socket.py,
+client/pfs_local.py): data moved as an open descriptor over the server's Unix socket, with the
+guarantees of the HTTP path (verified, resumable, atomic, tenancy) and nothing more for a hostile
+client than HTTP gives it."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import time
 
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform
-from paddlecloud.controller.files import STALE_UPLOAD_S
+from paddlecloud.controller.services.files import STALE_UPLOAD_S
 
 
 def test_an_abandoned_upload_is_discarded_and_frees_its_reservation(

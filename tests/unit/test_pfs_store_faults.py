@@ -20,7 +20,7 @@ import pytest
 
 import paddlecloud.storage.local as local_module
 from paddlecloud.api.errors import Conflict, ErrorCode
-from paddlecloud.controller.files import _storage_error
+from paddlecloud.controller.services.files import _storage_error
 from paddlecloud.storage import LocalDirStore, StorageError
 from paddlecloud.storage.base import StorageErrorKind
 

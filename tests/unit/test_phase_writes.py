@@ -1,8 +1,8 @@
-"""A job's phase has one writer (issue 26): ``Context.move`` (``controller/context.py``), which
+"""A job's phase has one writer (issue 26): ``Context.move`` (``controller/model/context.py``), which
 checks the move against the job state machine (``core.phases``). This reads the source: any other
 assignment to a ``.phase`` attribute in the modules that handle jobs fails here. (A new job's row
 is made ``Queued`` by ``JobService.submit``: a keyword of the constructor, not an assignment. The
-SampleSets' own phases, ``controller/samplesets.py`` and ``sampleset_loop.py``, are another
+SampleSets' own phases, ``controller/services/samplesets.py`` and ``sampleset_loop.py``, are another
 state machine.)"""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from paddlecloud.controller.context import Context
+from paddlecloud.controller.model.context import Context
 from paddlecloud.core.phases import InvalidTransition, JobPhase
 from paddlecloud.store.tables import JobRow
 
@@ -22,9 +22,9 @@ __all__: list[str] = []
 SRC = Path(__file__).resolve().parents[2] / "src" / "paddlecloud"
 #: the one writer, and the SampleSet state machine's modules
 ALLOWED = {
-    SRC / "controller" / "context.py",
-    SRC / "controller" / "samplesets.py",
-    SRC / "controller" / "sampleset_loop.py",
+    SRC / "controller" / "model" / "context.py",
+    SRC / "controller" / "services" / "samplesets.py",
+    SRC / "controller" / "loop" / "sampleset_loop.py",
 }
 
 
@@ -53,8 +53,8 @@ def test_only_context_move_writes_a_jobs_phase() -> None:
 
 
 def test_only_the_placement_codec_writes_a_jobs_placement() -> None:
-    """``controller/placement.py`` is the one writer (and reader) of ``JobRow.placement``'s JSON."""
-    codec = SRC / "controller" / "placement.py"
+    """``controller/model/placement.py`` is the one writer (and reader) of ``JobRow.placement``'s JSON."""
+    codec = SRC / "controller" / "model" / "placement.py"
     found = {
         str(p.relative_to(SRC)): phase_writes(p, "placement")
         for p in sorted((SRC / "controller").rglob("*.py"))
@@ -70,23 +70,23 @@ RAW_SPEC = re.compile(r"\.spec\.get\(|\.spec\[|= \w+\.spec$|from_stored\(\w+\.sp
 
 
 def test_only_the_spec_cache_reads_a_jobs_stored_spec() -> None:
-    """``controller/specs.py`` parses a stored spec once per job (``SpecCache``) and reads the two
+    """``controller/model/specs.py`` parses a stored spec once per job (``SpecCache``) and reads the two
     counts a listing shows; ``views.detail_view`` parses the one job a request asks for (with the
     ``spec_unreadable`` answer when it no longer passes the rules)."""
-    allowed = {SRC / "controller" / "specs.py"}
+    allowed = {SRC / "controller" / "model" / "specs.py"}
     found = {
         str(p.relative_to(SRC)): [m.group(0) for m in RAW_SPEC.finditer(p.read_text())]
         for p in sorted((SRC / "controller").rglob("*.py"))
         if p not in allowed
     }
-    assert {k: v for k, v in found.items() if v} == {"controller/views.py": ["from_stored(row.spec)"]}
+    assert {k: v for k, v in found.items() if v} == {"controller/model/views.py": ["from_stored(row.spec)"]}
 
 
 def test_the_scan_sees_each_form_of_assignment(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
     src.write_text("row.phase = 1\nrow.phase, row.reason = 2, 'x'\nrow.other = 3\nJobRow(phase=4)\n")
     assert phase_writes(src) == [1, 2]
-    assert phase_writes(SRC / "controller" / "context.py")  # the one writer is seen too
+    assert phase_writes(SRC / "controller" / "model" / "context.py")  # the one writer is seen too
 
 
 class _Clock:

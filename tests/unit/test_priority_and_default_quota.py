@@ -53,7 +53,7 @@ def test_new_users_start_with_the_default_compute_quota(
         platform.users.create(s, Identity("root", is_admin=True), UserCreate(name="dave"))
         platform.users.create(s, Identity("root", is_admin=True), UserCreate(name="erin", admin=True))
     with platform.ctx.session() as s:
-        from paddlecloud.controller.quotas import compute_quotas
+        from paddlecloud.controller.model.limits import compute_quotas
 
         quotas = compute_quotas(s)
     assert quotas["dave"].cpu_m == 2000 and quotas["dave"].gpu == 1

@@ -18,8 +18,8 @@ from sqlalchemy import select, update
 from paddlecloud.api.errors import Unauthorized
 from paddlecloud.client import Client
 from paddlecloud.controller import Identity, Platform
-from paddlecloud.controller.jobs import JobListQuery
-from paddlecloud.controller.readcache import ReadCache
+from paddlecloud.controller.model.readcache import ReadCache
+from paddlecloud.controller.services.jobs import JobListQuery
 from paddlecloud.store import ChangeCounters, Database, JobRow, UserRow, WorkerRow, open_database
 from paddlecloud.store.db import sqlite_url
 

@@ -1,7 +1,7 @@
 """The scheduler's view of a job (``JobRequest``) is built once per job per reconcile cycle (issue
 26: a started job's was built three times, twice only for the resources its workers hold, which
 ``capacity.node_states`` now takes from the spec). Counted on the in-memory backend, every build
-going through ``records.job_request``."""
+going through ``model.job_rows.job_request``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from memory_platform import MemoryWorld
 
-from paddlecloud.controller import records
+from paddlecloud.controller.model import job_rows
 from paddlecloud.scheduler import JobRequest
 
 __all__: list[str] = []
@@ -39,7 +39,7 @@ def test_each_job_is_seen_by_the_scheduler_once_a_cycle(
             built[kw["key"]] += 1
             return JobRequest(**kw)
 
-        monkeypatch.setattr(records, "JobRequest", counting)
+        monkeypatch.setattr(job_rows, "JobRequest", counting)
         world.tick()
         assert built == dict.fromkeys(("alice/a", "alice/b", "alice/c", "alice/d", "alice/e"), 1)
     finally:

@@ -1,4 +1,4 @@
-"""SampleSets on the platform (controller/samplesets.py) over the strict memory backend.
+"""SampleSets on the platform (controller/services/samplesets.py) over the strict memory backend.
 
 The lifecycle (create -> ensure -> sync -> warmup -> Ready; SampleJobs one at a time, in order;
 Failed with the reason), tenancy (another user's SampleSet is not found, everywhere), the cache
@@ -24,7 +24,7 @@ from paddlecloud.backends.memory.backend import ALL
 from paddlecloud.backends.memory.samplesets import MemorySampleSets
 from paddlecloud.backends.samplesets import SampleSetRef, SampleTask, SampleTaskKind
 from paddlecloud.client import Client
-from paddlecloud.controller.quotas import set_storage_quota
+from paddlecloud.controller.services.quotas import set_storage_quota
 from paddlecloud.core.phases import JobPhase
 from paddlecloud.core.resources import Resources
 
@@ -455,7 +455,7 @@ def test_a_mount_failing_for_now_is_shown_and_tried_again(world: MemoryWorld) ->
 
 def test_a_sampleset_is_not_ready_while_the_warmup_after_its_sync_waits_to_run() -> None:
     """Between the sync's end and the warmup's start a job would be placed without the cache."""
-    from paddlecloud.controller.sampleset_loop import derive_phase
+    from paddlecloud.controller.loop.sampleset_loop import derive_phase
     from paddlecloud.store.tables import SampleJobRow
 
     def job(kind: str, phase: SampleJobPhase) -> SampleJobRow:

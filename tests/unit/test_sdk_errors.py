@@ -270,7 +270,7 @@ def test_a_package_folder_swapped_for_a_link_after_its_check_is_refused(
     """A job of alice's can swap a folder of her home for a link to bob's between the submit's
     access check and its read of the package: the read must not follow it (it used to open the
     package by path and list bob's file names in the entry error)."""
-    from paddlecloud.controller.jobs import JobService
+    from paddlecloud.controller.services.jobs import JobService
 
     package = alice.upload_package(make_package(MAIN), "e")
     bob.upload_package(make_package({"bob_secret.py": "print('mine')\n"}), "secret")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddlecloud.controller.specs import SpecCache
+from paddlecloud.controller.model.specs import SpecCache
 from paddlecloud.store import JobRow
 
 

@@ -4,7 +4,7 @@ platform over the memory backend with a manual clock.
 What counts (docs/pfs.md "What counts"): the owner's PFS home (a job writes its output there
 directly, past any upload check), their jobs' own folders on the backend (``disk_usage``: the
 workers' copies of the package, their /tmp, logs; the memory engine's ``write``) and SampleSet
-caches. The disk watch (``controller/diskwatch.py``) measures the users with running jobs every
+caches. The disk watch (``controller/loop/diskwatch.py``) measures the users with running jobs every
 ``disk_check_s`` (10 s); the reconciler fails their running jobs, ``StorageQuotaExceeded``.
 
 ``run_for`` drives the platform as ``up`` does, one simulated second at a time: the watch's step
@@ -22,9 +22,9 @@ from memory_platform import MemoryWorld
 from paddlecloud.api.errors import ErrorCode, PaddleCloudError
 from paddlecloud.backends.jobdirs import DiskWalkError
 from paddlecloud.client import Client
-from paddlecloud.controller.diskwatch import DiskWatch
-from paddlecloud.controller.failures import FailReason
-from paddlecloud.controller.quotas import set_storage_quota
+from paddlecloud.controller.loop.diskwatch import DiskWatch
+from paddlecloud.controller.loop.failures import FailReason
+from paddlecloud.controller.services.quotas import set_storage_quota
 from paddlecloud.core.phases import JobPhase
 
 pytestmark = pytest.mark.timeout(60)

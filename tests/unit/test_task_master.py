@@ -14,7 +14,8 @@ from task_helpers import Bench
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, InvalidInput, NotFound, Unauthorized
 from paddlecloud.backends.base import WorkerStatus
 from paddlecloud.client import Client
-from paddlecloud.controller.tasks import JobLocks, release_ended
+from paddlecloud.controller.model.task_queue import release_ended
+from paddlecloud.controller.services.tasks import JobLocks
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.store.tables import JobRow, WorkerRow
 

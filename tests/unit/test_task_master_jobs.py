@@ -18,7 +18,7 @@ from sqlalchemy import select
 from task_helpers import Bench
 
 from paddlecloud.backends.base import WorkerStatus
-from paddlecloud.controller.tasks import release_ended
+from paddlecloud.controller.model.task_queue import release_ended
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.store.tables import JobRow
 

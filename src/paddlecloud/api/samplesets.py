@@ -11,7 +11,7 @@ A SampleSet is ``Pending`` until its volume is mounted, ``Syncing`` while a sync
 ``Ready`` once its last sync succeeded (and nothing fills it), ``Failed`` when the last sync failed
 or the cluster cannot mount at all (``message`` says why and what to do). ``cached_bytes`` is the
 sum over the nodes and counts against the owner's storage quota. The controller's lifecycle is in
-``controller/samplesets.py``; the backend contract in ``backends/samplesets.py``.
+``controller/services/samplesets.py``; the backend contract in ``backends/samplesets.py``.
 """
 
 from __future__ import annotations

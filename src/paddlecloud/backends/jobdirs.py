@@ -5,7 +5,7 @@ copies of the package, their /tmp, logs, statuses; docs/pfs.md "What counts"). T
 done to that folder here, the same for both:
 
     disk_usage(key) ──walk_bytes(job dir)──▶ running totals ──▶ the controller's disk watch
-                                                               (controller/diskwatch.py: the owner's
+                                                               (controller/loop/diskwatch.py: the owner's
                                                                storage use, the quota)
     the job ends ──drop_scratch(job dir, SCRATCH)──▶ renamed into .trash/ at once, removed there by a
                                                      thread (a tree of a million files takes

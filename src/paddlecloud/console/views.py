@@ -22,8 +22,8 @@ from paddlecloud.api.models import JobDetail, JobList, JobView, WorkerView
 from paddlecloud.api.tasks import TaskSummary
 from paddlecloud.backends.base import Capability
 from paddlecloud.controller import Identity, Platform
-from paddlecloud.controller.jobs import JobListQuery
-from paddlecloud.controller.tasks import TaskPage
+from paddlecloud.controller.services.jobs import JobListQuery
+from paddlecloud.controller.services.tasks import TaskPage
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, WorkerState
 
 __all__ = [

@@ -6,11 +6,11 @@ phases; :class:`Platform` wires both to a database and a backend.
 
 from __future__ import annotations
 
-from paddlecloud.controller.config import ComputeLimits, ForecastSettings, MetricsAccess, PlatformConfig
-from paddlecloud.controller.identity import Identity
-from paddlecloud.controller.jobs import JobService
-from paddlecloud.controller.jobtokens import JobIdentity, is_job_token
-from paddlecloud.controller.platform import Platform
+from paddlecloud.controller.model.config import ComputeLimits, ForecastSettings, MetricsAccess, PlatformConfig
+from paddlecloud.controller.model.identity import Identity
+from paddlecloud.controller.model.jobtokens import JobIdentity, is_job_token
+from paddlecloud.controller.platform.wiring import Platform
+from paddlecloud.controller.services.jobs import JobService
 
 __all__ = [
     "ComputeLimits",

@@ -1,7 +1,7 @@
 """The data task master's decisions, as pure functions over values (no database, no clock).
 
 A job's input is split once, at submit, into tasks (:func:`split_files`, :func:`item_tasks`). Each
-task then moves through this state machine within a pass; the service (``controller/tasks.py``)
+task then moves through this state machine within a pass; the service (``controller/services/tasks.py``)
 loads rows, asks these functions and writes the result back::
 
             grant                    complete (the lease's owner)

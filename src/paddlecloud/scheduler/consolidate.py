@@ -23,7 +23,7 @@ the bound (a trial then only runs where it succeeds); nor is a grow beside the j
 tried when none of its nodes has room for one more (the trial could only add a node).
 
 The live controller carries a move out as a retire-and-add of the trainers from the lowest moved
-index up (``controller/effects.py``). Data flow: ``elastic._Cycle`` -> these, on the cycle's
+index up (``controller/loop/effects.py``). Data flow: ``elastic._Cycle`` -> these, on the cycle's
 :class:`~paddlecloud.scheduler.alloc.Allocation`, in trials (release the job's trainers, choose the
 nodes, ``Allocation.place_at``; committed or rolled back). Pure.
 """

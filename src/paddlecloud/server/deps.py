@@ -1,7 +1,7 @@
 """Request dependencies: the platform held by the app, and the caller's identity from its token.
 
 ``Caller``: a user token (every route). ``TaskCaller``: a user token or a job token (``pcj_…``, the
-task routes only; it names one job, see ``controller/jobtokens.py``). ``BearerToken``: the token as
+task routes only; it names one job, see ``controller/model/jobtokens.py``). ``BearerToken``: the token as
 sent, unchecked (``/metrics``, whose access rule is the platform's).
 
 ``Caller`` is resolved on the event loop when the platform knows the token from memory, and in the

@@ -16,7 +16,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from paddlecloud.controller.metrics import PlatformMetrics
+from paddlecloud.controller.model.metrics import PlatformMetrics
 
 __all__ = ["UNMATCHED", "RequestMetricsMiddleware", "route_template"]
 

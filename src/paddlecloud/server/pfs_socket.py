@@ -25,7 +25,7 @@ import threading
 from typing import Any
 
 from paddlecloud.api.errors import PaddleCloudError
-from paddlecloud.controller.files_local import LocalTransfers
+from paddlecloud.controller.services.files_local import LocalTransfers
 from paddlecloud.core.fdpass import ProtocolError, recv_msg, send_msg
 
 __all__ = ["MAX_CONNECTIONS", "PfsSocket"]

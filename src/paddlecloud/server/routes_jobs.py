@@ -16,7 +16,7 @@ from paddlecloud.api.models import (
     QuotaView,
     WorkerList,
 )
-from paddlecloud.controller.jobs import JobListQuery
+from paddlecloud.controller.services.jobs import JobListQuery
 from paddlecloud.server.deps import Caller, PlatformDep, memory_or_thread
 
 __all__ = ["router"]

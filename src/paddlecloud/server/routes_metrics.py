@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from paddlecloud.api.history import ClusterHistory
-from paddlecloud.controller.metrics import CONTENT_TYPE
+from paddlecloud.controller.model.metrics import CONTENT_TYPE
 from paddlecloud.server.deps import BearerToken, Caller, PlatformDep
 
 __all__ = ["metrics_router", "router"]

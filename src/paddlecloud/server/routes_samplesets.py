@@ -1,5 +1,5 @@
 """``/api/v1/samplesets`` routes: SampleSets and their SampleJobs. Thin: parse, call the
-SampleSetService (``controller/samplesets.py``), return a view."""
+SampleSetService (``controller/services/samplesets.py``), return a view."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from paddlecloud.api.tasks import MAX_PAGE, PAGE, AckRequest, LeaseRequest, TaskLease, TaskList, TaskView
-from paddlecloud.controller.tasks import TaskPage
+from paddlecloud.controller.services.tasks import TaskPage
 from paddlecloud.core.tasks import TaskState
 from paddlecloud.server.deps import PlatformDep, TaskCaller
 

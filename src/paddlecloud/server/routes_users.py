@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Response
 from paddlecloud.api.file_requests import QuotaUpdate
 from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
 from paddlecloud.api.users import AdminUpdate, UserDeleted
-from paddlecloud.controller.quotas import update_quotas
+from paddlecloud.controller.services.quotas import update_quotas
 from paddlecloud.server.deps import Caller, PlatformDep
 
 __all__ = ["router"]

@@ -149,7 +149,7 @@ class JobTokenRow(Base):
 
 
 class TaskQueueRow(Base):
-    """A job's data task master: settings and the current pass (``controller/tasks.py``)."""
+    """A job's data task master: settings and the current pass (``controller/services/tasks.py``)."""
 
     __tablename__ = "task_queues"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -191,7 +191,7 @@ class TaskRow(Base):
 
 
 class AdaptiveRow(Base):
-    """An adaptive-batch job's assignment and what its reports say (``controller/adaptive.py``).
+    """An adaptive-batch job's assignment and what its reports say (``controller/services/adaptive.py``).
 
     Made at submit; the scheduler's decisions write ``batch_size`` / ``trainers``, the job's reports
     the rest (gradient statistics smoothed by an exponential moving average)."""
@@ -227,7 +227,7 @@ class AdaptiveReportRow(Base):
 
 
 class SampleSetRow(Base):
-    """One user's SampleSet (``controller/samplesets.py``): what was asked, and what the backend
+    """One user's SampleSet (``controller/services/samplesets.py``): what was asked, and what the backend
     reported last (files, bytes, per-node caches). A deleted one keeps its row (``deleting``) until
     the backend has unmounted and removed it; the name stays taken until then."""
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from paddlecloud.api.errors import ErrorCode, Forbidden, InvalidInput
 from paddlecloud.api.files import LocalGrant
-from paddlecloud.controller.files import FileService
-from paddlecloud.controller.identity import Identity
+from paddlecloud.controller.model.identity import Identity
+from paddlecloud.controller.services.files import FileService
 from paddlecloud.core.pfspath import PfsPath
 
 __all__ = ["GRANT_TTL_S", "LocalTransfers"]

@@ -9,7 +9,7 @@
       phase = derive_phase(jobs): Syncing while a sync or warmup runs; Ready once the last sync
               succeeded; Failed when it failed; Pending before any sync ended
 
-The requests (create, list, get, SampleJobs, delete) are ``controller/samplesets.py``'s
+The requests (create, list, get, SampleJobs, delete) are ``controller/services/samplesets.py``'s
 (``SampleSetService``, which wakes this loop); neither module imports the other. Backend calls
 never run under the controller mutex (a mount may take seconds); the loop writes only the
 SampleSet tables. After a server restart every SampleSet is ensured again and a Running SampleJob
@@ -37,8 +37,8 @@ from paddlecloud.backends.samplesets import (
     SampleTaskState,
     SampleTaskStatus,
 )
-from paddlecloud.controller.context import Context
-from paddlecloud.controller.sampleset_records import ref_of, sampleset_backend
+from paddlecloud.controller.model.context import Context
+from paddlecloud.controller.model.sampleset_refs import ref_of, sampleset_backend
 from paddlecloud.core.quantity import human_memory
 from paddlecloud.store.tables import SampleJobRow, SampleSetRow
 

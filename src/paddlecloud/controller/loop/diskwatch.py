@@ -42,9 +42,9 @@ from paddlecloud.api.errors import PaddleCloudError
 from paddlecloud.backends.base import Capability
 from paddlecloud.backends.errors import BackendError
 from paddlecloud.backends.jobdirs import DiskWalkError
-from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.diskbook import Overage
-from paddlecloud.controller.failures import FailReason
+from paddlecloud.controller.loop.failures import FailReason
+from paddlecloud.controller.model.context import Context, job_key
+from paddlecloud.controller.model.diskbook import Overage
 from paddlecloud.core.phases import JobPhase
 from paddlecloud.core.quantity import human_bytes
 from paddlecloud.store.tables import JobRow

@@ -1,7 +1,7 @@
 """Adaptive batch size on the controller's side: what the scheduler is told, what its decisions store.
 
     submit ── new_state(spec) ──▶ adaptive_states row (batch_size = the spec's initial batch)
-    reports (controller/adaptive.py) ──▶ adaptive_states (EMA of |G|^2, tr(Sigma)), adaptive_reports
+    reports (controller/services/adaptive.py) ──▶ adaptive_states (EMA of |G|^2, tr(Sigma)), adaptive_reports
     records.job_request ── BatchPlans.table(row, spec, hi) ──▶ JobRequest.batches / .speedup:
         goodput_table(FittedStepTime.fit(the job's reports), AdaptiveBatch(init, min, max),
                       noise scale, nodes for n trainers), cached per job until its next report

@@ -34,7 +34,7 @@ import logging
 from enum import StrEnum
 
 from paddlecloud.backends.errors import BackendError, ErrorKind
-from paddlecloud.controller.context import Context, job_key
+from paddlecloud.controller.model.context import Context, job_key
 from paddlecloud.core.phases import JobPhase, JobReason
 from paddlecloud.store.tables import JobRow
 

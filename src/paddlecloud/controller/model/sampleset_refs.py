@@ -7,8 +7,8 @@
                                                         JobRequest's cache_nodes (>= 90 % cached)
     FileService quota ──cached_bytes_of(owner)──────▶ used = PFS bytes + cached bytes
 
-The SampleSet service itself (create, jobs, delete) is ``controller/samplesets.py``, its lifecycle
-loop ``controller/sampleset_loop.py``; this module holds only what the others share, so that none
+The SampleSet service itself (create, jobs, delete) is ``controller/services/samplesets.py``, its lifecycle
+loop ``controller/loop/sampleset_loop.py``; this module holds only what the others share, so that none
 of them imports those.
 """
 
@@ -25,7 +25,7 @@ from paddlecloud.api.samplesets import SampleSetPhase
 from paddlecloud.backends.base import Backend, Capability
 from paddlecloud.backends.errors import JobRejected
 from paddlecloud.backends.samplesets import SampleSetBackend, SampleSetRef
-from paddlecloud.controller.files import FileService
+from paddlecloud.controller.model.ports import PfsSpace
 from paddlecloud.store.tables import SampleSetRow
 
 __all__ = [
@@ -88,7 +88,7 @@ def find_sampleset(s: Session, owner: str, name: str) -> SampleSetRow | None:
     )
 
 
-def ref_of(row: SampleSetRow, files: FileService, all_nodes: Sequence[str]) -> SampleSetRef:
+def ref_of(row: SampleSetRow, files: PfsSpace, all_nodes: Sequence[str]) -> SampleSetRef:
     """The backend's view of ``row``: its volume's uid, the source on this machine, the nodes."""
     source = files.local_path(files.parse(row.source))
     if source is None:  # pragma: no cover - only local stores exist so far
@@ -105,7 +105,7 @@ def ref_of(row: SampleSetRow, files: FileService, all_nodes: Sequence[str]) -> S
     )
 
 
-def launch_ref(s: Session, owner: str, name: str, files: FileService, backend: Backend) -> SampleSetRef:
+def launch_ref(s: Session, owner: str, name: str, files: PfsSpace, backend: Backend) -> SampleSetRef:
     """The SampleSet a starting job of ``owner`` names (``JobRejected``: gone, or not mountable here;
     the job then fails with that message)."""
     if sampleset_backend(backend) is None:

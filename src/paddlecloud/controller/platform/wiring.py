@@ -35,28 +35,29 @@ from paddlecloud.api.users import UserDeleted
 from paddlecloud.backends import registry
 from paddlecloud.backends.base import Backend, BackendSetup, Capability
 from paddlecloud.backends.registry import BackendConfigError
-from paddlecloud.controller.adaptive import AdaptiveService
-from paddlecloud.controller.config import PlatformConfig
-from paddlecloud.controller.context import Context
-from paddlecloud.controller.diskbook import DiskBook
-from paddlecloud.controller.diskwatch import DiskWatch
-from paddlecloud.controller.files import FileService
-from paddlecloud.controller.files_local import LocalTransfers
-from paddlecloud.controller.forecasts import ForecastBoard, Forecaster
-from paddlecloud.controller.history import History
-from paddlecloud.controller.identity import Identity, require_admin
-from paddlecloud.controller.jobs import JobService
-from paddlecloud.controller.metrics import PlatformMetrics, live_figures
-from paddlecloud.controller.quotas import storage_quota
-from paddlecloud.controller.readcache import ReadCache
-from paddlecloud.controller.reconciler import Reconciler
-from paddlecloud.controller.sampleset_loop import SampleSetLoop
-from paddlecloud.controller.sampleset_records import cached_bytes_of
-from paddlecloud.controller.samplesets import SampleSetService
-from paddlecloud.controller.scheduling import ClusterState
-from paddlecloud.controller.tasks import TaskService
-from paddlecloud.controller.user_deletion import UserDeletion
-from paddlecloud.controller.users import UserDirectory
+from paddlecloud.controller.loop.cluster_view import ClusterState
+from paddlecloud.controller.loop.diskwatch import DiskWatch
+from paddlecloud.controller.loop.forecasts import Forecaster
+from paddlecloud.controller.loop.reconciler import Reconciler
+from paddlecloud.controller.loop.sampleset_loop import SampleSetLoop
+from paddlecloud.controller.model.config import PlatformConfig
+from paddlecloud.controller.model.context import Context
+from paddlecloud.controller.model.diskbook import DiskBook
+from paddlecloud.controller.model.forecast_board import ForecastBoard
+from paddlecloud.controller.model.history import History
+from paddlecloud.controller.model.identity import Identity, require_admin
+from paddlecloud.controller.model.limits import storage_quota
+from paddlecloud.controller.model.metrics import PlatformMetrics, live_figures
+from paddlecloud.controller.model.readcache import ReadCache
+from paddlecloud.controller.model.sampleset_refs import cached_bytes_of
+from paddlecloud.controller.platform.user_deletion import UserDeletion
+from paddlecloud.controller.services.adaptive import AdaptiveService
+from paddlecloud.controller.services.files import FileService
+from paddlecloud.controller.services.files_local import LocalTransfers
+from paddlecloud.controller.services.jobs import JobService
+from paddlecloud.controller.services.samplesets import SampleSetService
+from paddlecloud.controller.services.tasks import TaskService
+from paddlecloud.controller.services.users import UserDirectory
 from paddlecloud.core.clock import Clock, SystemClock
 from paddlecloud.scheduler import policy as make_policy
 from paddlecloud.storage import LocalDirStore
@@ -147,14 +148,14 @@ class Platform:
         sampleset_loop = SampleSetLoop(ctx)
         return cls(
             ctx=ctx,
-            jobs=JobService(ctx),
+            jobs=JobService(ctx, files),
             users=UserDirectory(clock, config.default_quota),
             reconciler=reconciler,
             files=files,
             tasks=TaskService(ctx),
             cluster=ClusterState(ctx, reconciler),
             adaptive=AdaptiveService(ctx),
-            samplesets=SampleSetService(ctx, sampleset_loop.wake),
+            samplesets=SampleSetService(ctx, files, sampleset_loop.wake),
             sampleset_loop=sampleset_loop,
             forecaster=forecaster,
             disk_watch=DiskWatch(ctx),

@@ -28,8 +28,8 @@ from sqlalchemy.orm import Session
 
 from paddlecloud.api.errors import Conflict, ErrorCode, Forbidden, NotFound, Unauthorized
 from paddlecloud.api.models import TokenView, UserCreate, UserList, UserView
-from paddlecloud.controller.config import ComputeLimits
-from paddlecloud.controller.identity import Identity, require_admin
+from paddlecloud.controller.model.config import ComputeLimits
+from paddlecloud.controller.model.identity import Identity, require_admin
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.phases import TERMINAL_PHASES
 from paddlecloud.store.tables import JobRow, SampleSetRow, UserRow

@@ -19,9 +19,9 @@ from paddlecloud.api.models import (
     RoleStatus,
     WorkerView,
 )
-from paddlecloud.controller.batches import state_view
-from paddlecloud.controller.placement import trainers_of
-from paddlecloud.controller.specs import listed_counts
+from paddlecloud.controller.model.batches import state_view
+from paddlecloud.controller.model.placement import trainers_of
+from paddlecloud.controller.model.specs import listed_counts
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, WorkerReason, WorkerState
 from paddlecloud.store.tables import JobRow, WorkerRow
 

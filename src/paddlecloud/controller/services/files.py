@@ -43,8 +43,8 @@ from paddlecloud.api.errors import (
     PaddleCloudError,
 )
 from paddlecloud.api.files import ChecksumView, FileInfo, PfsHome, StorageUsage, UploadView
-from paddlecloud.controller.identity import Identity
-from paddlecloud.controller.metrics import PlatformMetrics
+from paddlecloud.controller.model.identity import Identity
+from paddlecloud.controller.model.metrics import PlatformMetrics
 from paddlecloud.core.checksum import PREFIX, ChunkedHasher, file_checksum
 from paddlecloud.core.fileio import hash_read
 from paddlecloud.core.pfspath import PfsPath, PfsPathError, parse_pfs_path

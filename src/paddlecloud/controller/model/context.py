@@ -24,17 +24,17 @@ from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import RENDEZVOUS, STORE_NEED, Backend, Capability, JobLaunch
 from paddlecloud.backends.errors import BackendError
 from paddlecloud.backends.samplesets import SampleSetRef
-from paddlecloud.controller.batches import BatchPlans, adaptive_spec, batch_env
-from paddlecloud.controller.config import PlatformConfig
-from paddlecloud.controller.diskbook import DiskBook
-from paddlecloud.controller.files import FileService
-from paddlecloud.controller.forecasts import ForecastBoard
-from paddlecloud.controller.history import History
-from paddlecloud.controller.jobtokens import issue_job_token
-from paddlecloud.controller.metrics import PlatformMetrics
-from paddlecloud.controller.placement import placed
-from paddlecloud.controller.sampleset_records import launch_ref
-from paddlecloud.controller.specs import SpecCache
+from paddlecloud.controller.model.batches import BatchPlans, adaptive_spec, batch_env
+from paddlecloud.controller.model.config import PlatformConfig
+from paddlecloud.controller.model.diskbook import DiskBook
+from paddlecloud.controller.model.forecast_board import ForecastBoard
+from paddlecloud.controller.model.history import History
+from paddlecloud.controller.model.jobtokens import issue_job_token
+from paddlecloud.controller.model.metrics import PlatformMetrics
+from paddlecloud.controller.model.placement import placed
+from paddlecloud.controller.model.ports import PfsSpace
+from paddlecloud.controller.model.sampleset_refs import launch_ref
+from paddlecloud.controller.model.specs import SpecCache
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, check_transition
@@ -86,7 +86,7 @@ class Context:
     db: Database
     backend: Backend
     clock: Clock
-    files: FileService
+    files: PfsSpace
     mutex: threading.RLock = field(default_factory=threading.RLock)
     wake_event: threading.Event = field(default_factory=threading.Event)
     #: jobs whose ``stop_in_background`` raised, by key: the reconciler fails them (StopFailed), or

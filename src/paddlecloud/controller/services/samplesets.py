@@ -1,5 +1,5 @@
 """SampleSets: the requests (create, list, get, SampleJobs, delete); the lifecycle loop is
-``controller/sampleset_loop.py``.
+``controller/loop/sampleset_loop.py``.
 
     route ──▶ SampleSetService.create: capability, name, source (a PFS folder the owner may read),
               cache size, nodes, quota (the projected cache) ──▶ INSERT samplesets (Pending) +
@@ -36,14 +36,15 @@ from paddlecloud.api.samplesets import (
 from paddlecloud.backends.samplesets import (
     SampleSetBackend,
 )
-from paddlecloud.controller.context import Context
-from paddlecloud.controller.identity import Identity, require_admin
-from paddlecloud.controller.sampleset_records import (
+from paddlecloud.controller.model.context import Context
+from paddlecloud.controller.model.identity import Identity, require_admin
+from paddlecloud.controller.model.sampleset_refs import (
     find_sampleset,
     sampleset_backend,
     sampleset_not_found,
     samplesets_unavailable,
 )
+from paddlecloud.controller.services.files import FileService
 from paddlecloud.core.phases import TERMINAL_PHASES
 from paddlecloud.core.quantity import QuantityError, parse_memory
 from paddlecloud.store.tables import JobRow, SampleJobRow, SampleSetRow
@@ -118,8 +119,9 @@ def _view(s: Session, row: SampleSetRow) -> SampleSetView:
 class SampleSetService:
     """What the ``/samplesets`` routes call; every method takes the caller's identity."""
 
-    def __init__(self, ctx: Context, wake: threading.Event | None = None) -> None:
+    def __init__(self, ctx: Context, files: FileService, wake: threading.Event | None = None) -> None:
         self.ctx = ctx
+        self.files = files
         #: set to wake the lifecycle loop (``SampleSetLoop.wake``)
         self.wake = wake or threading.Event()
 
@@ -167,7 +169,7 @@ class SampleSetService:
         nodes = self._check_nodes(spec.nodes)
         cache_size = self._cache_size(spec.cache_size, source_bytes)
         width = len(nodes) if nodes is not None else len(self.ctx.backend.nodes())
-        self.ctx.files.check_room(who.name, min(cache_size, source_bytes) * width)
+        self.files.check_room(who.name, min(cache_size, source_bytes) * width)
         now = self.ctx.clock.now()
         with self.ctx.session() as s:
             row = SampleSetRow(
@@ -203,7 +205,7 @@ class SampleSetService:
 
     def _check_source(self, who: Identity, source: str) -> int:
         """The source is a folder ``who`` may read; its size in bytes."""
-        files = self.ctx.files
+        files = self.files
         info = files.stat(who, source)  # invalid_path / forbidden / path_not_found as for `pfs ls`
         if info.type != "dir":
             raise Conflict(
@@ -252,7 +254,7 @@ class SampleSetService:
             if req.kind == SampleJobKind.WARMUP:  # the cache it may fill counts against the quota
                 width = len(row.node_caches or []) or 1
                 more = min(row.cache_size, row.bytes) * width - row.cached_bytes
-                self.ctx.files.check_room(who.name, max(more, 0))
+                self.files.check_room(who.name, max(more, 0))
             job = self._new_job(row.id, req.kind, path, self.ctx.clock.now())
             s.add(job)
             s.commit()

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from paddlecloud.api.errors import ErrorCode, InvalidInput
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, NodeInfo
-from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.placement import placed
-from paddlecloud.controller.records import fixed_workers
+from paddlecloud.controller.model.context import Context, job_key
+from paddlecloud.controller.model.job_rows import fixed_workers
+from paddlecloud.controller.model.placement import placed
 from paddlecloud.core.quantity import format_cpu, human_memory
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest, NodeState, Plan, Snapshot, Wait, WaitReason, never_placeable

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from paddlecloud.api.errors import Conflict, NotFound
 from paddlecloud.api.users import UserDeleted
-from paddlecloud.controller.files import FileService
-from paddlecloud.controller.identity import Identity
-from paddlecloud.controller.jobs import JobService
-from paddlecloud.controller.users import UserDirectory
+from paddlecloud.controller.model.identity import Identity
+from paddlecloud.controller.services.files import FileService
+from paddlecloud.controller.services.jobs import JobService
+from paddlecloud.controller.services.users import UserDirectory
 
 __all__ = ["UserDeletion"]
 

@@ -20,7 +20,7 @@ nodes of each snapshot, it is not offered to the policy, and the jobs whose admi
 are held out of the queue meanwhile (they would otherwise look unplaceable and make the policy
 preempt again). Then it is Queued again.
 
-A queued job naming a SampleSet (``controller/samplesets.py``) waits out of the queue until it is
+A queued job naming a SampleSet (``controller/services/samplesets.py``) waits out of the queue until it is
 Ready (reason ``SampleSetNotReady``, with what it waits for); once it is, its request carries the
 nodes holding the cache, which placement prefers.
 
@@ -56,23 +56,23 @@ from sqlalchemy.orm import Session, selectinload
 from paddlecloud.api.history import ClusterPoint
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import Capability, JobStatus, NodeInfo
-from paddlecloud.controller.capacity import name_foreign_load, node_states
-from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.diskwatch import storage_failure
-from paddlecloud.controller.effects import apply_plan, requeue_preempted
-from paddlecloud.controller.failures import (
+from paddlecloud.controller.loop.diskwatch import storage_failure
+from paddlecloud.controller.loop.effects import apply_plan, requeue_preempted
+from paddlecloud.controller.loop.failures import (
     FailReason,
     backend_recovered,
     backend_trouble,
     end_failed,
     fail_job,
 )
-from paddlecloud.controller.placement import place, trainer_names
-from paddlecloud.controller.quotas import compute_quotas
-from paddlecloud.controller.records import account, job_request, record_workers
-from paddlecloud.controller.sampleset_records import Readiness, readiness
-from paddlecloud.controller.specs import SpecCache
-from paddlecloud.controller.tasks import release_ended
+from paddlecloud.controller.model.capacity import name_foreign_load, node_states
+from paddlecloud.controller.model.context import Context, job_key
+from paddlecloud.controller.model.job_rows import account, job_request, record_workers
+from paddlecloud.controller.model.limits import compute_quotas
+from paddlecloud.controller.model.placement import place, trainer_names
+from paddlecloud.controller.model.sampleset_refs import Readiness, readiness
+from paddlecloud.controller.model.specs import SpecCache
+from paddlecloud.controller.model.task_queue import release_ended
 from paddlecloud.core.phases import (
     TERMINAL_PHASES,
     JobPhase,

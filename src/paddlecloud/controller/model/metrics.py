@@ -28,7 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from paddlecloud.controller.placement import count_trainers
+from paddlecloud.controller.model.placement import count_trainers
 from paddlecloud.core.phases import JobPhase, WorkerState
 from paddlecloud.scheduler import NodeState, WaitReason
 from paddlecloud.store.db import Database

@@ -2,7 +2,8 @@
 
     submit ──plan_tasks (input's files or the spec's items; core.tasks.split_files)──▶
              add_queue: task_queues row + one tasks row per task, in the submit's transaction
-    reconciler ──release_ended (worker runs that ended)──▶ their leases abandoned at once
+    reconciler ──release_ended (worker runs that ended; ``model.task_queue``)──▶ their leases
+             abandoned at once
     trainer (job token) ──lease──▶ TaskService.lease: a run already seen ended gets lease_lost;
              reclaim expired leases, pass_step →
              grant the first todo task | wait (retry_after) | next pass | finished
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -52,19 +53,18 @@ from paddlecloud.api.tasks import (
     TaskSummary,
     TaskView,
 )
-from paddlecloud.backends.base import WorkerStatus
-from paddlecloud.controller.context import Context
-from paddlecloud.controller.files import FileService
-from paddlecloud.controller.identity import Identity, require_admin
-from paddlecloud.controller.jobtokens import JobIdentity, authenticate_job
-from paddlecloud.controller.views import ts
+from paddlecloud.controller.model.context import Context
+from paddlecloud.controller.model.identity import Identity, require_admin
+from paddlecloud.controller.model.jobtokens import JobIdentity, authenticate_job
+from paddlecloud.controller.model.task_queue import ENDED_RUNS, limits_of, slot_of, store_slot
+from paddlecloud.controller.model.views import ts
+from paddlecloud.controller.services.files import FileService
 from paddlecloud.core import tasks as logic
-from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.quantity import parse_memory
-from paddlecloud.core.tasks import LeaseError, PassStep, TaskDef, TaskKind, TaskLimits, TaskSlot, TaskState
+from paddlecloud.core.tasks import LeaseError, PassStep, TaskDef, TaskKind, TaskSlot, TaskState
 from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow, WorkerRow
 
-__all__ = ["Caller", "JobLocks", "TaskPage", "TaskService", "add_queue", "plan_tasks", "release_ended"]
+__all__ = ["Caller", "JobLocks", "TaskPage", "TaskService", "add_queue", "plan_tasks"]
 
 #: who calls a task route: a user (owner or admin) or a job's own workers
 Caller = Identity | JobIdentity
@@ -143,60 +143,6 @@ def add_queue(s: Session, job_id: int, spec: TaskSpec, defs: list[TaskDef], now:
             for i, d in enumerate(defs)
         ],
     )
-
-
-# -- from the reconciler -------------------------------------------------------------------------
-
-_ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.LOST, WorkerState.STOPPED})
-
-
-def release_ended(s: Session, job_id: int, workers: Iterable[WorkerStatus]) -> int:
-    """Abandon the leases held by worker runs that have ended (failed, restarted, retired), so their
-    tasks go to another trainer now rather than when the lease expires; returns how many. Called by
-    the reconciler with what the backend observed; the caller commits."""
-    q = s.scalar(select(TaskQueueRow).where(TaskQueueRow.job_id == job_id))
-    if q is None:
-        return 0
-    runs = {w.name: (w.restarts, w.state in _ENDED) for w in workers}
-    leased = s.scalars(select(TaskRow).where(TaskRow.queue_id == q.id, TaskRow.state == TaskState.LEASED))
-    released = 0
-    for t in [t for t in leased if logic.holder_gone(t.holder, runs)]:
-        slot = logic.abandon(_slot(t), _limits(q))
-        # guarded: a trainer's done / fail since the SELECT (another session) wins
-        r = s.execute(
-            update(TaskRow)
-            .where(TaskRow.id == t.id, TaskRow.state == TaskState.LEASED, TaskRow.lease == t.lease)
-            .values(_columns(slot))
-            .execution_options(synchronize_session=False)
-        )
-        released += r.rowcount  # type: ignore[attr-defined]
-    return released
-
-
-# -- rows <-> values ------------------------------------------------------------------------------
-
-
-def _slot(t: TaskRow) -> TaskSlot:
-    return TaskSlot(
-        state=TaskState(t.state), lease=t.lease, holder=t.holder, expires=t.lease_expires,
-        failures=t.failures, done_lease=t.done_lease, error=t.error,
-    )  # fmt: skip
-
-
-def _store(t: TaskRow, slot: TaskSlot) -> None:
-    t.state, t.lease, t.holder, t.lease_expires = str(slot.state), slot.lease, slot.holder, slot.expires
-    t.failures, t.done_lease, t.error = slot.failures, slot.done_lease, slot.error
-
-
-def _columns(slot: TaskSlot) -> dict[str, object]:
-    return {
-        "state": str(slot.state), "lease": slot.lease, "holder": slot.holder, "lease_expires": slot.expires,
-        "failures": slot.failures, "done_lease": slot.done_lease, "error": slot.error,
-    }  # fmt: skip
-
-
-def _limits(q: TaskQueueRow) -> TaskLimits:
-    return TaskLimits(lease_seconds=q.lease_seconds, max_failures=q.max_failures)
 
 
 def _view(q: TaskQueueRow, t: TaskRow) -> TaskView:
@@ -382,7 +328,7 @@ class TaskService:
             return
         w = s.scalar(select(WorkerRow).where(WorkerRow.job_id == job_id, WorkerRow.name == req.worker))
         holder = logic.holder_name(req.worker, req.run)
-        if w is not None and logic.holder_gone(holder, {w.name: (w.restarts, w.state in _ENDED)}):
+        if w is not None and logic.holder_gone(holder, {w.name: (w.restarts, w.state in ENDED_RUNS)}):
             raise Conflict(
                 f"{holder} has ended (the platform runs {w.name} as run {w.restarts}, {w.state}): "
                 "it is given no task",
@@ -400,7 +346,7 @@ class TaskService:
                     .limit(1)
                 ).one()
                 holder = logic.holder_name(req.worker, req.run)
-                _store(t, logic.grant(_slot(t), req.lease, holder, now, _limits(q)))
+                store_slot(t, logic.grant(slot_of(t), req.lease, holder, now, limits_of(q)))
                 t.leases += 1
                 return self._leased(q, t)
             if step == PassStep.WAIT:
@@ -426,7 +372,7 @@ class TaskService:
             )
         ).all()
         for t in stale:
-            _store(t, logic.reclaim(_slot(t), now, _limits(q)))
+            store_slot(t, logic.reclaim(slot_of(t), now, limits_of(q)))
         return len(stale)
 
     @staticmethod
@@ -466,11 +412,11 @@ class TaskService:
         with self._locked(who, name, user) as (s, q), self._counting_lost():
             t = self._task(s, q, index)
             try:
-                slot, new = logic.complete(_slot(t), req.lease)
+                slot, new = logic.complete(slot_of(t), req.lease)
             except LeaseError as exc:
                 raise _lost(exc) from None
             if new:
-                _store(t, slot)
+                store_slot(t, slot)
                 t.done_passes += 1
                 s.commit()
                 self.ctx.metrics.lease("done")
@@ -481,7 +427,7 @@ class TaskService:
         with self._locked(who, name, user) as (s, q), self._counting_lost():
             t = self._task(s, q, index)
             try:
-                _store(t, logic.fail(_slot(t), req.lease, _limits(q), req.error))
+                store_slot(t, logic.fail(slot_of(t), req.lease, limits_of(q), req.error))
             except LeaseError as exc:
                 raise _lost(exc) from None
             s.commit()
@@ -493,7 +439,7 @@ class TaskService:
         with self._locked(who, name, user) as (s, q), self._counting_lost():
             t = self._task(s, q, index)
             try:
-                _store(t, logic.renew(_slot(t), req.lease, self.ctx.clock.now(), _limits(q)))
+                store_slot(t, logic.renew(slot_of(t), req.lease, self.ctx.clock.now(), limits_of(q)))
             except LeaseError as exc:
                 raise _lost(exc) from None
             s.commit()

@@ -44,11 +44,11 @@ import logging
 from sqlalchemy.orm import Session
 
 from paddlecloud.backends.base import JobStatus
-from paddlecloud.controller.batches import noise_scale
-from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.failures import FailReason, backend_recovered, backend_trouble, fail_job
-from paddlecloud.controller.placement import place, placed, trainer_names, trainers_of
-from paddlecloud.controller.records import record_workers
+from paddlecloud.controller.loop.failures import FailReason, backend_recovered, backend_trouble, fail_job
+from paddlecloud.controller.model.batches import noise_scale
+from paddlecloud.controller.model.context import Context, job_key
+from paddlecloud.controller.model.job_rows import record_workers
+from paddlecloud.controller.model.placement import place, placed, trainer_names, trainers_of
 from paddlecloud.core.phases import JobPhase, JobReason, WorkerState
 from paddlecloud.scheduler import Admit, Plan, Preempt, Resize, Wait, WaitReason, WorkerPlacement
 from paddlecloud.store.tables import JobRow, WorkerRow

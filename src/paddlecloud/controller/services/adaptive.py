@@ -30,11 +30,11 @@ from sqlalchemy.orm import Session
 from paddlecloud.api.adaptive import AdaptiveReport, AdaptiveState
 from paddlecloud.api.errors import Conflict, ErrorCode, NotFound
 from paddlecloud.api.models import JobSpec
-from paddlecloud.controller.batches import adaptive_spec, state_view
-from paddlecloud.controller.context import Context
-from paddlecloud.controller.identity import Identity, require_admin
-from paddlecloud.controller.jobtokens import JobIdentity
-from paddlecloud.controller.placement import trainers_of
+from paddlecloud.controller.model.batches import adaptive_spec, state_view
+from paddlecloud.controller.model.context import Context
+from paddlecloud.controller.model.identity import Identity, require_admin
+from paddlecloud.controller.model.jobtokens import JobIdentity
+from paddlecloud.controller.model.placement import trainers_of
 from paddlecloud.store.tables import AdaptiveReportRow, AdaptiveRow, JobRow
 
 __all__ = ["EMA_WEIGHT", "KEEP_REPORTS", "REPORT_INTERVAL_S", "AdaptiveService"]

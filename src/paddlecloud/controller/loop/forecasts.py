@@ -11,8 +11,8 @@
              unknown   ``unknown_s`` (an hour by default), less what it has run
         ─▶ scheduler.forecast with the server's policy (at most ``max_rounds`` rounds and
            ``budget_s`` of wall time; the rest is "not before the horizon")
-        ─▶ ForecastBoard.publish: the views (``JobView.estimate``) read it; the job-list cache is
-           dropped (a change of the pseudo-table ``forecasts``)
+        ─▶ ForecastBoard.publish (``model.forecast_board``): the views (``JobView.estimate``) read
+           it; the job-list cache is dropped (a change of the pseudo-table ``forecasts``)
 
 Cost: one forecast is a few hundred policy rounds at most; at 1,250 nodes x 8 GPUs and 5,000 jobs
 it is bounded by ``budget_s`` (bench/forecast_scale.py), once per ``interval_s`` and only when
@@ -29,62 +29,23 @@ from collections.abc import Callable, Mapping
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from paddlecloud.api.models import EstimateView, JobSpec
-from paddlecloud.controller.config import ForecastSettings
-from paddlecloud.controller.views import ts
+from paddlecloud.api.models import JobSpec
+from paddlecloud.controller.model.config import ForecastSettings
+from paddlecloud.controller.model.forecast_board import ForecastBoard
 from paddlecloud.core.tasks import TaskState
 from paddlecloud.scheduler import Policy, Snapshot
 from paddlecloud.scheduler.forecast import (
     Basis,
-    Forecast,
     Work,
     forecast,
     learned_work,
     seconds_work,
 )
-from paddlecloud.store import ChangeCounters
 from paddlecloud.store.tables import TaskQueueRow, TaskRow
 
-__all__ = ["FORECAST_TABLE", "ForecastBoard", "Forecaster", "work_for"]
+__all__ = ["Forecaster", "work_for"]
 
 log = logging.getLogger("paddlecloud.forecast")
-
-#: the pseudo-table whose change counter moves when a new forecast is published
-FORECAST_TABLE = "forecasts"
-
-
-def _ts(t: float | None) -> str | None:
-    v = ts(t)
-    return None if v is None else v.isoformat()
-
-
-class ForecastBoard:
-    """The latest forecast, read by the views; published by the :class:`Forecaster`."""
-
-    def __init__(self, changes: ChangeCounters) -> None:
-        self._changes = changes
-        self.latest: Forecast | None = None
-
-    def publish(self, fc: Forecast) -> None:
-        self.latest = fc
-        self._changes.bump({FORECAST_TABLE})
-
-    def view(self, key: str) -> EstimateView | None:
-        """The estimate of job ``key`` ("user/name"), if the latest forecast saw it."""
-        fc = self.latest
-        est = fc.estimates.get(key) if fc is not None else None
-        if fc is None or est is None:
-            return None
-        return EstimateView.model_validate(
-            {
-                "start": _ts(est.start),
-                "end": _ts(est.end),
-                "start_basis": est.start_basis,
-                "end_basis": est.end_basis,
-                "horizon": _ts(fc.horizon),
-                "made_at": _ts(fc.made_at),
-            }
-        )
 
 
 def _progress(s: Session, job_ids: list[int]) -> dict[int, float]:

@@ -35,19 +35,20 @@ from paddlecloud.api.models import (
     WorkerView,
 )
 from paddlecloud.backends.base import Capability, LogRequest
-from paddlecloud.controller.batches import new_state
-from paddlecloud.controller.capacity import check_capacity
-from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.forecasts import FORECAST_TABLE
-from paddlecloud.controller.identity import Identity, require_admin
-from paddlecloud.controller.jobtokens import JobIdentity
-from paddlecloud.controller.packages import check_entry, inspect_package
-from paddlecloud.controller.quotas import compute_quota
-from paddlecloud.controller.readcache import ReadCache
-from paddlecloud.controller.records import job_request, record_workers
-from paddlecloud.controller.sampleset_records import check_job_sampleset
-from paddlecloud.controller.tasks import add_queue, plan_tasks
-from paddlecloud.controller.views import RoleTally, detail_view, job_view, worker_view
+from paddlecloud.controller.model.batches import new_state
+from paddlecloud.controller.model.capacity import check_capacity
+from paddlecloud.controller.model.context import Context, job_key
+from paddlecloud.controller.model.forecast_board import FORECAST_TABLE
+from paddlecloud.controller.model.identity import Identity, require_admin
+from paddlecloud.controller.model.job_rows import job_request, record_workers
+from paddlecloud.controller.model.jobtokens import JobIdentity
+from paddlecloud.controller.model.limits import compute_quota
+from paddlecloud.controller.model.readcache import ReadCache
+from paddlecloud.controller.model.sampleset_refs import check_job_sampleset
+from paddlecloud.controller.model.views import RoleTally, detail_view, job_view, worker_view
+from paddlecloud.controller.services.files import FileService
+from paddlecloud.controller.services.packages import check_entry, inspect_package
+from paddlecloud.controller.services.tasks import add_queue, plan_tasks
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, JobReason
 from paddlecloud.core.quantity import format_cpu, format_memory
 from paddlecloud.core.resources import Resources
@@ -96,8 +97,9 @@ def _resources_view(r: Resources) -> ResourceView:
 
 
 class JobService:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, files: FileService) -> None:
         self.ctx = ctx
+        self.files = files
         #: (owner or None for everyone, all_jobs) -> the JSON of the JobList
         self._lists: ReadCache[tuple[str | None, bool], bytes] = ReadCache(
             ctx.db.changes, ("jobs", "workers", FORECAST_TABLE), max_age=_LIST_CACHE_AGE
@@ -260,7 +262,7 @@ class JobService:
             with self.ctx.session() as s:
                 check_job_sampleset(s, self.ctx.backend, who.name, spec.sampleset)
         spec, output_dir = self._check_files(who, spec)
-        tasks = plan_tasks(self.ctx.files, who, spec)
+        tasks = plan_tasks(self.files, who, spec)
         with self.ctx.session() as s:
             now = self.ctx.clock.now()
             row = JobRow(
@@ -305,7 +307,7 @@ class JobService:
 
     def _exists(self, who: Identity, path: str, field: str) -> FileInfo:
         try:
-            return self.ctx.files.stat(who, path)
+            return self.files.stat(who, path)
         except NotFound:
             raise NotFound(
                 f"{field} {path} does not exist", code=ErrorCode.PATH_NOT_FOUND, field=field
@@ -315,7 +317,7 @@ class JobService:
         """Package readable, safe, small enough and holding the entry; input readable; output
         writable (created). Returns the spec with its output path filled in, and the output's local
         directory for the workers."""
-        files = self.ctx.files
+        files = self.files
         info = self._exists(who, spec.package, "package")
         if info.type != "file":
             raise InvalidInput(f"package {spec.package} is a directory, not a .tar.gz archive",
@@ -376,7 +378,7 @@ class JobService:
             self.ctx.backend.forget(job_key(row.user, row.name))
             self.ctx.disk.forget(job_key(row.user, row.name))  # its folders went with it
             if package == f"{self.ctx.config.job_dir(row.user, row.name)}/package.tar.gz":
-                self.ctx.files.discard(package)  # the copy `submit` uploaded; outputs stay
+                self.files.discard(package)  # the copy `submit` uploaded; outputs stay
 
     def logs(
         self,

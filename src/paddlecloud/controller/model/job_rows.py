@@ -15,11 +15,11 @@ from typing import TypedDict
 
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import JobStatus
-from paddlecloud.controller.batches import BatchPlans
-from paddlecloud.controller.context import Context, EngineUnits, job_key
-from paddlecloud.controller.metrics import RESTART_EVENTS
-from paddlecloud.controller.placement import placed, trainer_names
-from paddlecloud.controller.specs import SpecCache
+from paddlecloud.controller.model.batches import BatchPlans
+from paddlecloud.controller.model.context import Context, EngineUnits, job_key
+from paddlecloud.controller.model.metrics import RESTART_EVENTS
+from paddlecloud.controller.model.placement import placed, trainer_names
+from paddlecloud.controller.model.specs import SpecCache
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import JobRequest
 from paddlecloud.store.tables import JobRow, WorkerRow

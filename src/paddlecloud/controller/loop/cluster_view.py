@@ -18,13 +18,13 @@ from sqlalchemy import select
 
 from paddlecloud.api.cluster import Amounts, ClusterView, NodeView, QueueEntry, QueueView
 from paddlecloud.backends.base import Capability
-from paddlecloud.controller.capacity import node_states
-from paddlecloud.controller.context import Context, job_key
-from paddlecloud.controller.identity import Identity, require_admin
-from paddlecloud.controller.placement import placed
-from paddlecloud.controller.reconciler import HOLDING, Reconciler
-from paddlecloud.controller.records import job_request
-from paddlecloud.controller.views import ts
+from paddlecloud.controller.loop.reconciler import HOLDING, Reconciler
+from paddlecloud.controller.model.capacity import node_states
+from paddlecloud.controller.model.context import Context, job_key
+from paddlecloud.controller.model.identity import Identity, require_admin
+from paddlecloud.controller.model.job_rows import job_request
+from paddlecloud.controller.model.placement import placed
+from paddlecloud.controller.model.views import ts
 from paddlecloud.core.phases import JobPhase
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WaitReason
