@@ -1,7 +1,7 @@
 """Benchmark: what one live start-time forecast costs at 1,250 nodes x 8 GPUs and 5,000 jobs.
 
 The snapshot is bench/sched_scale.py's (half the jobs running, 1-8 GPUs each, elastic 1..16, half
-waiting); each job gets a declared duration of 10 min .. 8 h (seeded), as ``controller.forecasts``
+waiting); each job gets a declared duration of 10 min .. 8 h (seeded), as ``controller.loop.forecasts``
 would from ``expected_duration_s``. For each policy it runs ``scheduler.forecast`` under the server's
 default bounds (``ForecastSettings``: 400 rounds, 2 s of wall time) and without the time bound, and
 prints the wall time, the rounds, how far ahead it reached and the share of waiting jobs given a

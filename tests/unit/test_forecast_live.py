@@ -1,4 +1,4 @@
-"""The live start-time forecast (controller.forecasts) through the API, the CLI's cells and the
+"""The live start-time forecast (controller.loop.forecasts) through the API, the CLI's cells and the
 spec field ``expected_duration_s``, on the in-memory backend (no processes)."""
 
 from __future__ import annotations

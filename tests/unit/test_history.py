@@ -1,4 +1,4 @@
-"""The recorded history the console charts (``controller.history``): bounded memory, injected time,
+"""The recorded history the console charts (``controller.model.history``): bounded memory, injected time,
 a point per change; what the reconcile loop records into it; and its API's tenancy."""
 
 from __future__ import annotations

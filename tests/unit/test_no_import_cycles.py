@@ -1,8 +1,8 @@
 """No import circle anywhere in ``src/`` (issue 26): a module never imports, directly or through
 others, one that imports it back. Imports under ``if TYPE_CHECKING:`` and inside functions count
 (grimp reads every import statement). Two circles were cut on 2026-12-03: the controller's nine
-modules closed by ``users.py`` (deleting a user is now ``controller.user_deletion``, above the
-services; ``Identity`` is ``controller.identity``) and ``runtime.adaptive`` <-> ``adaptive_torch``
+modules closed by ``users.py`` (deleting a user is now ``controller.platform.user_deletion``, above the
+services; ``Identity`` is ``controller.model.identity``) and ``runtime.adaptive`` <-> ``adaptive_torch``
 (``AdaptiveDDP`` is the package's lazy name)."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 
 from paddlecloud.backends.base import JobLaunch
 from paddlecloud.backends.local import LocalBackend, LocalConfig
-from paddlecloud.backends.slurm.records import JobRecord, read_record, write_record
+from paddlecloud.backends.slurm.job_record import JobRecord, read_record, write_record
 from paddlecloud.core.envcontract import ApiAccess
 from paddlecloud.scheduler import WorkerPlacement
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from paddlecloud.backends.base import RENDEZVOUS, STORE_NEED, JobLaunch
 from paddlecloud.backends.slurm.capacity import requested_by_us
-from paddlecloud.backends.slurm.records import JobRecord, WorkerRecord
+from paddlecloud.backends.slurm.job_record import JobRecord, WorkerRecord
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement

@@ -14,7 +14,7 @@ import pytest
 from paddlecloud.backends.base import JobLaunch
 from paddlecloud.backends.local.envs import install_runtime_shim
 from paddlecloud.backends.slurm import script
-from paddlecloud.backends.slurm.records import JobRecord, WorkerRecord
+from paddlecloud.backends.slurm.job_record import JobRecord, WorkerRecord
 from paddlecloud.backends.slurm.script import BatchScripts, status_file
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.envcontract import ApiAccess, Topology

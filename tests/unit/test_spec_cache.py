@@ -1,4 +1,4 @@
-"""controller.specs: a stored spec is parsed once per job, per controller, and the cache is bounded."""
+"""controller.model.specs: a stored spec is parsed once per job, per controller, and the cache is bounded."""
 
 from __future__ import annotations
 

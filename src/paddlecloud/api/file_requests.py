@@ -1,7 +1,7 @@
 """Request bodies of the file service (``/api/v1/pfs``) and the admin quota update, as the server
 reads them (``api.body``: unknown fields refused, built at import).
 
-    client JSON ──▶ FastAPI ──▶ MkdirRequest / UploadBegin / ... ──▶ controller.files
+    client JSON ──▶ FastAPI ──▶ MkdirRequest / UploadBegin / ... ──▶ controller.services.files
 
 Requests are strict: booleans and numbers are never taken from strings. Paths are checked (length,
 NUL and control characters, ``..``) by ``core.pfspath``, which answers ``invalid_path``. The answers

@@ -1,6 +1,6 @@
 """Answers of the file service (``/api/v1/pfs``): what the server returns and the SDK reads.
 
-    controller.files ──FileInfo, UploadView, ...──▶ FastAPI (JSON) ──▶ client.pfs (from_wire)
+    controller.services.files ──FileInfo, UploadView, ...──▶ FastAPI (JSON) ──▶ client.pfs (from_wire)
 
 Standard-library dataclasses, not pydantic models: a ``pfs`` command reads only these answers, and
 importing pydantic and building models costs a command ~65 ms of its ~0.2 s start-up (bench/README.md).

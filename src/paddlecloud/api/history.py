@@ -1,6 +1,6 @@
-"""Wire models of what the server records over time (``controller.history``), for charts.
+"""Wire models of what the server records over time (``controller.model.history``), for charts.
 
-    reconciler cycle ──▶ controller.history.History ──▶ ClusterPoint (one per interval, last hour)
+    reconciler cycle ──▶ controller.model.history.History ──▶ ClusterPoint (one per interval, last hour)
                                                     └─▶ TrainerPoint (per job, when its count changes)
     GET /api/v1/cluster/history      ──▶ ClusterHistory
     GET /api/v1/jobs/{name}/history  ──▶ TrainerHistory

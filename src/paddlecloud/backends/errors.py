@@ -12,7 +12,7 @@
 
 Modelled on kopf's ``TemporaryError`` / ``PermanentError`` (retry later vs. give up) and SkyPilot's
 ``NotSupportedError``. Anything else a backend raises is a bug or a surprise: it still fails that
-job alone (``controller.failures``), with its type and traceback in the log.
+job alone (``controller.loop.failures``), with its type and traceback in the log.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ _ALLOWED: dict[JobPhase, frozenset[JobPhase]] = {
 
 class JobReason(StrEnum):
     """Why a job is where it is, in the controller's own words (``reason`` of ``get jobs`` and of
-    its events). A job the controller failed says a ``controller.failures.FailReason``; a waiting
+    its events). A job the controller failed says a ``controller.loop.failures.FailReason``; a waiting
     one a ``scheduler.WaitReason``; a worker's failure the backend's reason (``StartFailed``,
     ``WorkerFailed``, ...)."""
 

@@ -16,7 +16,7 @@ simulator always has:
                 cooldown; a restart re-batches too), only one that moves trainers ``resized_at``
     Preempt  -> the job holds nothing and goes to the back of the queue, keeping its progress
 
-The live server applies plans with real effects instead (``controller.effects``); this module is
+The live server applies plans with real effects instead (``controller.loop.effects``); this module is
 pure bookkeeping, no I/O, no clock (the time is passed in).
 """
 

@@ -13,7 +13,7 @@ serves the same two requests, with the same answers and errors, in threads of th
         ChunkWriter.write (pwrite + BLAKE3 as it passes) ──▶ ChunkWriter.finish ──▶ 204
 
 The HTTP itself is the standard library's (``http.server``: request line, headers, keep-alive).
-Every decision stays in ``controller.files``; this module only frames. Bounds: at most
+Every decision stays in ``controller.services.files``; this module only frames. Bounds: at most
 ``MAX_CONNECTIONS`` connections, ``MAX_PER_CLIENT`` from one address (one more is answered 503
 ``server_busy`` at once, and the client sends that chunk through the API instead), ``IDLE_TIMEOUT_S``
 for any read or write of a request and ``KEEPALIVE_S`` for a kept-alive connection's next one, a

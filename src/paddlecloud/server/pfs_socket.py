@@ -11,7 +11,7 @@
       ──▶ {"error": {...}, "status": 4xx} when refused (the HTTP error body and status)
 
 Thin like the routes: framing (``core.fdpass``) and errors here, every decision in
-``controller.files_local.LocalTransfers``.
+``controller.services.files_local.LocalTransfers``.
 """
 
 from __future__ import annotations

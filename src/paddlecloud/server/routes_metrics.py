@@ -1,7 +1,7 @@
 """``GET /metrics`` (Prometheus) and ``/api/v1/cluster/history`` (the recorded cluster use and queue).
 
 Thin: who may read the metrics and what they hold are the platform's (``Platform.metrics_text``,
-``controller.metrics``); the history is ``controller.history``'s. A job's trainers over time are a
+``controller.model.metrics``); the history is ``controller.model.history``'s. A job's trainers over time are a
 job route (``routes_jobs``: ``/api/v1/jobs/{name}/history``).
 """
 

@@ -1,6 +1,6 @@
 """``/api/v1/cluster`` and ``/api/v1/queue``: the nodes and the queue as the scheduler sees them.
 
-Thin: parse, call ``ClusterState`` (``controller.scheduling``), return a view.
+Thin: parse, call ``ClusterState`` (``controller.loop.cluster_view``), return a view.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``/api/v1`` user routes: who am I, and (admins) list users, create one, issue a new token, grant
 or revoke admin, delete one.
 
-Thin: the admin check and every decision live in ``controller.users``.
+Thin: the admin check and every decision live in ``controller.services.users``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Only rows that are really written count (mapper events fire per statement row, n
 were merely touched), so a session holding many loaded rows costs nothing extra per flush.
 
 Readers that cache what they built from the database (the job list, token lookups;
-``controller.readcache``) remember the counter they built it at and rebuild when it moved: a write
+``controller.model.readcache``) remember the counter they built it at and rebuild when it moved: a write
 committed through any session of this process is seen by the very next read, whichever code path
 made it. Writes from other processes on the same database are not seen (one server per database;
 callers bound their caches' age as well). ``store.writelock`` uses the same hook to queue SQLite's

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from paddlecloud.backends.errors import BackendUnavailable
-from paddlecloud.backends.sampleset_records import Cancelled, SetRecord, TaskRecord
+from paddlecloud.backends.sampleset_state import Cancelled, SetRecord, TaskRecord
 from paddlecloud.backends.samplesets import (
     NodeCache,
     SampleSetRef,

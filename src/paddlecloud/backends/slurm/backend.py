@@ -88,7 +88,7 @@ from paddlecloud.backends.local.sandbox import (
 )
 from paddlecloud.backends.slurm import capacity, endings, ports, probe
 from paddlecloud.backends.slurm import commands as sc
-from paddlecloud.backends.slurm.records import (
+from paddlecloud.backends.slurm.job_record import (
     ENDED,
     RENDEZVOUS,
     SERVER_ROLES,

@@ -17,7 +17,7 @@ import json
 from paddlecloud.backends.base import BackendEvent
 from paddlecloud.backends.local.sandbox import read_status
 from paddlecloud.backends.slurm import commands as sc
-from paddlecloud.backends.slurm.records import ENDED, JobRecord, WorkerRecord
+from paddlecloud.backends.slurm.job_record import ENDED, JobRecord, WorkerRecord
 from paddlecloud.backends.slurm.script import DEFAULT_NEED, status_file
 from paddlecloud.core.phases import WorkerReason, WorkerState
 

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Iterable
 
 from paddlecloud.backends.errors import JobRejected
-from paddlecloud.backends.slurm.records import JobRecord
+from paddlecloud.backends.slurm.job_record import JobRecord
 
 __all__ = ["allocate", "bindable", "listening"]
 

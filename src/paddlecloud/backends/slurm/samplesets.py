@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from paddlecloud.backends.local.samplesets import LocalSampleSets
-from paddlecloud.backends.sampleset_records import Cancelled, SetRecord, TaskRecord
+from paddlecloud.backends.sampleset_state import Cancelled, SetRecord, TaskRecord
 from paddlecloud.backends.samplesets import (
     NodeCache,
     SampleSetRef,
@@ -41,7 +41,7 @@ from paddlecloud.backends.samplesets import (
     SampleTaskKind,
 )
 from paddlecloud.backends.slurm import commands as sc
-from paddlecloud.backends.slurm.records import slug
+from paddlecloud.backends.slurm.job_record import slug
 from paddlecloud.backends.slurm.samplenode import NodePaths, task_report
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.storage.juicefs import JuiceFSError, budget

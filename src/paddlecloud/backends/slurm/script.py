@@ -33,8 +33,8 @@ from paddlecloud.backends.local.keeper import api_target
 from paddlecloud.backends.local.sandbox import API_SOCKET, JobJail, Sandbox, WorkerDirs, worker_base_env
 from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.backends.slurm.jail import JailSpec
+from paddlecloud.backends.slurm.job_record import RENDEZVOUS, SERVER_ROLES, JobRecord, WorkerRecord, slug
 from paddlecloud.backends.slurm.nodekeep import NETNS_PREFIX, RunKeep
-from paddlecloud.backends.slurm.records import RENDEZVOUS, SERVER_ROLES, JobRecord, WorkerRecord, slug
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.settings import SlurmSettings
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env

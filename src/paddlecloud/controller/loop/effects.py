@@ -29,7 +29,7 @@ gets only some of its trainers assigns the batch the job's goodput table gives t
 Every decision that changes a job is a job event, so ``describe`` shows the job's scheduling history,
 and is counted in the platform's metrics (``paddlecloud_scheduler_decisions_total``: a wait when the
 job's reason changes); a job's first admission observes its queueing delay.
-A backend call that raises fails that job alone (``controller.failures``: ``StartFailed`` for a start,
+A backend call that raises fails that job alone (``controller.loop.failures``: ``StartFailed`` for a start,
 ``StopFailed`` for a preemption or a shrink, its processes stopped and its placement freed); a grow
 that raises leaves the job as it was (a ``ResizeFailed`` event) with the trainers it did get. A
 transient backend error (``BackendUnavailable``: the engine unreachable) keeps the job instead: a

@@ -10,7 +10,7 @@ with its traceback and made that job's failure by :func:`fail_job`:
     to stop whatever of the job still runs; a terminal job holds no placement, so the next cycle
     admits other jobs in its place.
 
-The disk watch's verdict (``controller.diskwatch``: the owner passed their storage quota) ends a job
+The disk watch's verdict (``controller.loop.diskwatch``: the owner passed their storage quota) ends a job
 the same way, through :func:`end_failed` (``StorageQuotaExceeded`` / ``StorageUnmeasurable``).
 
 The cycle goes on with the next job. Expected trouble is not raised at all: backends report it in
@@ -63,10 +63,10 @@ class FailReason(StrEnum):
     #: the operation is outside the backend's capabilities (``NotSupported``)
     NOT_SUPPORTED = "NotSupported"
     #: the owner's storage use (PFS home, the jobs' own folders, SampleSet caches) passed their
-    #: storage quota while the job ran (``controller.diskwatch``)
+    #: storage quota while the job ran (``controller.loop.diskwatch``)
     STORAGE_QUOTA_EXCEEDED = "StorageQuotaExceeded"
     #: the owner's storage use could not be measured (a folder the server may not read, or nested
-    #: too deep), so the quota could not be enforced: failed closed (``controller.diskwatch``)
+    #: too deep), so the quota could not be enforced: failed closed (``controller.loop.diskwatch``)
     STORAGE_UNMEASURABLE = "StorageUnmeasurable"
 
 

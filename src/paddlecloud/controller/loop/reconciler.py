@@ -5,13 +5,13 @@ One cycle (``tick``), numbered, under the context mutex:
   1. sync every Starting/Running job with the backend; write worker states and backend events;
      account the service it received; decide the phase with ``core.phases.next_phase`` over its
      current trainers (a terminal phase waits until the backend reports every process ended);
-     release the task leases (``controller.tasks``) held by worker runs that ended; then fail the
+     release the task leases (``controller.model.task_queue``) held by worker runs that ended; then fail the
      running jobs of the users the disk watch found over their storage quota
-     (``controller.diskwatch``: StorageQuotaExceeded);
+     (``controller.loop.diskwatch``: StorageQuotaExceeded);
   2. build a frozen ``scheduler.Snapshot`` (nodes, what started jobs hold, the queue, the running
      jobs with attained service and elastic bounds, quotas, the clock);
   3. ask the policy for a ``Plan``;
-  4. apply it with ``controller.effects.apply_plan`` (preempt, shrink, wait, admit, grow; each
+  4. apply it with ``controller.loop.effects.apply_plan`` (preempt, shrink, wait, admit, grow; each
      decision a job event).
 
 A preempted job is Preempting until the backend reports every process ended (its stop runs in the
@@ -25,7 +25,7 @@ Ready (reason ``SampleSetNotReady``, with what it waits for); once it is, its re
 nodes holding the cache, which placement prefers.
 
 A backend call about one job that raises (``adopt``, ``sync``, ``stop``, also a preemption's stop in
-the background) fails that job alone (``controller.failures``), as does a queued job whose stored spec
+the background) fails that job alone (``controller.loop.failures``), as does a queued job whose stored spec
 cannot be read: the cycle goes on with the other jobs. A transient error (``BackendUnavailable``)
 keeps the job instead and the call is tried again next cycle, for at most ``backend_retry_s``: a job
 not re-adopted yet is not synced until it is. After a restart, a backend that does not declare
@@ -36,7 +36,7 @@ engine shared with other work (``shared-capacity``) the snapshot's nodes also co
 says that work holds, and a job waiting for capacity is told whose load it waits behind.
 
 Each cycle also feeds the platform's metrics (its own duration, the policy's) and its history
-(``controller.history``): every job holding resources has its trainer count observed, and at most
+(``controller.model.history``): every job holding resources has its trainer count observed, and at most
 every ``History.interval_s`` the cluster's allocation and queue are recorded; ``nodes`` keeps the
 last view of the nodes for the metrics' node gauges.
 
@@ -321,7 +321,7 @@ class Reconciler:
 
     def _enforce_storage(self, s: Session) -> None:
         """Every Starting/Running job of a user the disk watch found over their storage quota (or
-        could not measure) fails (``controller.diskwatch``): the quota is the user's, and a job of
+        could not measure) fails (``controller.loop.diskwatch``): the quota is the user's, and a job of
         theirs left running could go on filling the same home. A job whose outcome is known and
         whose last processes are stopping keeps its outcome."""
         for over in self.ctx.disk.take_over():
@@ -386,7 +386,7 @@ class Reconciler:
 
     def forecast_snapshot(self, s: Session) -> tuple[Snapshot, dict[str, JobSpec], dict[str, int]] | None:
         """The cluster as the next cycle would see it, for the start-time forecast
-        (``controller.forecasts``): the snapshot, each job's spec and row id by key. Read-only: a
+        (``controller.loop.forecasts``): the snapshot, each job's spec and row id by key. Read-only: a
         job whose spec cannot be read is left out (the cycle fails it); None when no job waits or
         runs."""
         queued = s.scalars(

@@ -2,7 +2,7 @@
 
     submit ── new_state(spec) ──▶ adaptive_states row (batch_size = the spec's initial batch)
     reports (controller/services/adaptive.py) ──▶ adaptive_states (EMA of |G|^2, tr(Sigma)), adaptive_reports
-    records.job_request ── BatchPlans.table(row, spec, hi) ──▶ JobRequest.batches / .speedup:
+    job_rows.job_request ── BatchPlans.table(row, spec, hi) ──▶ JobRequest.batches / .speedup:
         goodput_table(FittedStepTime.fit(the job's reports), AdaptiveBatch(init, min, max),
                       noise scale, nodes for n trainers), cached per job until its next report
     effects (Admit / Resize with batch_size > 0) ── assign() ──▶ adaptive_states.batch_size, an event

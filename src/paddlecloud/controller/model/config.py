@@ -51,7 +51,7 @@ class MetricsAccess:
 
 @dataclass(frozen=True)
 class ForecastSettings:
-    """How often and how far the start-time forecast runs (``controller.forecasts``)."""
+    """How often and how far the start-time forecast runs (``controller.loop.forecasts``)."""
 
     #: at most one forecast per this many seconds
     interval_s: float = 30.0
@@ -90,7 +90,7 @@ class PlatformConfig:
     #: Default per-user PFS storage limit in bytes (None: unlimited); users.storage_quota overrides.
     storage_quota: int | None = 100 * 2**30
     #: seconds between two measures of the storage use of a user with running jobs (their PFS home
-    #: and their jobs' own folders; ``controller.diskwatch``): a job whose owner passes the storage
+    #: and their jobs' own folders; ``controller.loop.diskwatch``): a job whose owner passes the storage
     #: quota is failed within about this, plus the walk's own time
     disk_check_s: float = 10.0
     #: compute limits given to each new non-admin user (``admin set-quota`` changes them later)

@@ -1,6 +1,6 @@
 """What the controller's parts share: settings, database, backend, clock, one mutex, one wake-up,
-the platform's metrics (``controller.metrics``), its recorded history (``controller.history``) and
-what the disk watch measured (``controller.diskbook``).
+the platform's metrics (``controller.model.metrics``), its recorded history (``controller.model.history``) and
+what the disk watch measured (``controller.model.diskbook``).
 
 The mutex serialises every change of job state: a reconcile cycle holds it from start to end, and
 request handlers hold it only around their database writes (never across a slow backend call; a
@@ -68,7 +68,7 @@ def _trainer_range(spec: JobSpec) -> tuple[int, int] | None:
 @dataclass(frozen=True)
 class EngineUnits:
     """What the backend's engine really allocates, which plans and counts must hold
-    (``records.job_request``): CPUs in units of ``cpu_unit_m`` (``Capability.WHOLE_CPUS``: 1000)
+    (``job_rows.job_request``): CPUs in units of ``cpu_unit_m`` (``Capability.WHOLE_CPUS``: 1000)
     and, with ``store_worker`` (``Capability.STORE_WORKER``), an elastic torch job's rendezvous
     store as a worker of ``STORE_NEED`` (planned as the job's one pserver: torch jobs have none)."""
 
@@ -93,7 +93,7 @@ class Context:
     #: stops them again when the error was transient
     stop_failures: dict[str, BaseException] = field(default_factory=dict)
     #: jobs whose backend calls meet transient errors, by key: when the streak began
-    #: (``controller.failures.backend_trouble``)
+    #: (``controller.loop.failures.backend_trouble``)
     retrying: dict[str, float] = field(default_factory=dict)
     #: stored specs parsed once per job (every cycle reads every queued and running job's)
     specs: SpecCache = field(default_factory=SpecCache)
@@ -103,16 +103,16 @@ class Context:
     metrics: PlatformMetrics = field(default_factory=PlatformMetrics)
     #: cluster use and queue over the last hour, each job's trainers over time (for charts)
     history: History = field(default_factory=History)
-    #: the latest start-time forecast (``controller.forecasts``); None: none is made
+    #: the latest start-time forecast (``controller.loop.forecasts``); None: none is made
     forecasts: ForecastBoard | None = None
     #: what the disk watch measured: the users' jobs' folders, the users over their storage quota
-    #: (``controller.diskwatch``; the file service reads the first, the reconciler takes the second)
+    #: (``controller.loop.diskwatch``; the file service reads the first, the reconciler takes the second)
     disk: DiskBook = field(default_factory=DiskBook)
 
     @property
     def engine_units(self) -> EngineUnits:
         """What the backend's engine allocates (``Capability.WHOLE_CPUS``, ``STORE_WORKER``), which
-        plans and counts use (``records.job_request``)."""
+        plans and counts use (``job_rows.job_request``)."""
         caps = self.backend.capabilities
         return EngineUnits(1000 if Capability.WHOLE_CPUS in caps else 1, Capability.STORE_WORKER in caps)
 

@@ -1,4 +1,4 @@
-"""What the disk watch last measured (``controller.diskwatch``), for whoever reads it.
+"""What the disk watch last measured (``controller.loop.diskwatch``), for whoever reads it.
 
     DiskWatch ──record(user, {job: bytes})──▶ DiskBook ──user_bytes(user)──▶ FileService (get quota,
               ──flag(Overage)───────────────▶          ──take_over()─────▶ Reconciler (fails the

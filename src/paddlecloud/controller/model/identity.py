@@ -2,7 +2,7 @@
 and :func:`require_admin`, the one place that decides whether an admin-only operation may go on.
 
 Every service takes an ``Identity``; this module imports nothing of theirs, so each of them (and the
-use cases above them, ``controller.user_deletion``) can import it without a circle.
+use cases above them, ``controller.platform.user_deletion``) can import it without a circle.
 """
 
 from __future__ import annotations

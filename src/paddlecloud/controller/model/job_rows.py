@@ -1,8 +1,8 @@
 """Small translations shared by the reconciler, the plan's effects and the job service.
 
 ``job_request``: a job row as the scheduler sees it (elastic bounds only where the backend can
-resize; an adaptive-batch job's best batch and goodput per trainer count, ``controller.batches``).
-(A job's placement: ``controller.placement``.) ``record_workers``: write what
+resize; an adaptive-batch job's best batch and goodput per trainer count, ``controller.model.batches``).
+(A job's placement: ``controller.model.placement``.) ``record_workers``: write what
 the backend observed (worker states, backend events) onto a job row, counting the restarts
 among the events (``paddlecloud_worker_restarts_total``). ``account``: add the
 service a started job received since it was last accounted (trainer-seconds; GPU-seconds for GPU

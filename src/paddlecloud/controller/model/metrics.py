@@ -2,11 +2,11 @@
 
     events, counted where they happen                       state, read when scraped
     ─────────────────────────────────────                   ─────────────────────────────────────
-    controller.effects    decisions, queueing delay          LiveCollector.collect():
+    controller.loop.effects    decisions, queueing delay          LiveCollector.collect():
     Reconciler.tick       cycle and scheduling-round time      jobs by user and phase, queue length,
-    controller.records    worker restarts (backend events)     trainers per running job (database);
-    controller.files      PFS bytes received / sent            node capacity and allocation (the
-    controller.tasks      task leases by outcome               reconciler's last view of the nodes)
+    controller.model.job_rows    worker restarts (backend events)     trainers per running job (database);
+    controller.services.files      PFS bytes received / sent            node capacity and allocation (the
+    controller.services.tasks      task leases by outcome               reconciler's last view of the nodes)
     server.metrics        API latency by route template
                           ─────────▶ PlatformMetrics ◀─────────
                                         │ exposition()

@@ -4,19 +4,19 @@
                            ├─ registry.entry(config.backend).create(settings, data dir, ...)
                            ├─ FileService (PFS, LocalDirStore), UserDirectory, JobService
                            │                      (deleting a user spans the three: delete_user,
-                           │                      controller.user_deletion)
+                           │                      controller.platform.user_deletion)
                            ├─ TaskService (the jobs' data task masters)
                            ├─ AdaptiveService (adaptive-batch jobs' reports and assignment)
-                           ├─ SampleSetService + SampleSetLoop (controller.samplesets and
-                           │                      controller.sampleset_loop: cached data
+                           ├─ SampleSetService + SampleSetLoop (controller.services.samplesets and
+                           │                      controller.loop.sampleset_loop: cached data
                            │                      sets; their caches count in the storage quota)
                            ├─ Reconciler(policy)         (``start()`` adopts running jobs, then loops)
                            ├─ DiskWatch                  (storage use of users with running jobs,
                            │                      measured in a thread; over quota: the reconciler
-                           │                      fails their jobs; controller.diskwatch)
+                           │                      fails their jobs; controller.loop.diskwatch)
                            ├─ ClusterState               (nodes and queue as the scheduler sees them)
-                           ├─ Forecaster                 (start-time estimates, controller.forecasts)
-                           └─ PlatformMetrics (a registry of its own) + History (controller.history)
+                           ├─ Forecaster                 (start-time estimates, controller.loop.forecasts)
+                           └─ PlatformMetrics (a registry of its own) + History (controller.model.history)
 
 ``metrics_text(token)`` is ``GET /metrics`` (who may read it: ``PlatformConfig.metrics_access``);
 ``history`` the recorded time series the console charts.
@@ -85,7 +85,7 @@ class Platform:
     #: SampleSets: the requests, and the loop that drives their lifecycle (a thread of its own)
     samplesets: SampleSetService
     sampleset_loop: SampleSetLoop
-    #: refreshes the start-time forecast (``controller.forecasts``) in a thread of its own
+    #: refreshes the start-time forecast (``controller.loop.forecasts``) in a thread of its own
     forecaster: Forecaster | None = None
     #: measures the storage use of users with running jobs in a thread of its own (tests: ``step``)
     disk_watch: DiskWatch | None = None
@@ -202,7 +202,7 @@ class Platform:
     def delete_user(
         self, who: Identity, name: str, *, force: bool = False, delete_files: bool = False
     ) -> UserDeleted:
-        """Delete user ``name`` (admins only, never yourself): ``controller.user_deletion``."""
+        """Delete user ``name`` (admins only, never yourself): ``controller.platform.user_deletion``."""
         deletion = UserDeletion(self.users, self.jobs, self.files)
         return deletion.delete(who, name, force=force, delete_files=delete_files)
 

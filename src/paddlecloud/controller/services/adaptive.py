@@ -9,7 +9,7 @@
         or a job claiming more replicas than it runs to inflate its speed-up; its gradient
         statistics, measured at the initial batch, count all the same);
         ``adaptive_states.reports`` counted, which makes the scheduler's cached goodput table
-        (``controller.batches.BatchPlans``) stale
+        (``controller.model.batches.BatchPlans``) stale
         ──▶ AdaptiveState: the assignment now (stored or not), so a reporter learns of a change
     trainer, owner, admin (?user=) ── GET .../adaptive ──▶ AdaptiveService.state
 

@@ -12,7 +12,7 @@ written: used + reserved by uploads in progress + this file <= limit, where used
 (a walk, cached ``_USAGE_TTL`` and adjusted on writes through the service; refreshed by the disk
 watch while the user has running jobs, ``walk_home``) + SampleSet caches (``held_elsewhere``) + the
 user's jobs' own folders as the disk watch last measured them (``held_by_jobs``,
-``controller.diskwatch``). The bytes received (chunks,
+``controller.loop.diskwatch``). The bytes received (chunks,
 small files) and sent (downloads, as they are handed to the server) are counted in the platform's
 metrics (``paddlecloud_pfs_received_bytes_total`` / ``..._sent_bytes_total``).
 """
@@ -173,7 +173,7 @@ class FileService:
         #: bytes a user holds outside PFS (their SampleSets' caches): counted in their usage
         self.held_elsewhere: UsageSource = held_elsewhere or (lambda user: 0)
         #: bytes of a user's jobs' own folders on the backend's disks, as the disk watch last
-        #: measured them (``controller.diskwatch``): counted in their usage
+        #: measured them (``controller.loop.diskwatch``): counted in their usage
         self.held_by_jobs: UsageSource = held_by_jobs or (lambda user: 0)
         self.metrics = metrics or PlatformMetrics()
         self.datacenter = datacenter

@@ -1,5 +1,5 @@
 """Job operations behind the REST routes: submit, list, get, kill, delete, workers, logs, quota,
-and a job's trainers over time (``controller.history``).
+and a job's trainers over time (``controller.model.history``).
 
 Every method takes the caller's :class:`Identity`; users see only their own jobs. Admins act on
 another user's jobs with the ``user`` argument (anyone may name themselves; a non-admin naming someone
@@ -62,7 +62,7 @@ log = logging.getLogger("paddlecloud.controller")
 ACTIVE = (JobPhase.STARTING, JobPhase.RUNNING, JobPhase.PREEMPTING)
 
 #: seconds a rendered job list is served at most without building it again. Every write of this
-#: server process is seen at once (``controller.readcache``); the age only bounds how long a write
+#: server process is seen at once (``controller.model.readcache``); the age only bounds how long a write
 #: made by another process on the same database could go unseen, and one server per database is the
 #: supported setup, so it is long: a rebuild under load competes for the GIL with the requests
 _LIST_CACHE_AGE = 30.0

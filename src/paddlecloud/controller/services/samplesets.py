@@ -9,7 +9,7 @@
 Tenancy: every lookup is by (owner, name), so another user's SampleSet is not found (404
 ``sampleset_not_found``), never forbidden; admins list everyone's with ``all_users``. The cached
 bytes count against the owner's storage quota (``FileService.held_elsewhere``,
-``sampleset_records.cached_bytes_of``). A SampleSet that a job not finished yet names cannot be
+``sampleset_refs.cached_bytes_of``). A SampleSet that a job not finished yet names cannot be
 deleted (409 ``sampleset_in_use``, naming the jobs).
 """
 

@@ -11,9 +11,9 @@ re-check, under a lock (the admins' rows locked ``FOR UPDATE`` on PostgreSQL, a 
 it), that the caller is still an admin, so two admins revoking each other at once cannot leave none
 (the second finds itself revoked: ``forbidden``).
 
-Deleting a user spans the jobs and the files too: ``controller.user_deletion`` (above the services)
+Deleting a user spans the jobs and the files too: ``controller.platform.user_deletion`` (above the services)
 does it, with :meth:`UserDirectory.lock_out` first and :meth:`UserDirectory.forget` last. Who is
-asking, and whether they are an admin: ``controller.identity``.
+asking, and whether they are an admin: ``controller.model.identity``.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class UserDirectory:
         return UserView(name=row.name, is_admin=row.is_admin)
 
     def lock_out(self, session: Session, who: Identity, name: str, *, force: bool) -> list[str]:
-        """The first step of deleting ``name`` (``controller.user_deletion``): refused for a
+        """The first step of deleting ``name`` (``controller.platform.user_deletion``): refused for a
         non-admin, for ``who`` themselves, and while ``name`` has active jobs unless ``force``
         (``user_has_jobs``, naming them); then ``name``'s token is replaced by one nobody sees and
         its admin status goes, committed. Returns the active jobs (to be killed)."""
