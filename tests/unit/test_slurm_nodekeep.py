@@ -10,8 +10,9 @@ import pytest
 
 from paddlecloud.backends.base import JobLaunch
 from paddlecloud.backends.slurm.backend import SlurmBackend
-from paddlecloud.backends.slurm.job_record import JobRecord, Stage
+from paddlecloud.backends.slurm.job_record import JobRecord
 from paddlecloud.backends.slurm.nodekeep import RunKeep
+from paddlecloud.backends.start_sequence import Stage
 from paddlecloud.node import netns
 
 ADDRESSES = {"c1": "10.77.0.11", "c2": "10.77.0.12", "c3": "10.77.0.13"}

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from paddlecloud.backends.base import JobLaunch
+from paddlecloud.backends.base import RENDEZVOUS, JobLaunch
 from paddlecloud.backends.local.envs import install_runtime_shim
 from paddlecloud.backends.local.sandbox import choose
 from paddlecloud.backends.options import OptionError
 from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV, SampleSetRef, SampleSetsUnavailable
 from paddlecloud.backends.slurm.jail import JailSpec
-from paddlecloud.backends.slurm.job_record import RENDEZVOUS, JobRecord, WorkerRecord
+from paddlecloud.backends.slurm.job_record import JobRecord, WorkerRecord
 from paddlecloud.backends.slurm.samplenode import CANNOT_MOUNT, NodePaths, _own_run, main
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.script import BatchScripts, status_file

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 __all__ = [
+    "ENDED_WORKER_STATES",
     "TERMINAL_PHASES",
     "InvalidTransition",
     "JobPhase",
@@ -117,6 +118,12 @@ class WorkerState(StrEnum):
     FAILED = "Failed"
     STOPPED = "Stopped"  # stopped by the platform (job finished, killed or shrunk)
     LOST = "Lost"  # the process vanished without an exit status
+
+
+#: a worker's run in one of these states has ended (it may be restarted as a new run)
+ENDED_WORKER_STATES = frozenset(
+    {WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST}
+)
 
 
 class WorkerReason(StrEnum):

@@ -24,7 +24,7 @@ from paddlecloud.backends.base import BackendEvent, JobStatus, WorkerStatus
 from paddlecloud.backends.kubernetes.pods import TRAINER, WORKER_PORT
 from paddlecloud.backends.kubernetes.spec import read_job
 from paddlecloud.backends.kubernetes.status import PodView, observe, oom_message, oom_reason, parse_time
-from paddlecloud.core.phases import WorkerReason, WorkerState
+from paddlecloud.core.phases import ENDED_WORKER_STATES, WorkerReason, WorkerState
 
 __all__ = ["WARNING_REASONS", "Seen", "report"]
 
@@ -38,7 +38,6 @@ WARNING_REASONS = frozenset(
         "WorkerFailed", "BackoffLimitExceeded", "DeadlineExceeded", "InvalidSpec",
     }
 )  # fmt: skip
-_ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
 _ALIVE_PHASES = ("Pending", "Running", "Unknown")
 
 
@@ -110,7 +109,7 @@ def _worker(pod: Obj, p: PodView, job_status: Mapping[str, Any], desired: int) -
 def _gone(w: WorkerStatus, ending: bool, desired: int) -> WorkerStatus:
     """A worker whose pod is gone: its last state if it had ended, else Stopped or Pending (the
     operator creates it again)."""
-    if w.state in _ENDED:
+    if w.state in ENDED_WORKER_STATES:
         return w
     retired = w.role == TRAINER and w.index >= desired
     state = WorkerState.STOPPED if ending or retired else WorkerState.PENDING

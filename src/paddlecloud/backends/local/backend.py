@@ -57,10 +57,10 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 from paddlecloud.backends.base import (
+    RENDEZVOUS,
     BackendEvent,
     BackendSetup,
     Capability,
@@ -91,9 +91,10 @@ from paddlecloud.backends.local.sandbox import (
 )
 from paddlecloud.backends.local.settings import LocalSettings
 from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
+from paddlecloud.backends.start_sequence import SERVER_ROLES, Seen, Stage, Step, next_step, stage_after
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology, WorkerContext, new_rendezvous_key, worker_env
-from paddlecloud.core.phases import WorkerReason, WorkerState
+from paddlecloud.core.phases import ENDED_WORKER_STATES, WorkerReason, WorkerState
 from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
@@ -101,18 +102,6 @@ from paddlecloud.scheduler import WorkerPlacement
 __all__ = ["LocalBackend", "LocalConfig", "create"]
 
 log = logging.getLogger("paddlecloud.backends.local")
-
-RENDEZVOUS = "rendezvous"  # the role of an elastic torch job's store process
-_SERVER_ROLES = frozenset({"pserver", RENDEZVOUS})
-_ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
-
-
-class Stage(StrEnum):
-    PREPARING = "preparing"
-    PSERVERS = "pservers"
-    TRAINERS = "trainers"
-    STOPPING = "stopping"
-    DONE = "done"
 
 
 @dataclass(frozen=True)
@@ -168,7 +157,7 @@ class _Job:
     def servers(self) -> list[WorkerProc]:
         """What must listen before trainers start and is stopped after them: pservers, and the
         rendezvous store of an elastic torch job."""
-        return [w for w in self.workers.values() if w.role in _SERVER_ROLES]
+        return [w for w in self.workers.values() if w.role in SERVER_ROLES]
 
     def worker_ports(self) -> dict[str, int]:
         return {name: w.port for name, w in self.workers.items()}
@@ -365,7 +354,7 @@ class LocalBackend:
                 return job.prepared.is_set()
             with job.lock:
                 w = job.workers.get(worker) or job.retired.get(worker)
-                return w is None or w.state(self._now()) in _ENDED or job.stage == Stage.DONE
+                return w is None or w.state(self._now()) in ENDED_WORKER_STATES or job.stage == Stage.DONE
 
         return read_logs(jdir / "logs", req, ended)
 
@@ -538,9 +527,10 @@ class LocalBackend:
                 self._finish(job)
                 return
             job.events.append(BackendEvent("Normal", "Prepared", "package unpacked and environment ready"))
-            if not self._spawn(job, job.servers() or job.role("trainer")):
+            step = next_step(job.stage, self._seen(job, self._now()))
+            if not self._spawn(job, job.servers() if step == Step.START_SERVERS else job.role("trainer")):
                 return
-            job.stage = Stage.PSERVERS if job.servers() else Stage.TRAINERS
+            job.stage = stage_after(step, job.stage)
             if job.stage == Stage.PSERVERS:
                 names = ", ".join(sorted(w.name for w in job.servers()))
                 job.events.append(BackendEvent("Normal", "StartingServers", f"waiting for {names} to listen"))
@@ -551,6 +541,18 @@ class LocalBackend:
         if job.stage == Stage.STOPPING and job.stopper is not None and not job.stopper.is_alive():
             self._finish(job)
 
+    @staticmethod
+    def _seen(job: _Job, now: float) -> list[Seen]:
+        """The workers as the start sequence sees them (``backends.start_sequence``): a server
+        listens once its monitor wrote its ready mark (asked only while the servers start)."""
+        ask = job.stage == Stage.PSERVERS
+        seen = []
+        for w in job.workers.values():
+            state = w.state(now)
+            ready = ask and w.role in SERVER_ROLES and state == WorkerState.RUNNING and w.ready_file.exists()
+            seen.append(Seen(w.name, w.role, state, ready))
+        return seen
+
     def _plan(self, job: _Job, w: WorkerProc, hold: int = -1) -> RunPlan:
         """How ``w``'s next run is kept (``keeper.py``): its role's --memory and --cpu, the pids
         limit, the job's network namespace, the API relay, the log cap."""
@@ -559,7 +561,7 @@ class LocalBackend:
         plan = dataclasses.replace(
             self._keeper.plan(launch.key, launch.user, launch.api.url, need), hold_fd=hold
         )
-        return dataclasses.replace(plan, ready_port=w.port) if w.role in _SERVER_ROLES else plan
+        return dataclasses.replace(plan, ready_port=w.port) if w.role in SERVER_ROLES else plan
 
     def _collect(self) -> None:
         """What runs left that no server saw end goes (``Keeper.collect``)."""
@@ -581,21 +583,22 @@ class LocalBackend:
         now = self._now()
         for w in job.servers():
             state = w.state(now)
-            if state in _ENDED and not self._restart_or_fail(job, w, state, now):
+            if state in ENDED_WORKER_STATES and not self._restart_or_fail(job, w, state, now):
                 return
         if not self._spawn_due(job, now):
             return
-        if all(w.state(now) == WorkerState.RUNNING and w.ready_file.exists() for w in job.servers()):
+        step = next_step(job.stage, self._seen(job, now))
+        if step == Step.START_TRAINERS:
             names = ", ".join(sorted(w.name for w in job.servers()))
             job.events.append(BackendEvent("Normal", "ServersReady", f"{names} listen"))
             if self._spawn(job, job.role("trainer")):
-                job.stage = Stage.TRAINERS
+                job.stage = stage_after(step, job.stage)
 
     def _check_trainers(self, job: _Job) -> None:
         now = self._now()
         for w in list(job.workers.values()):
             state = w.state(now)
-            if state == WorkerState.SUCCEEDED and w.role in _SERVER_ROLES:
+            if state == WorkerState.SUCCEEDED and w.role in SERVER_ROLES:
                 self._fail(job, f"{w.name} exited before the trainers finished")
                 return
             if state in (WorkerState.FAILED, WorkerState.LOST) and not self._restart_or_fail(
@@ -604,7 +607,7 @@ class LocalBackend:
                 return
         if not self._spawn_due(job, now):
             return
-        if all(w.state(now) == WorkerState.SUCCEEDED for w in job.role("trainer")):
+        if next_step(job.stage, self._seen(job, now)) == Step.STOP_SERVERS:
             n = len(job.role("trainer"))
             job.events.append(BackendEvent("Normal", "TrainersSucceeded", f"all {n} trainers succeeded"))
             self._stop_async(job, job.servers())
@@ -751,7 +754,7 @@ class LocalBackend:
 
         def state(w: WorkerProc) -> WorkerState:
             s = w.state(now)
-            if w.name in job.retired and (s in _ENDED or w.pid is None):
+            if w.name in job.retired and (s in ENDED_WORKER_STATES or w.pid is None):
                 return WorkerState.STOPPED  # retired, possibly before it (re)started
             if w.restart_at is not None and job.stage == Stage.DONE:
                 return WorkerState.STOPPED  # its restart was cancelled: the job ended

@@ -39,13 +39,13 @@ from paddlecloud.backends.base import (
 )
 from paddlecloud.backends.errors import JobRejected, NotSupported
 from paddlecloud.backends.memory.samplesets import MemorySampleSets, MemoryVolumes
-from paddlecloud.core.phases import WorkerReason, WorkerState
+from paddlecloud.backends.start_sequence import SERVER_ROLES, Seen, Stage, Step, next_step
+from paddlecloud.core.phases import ENDED_WORKER_STATES, WorkerReason, WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
 
 __all__ = ["MemoryBackend", "MemoryEngine", "MemorySettings", "create"]
 
-_ENDED = (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST)
 #: what the memory backend declares by default: every capability but those that need more of the
 #: platform or the test (foreign load, a package URL) and whole-CPU allocation (its nodes give
 #: millicores, as the local backend's do)
@@ -95,7 +95,7 @@ class _Job:
     disk: dict[str, int] = field(default_factory=dict)
 
     def finished(self) -> bool:
-        return all(w.state in _ENDED for w in self.workers.values())
+        return all(w.state in ENDED_WORKER_STATES for w in self.workers.values())
 
 
 class MemoryEngine:
@@ -167,7 +167,7 @@ class MemoryEngine:
                 for k, j in self.jobs.items()
                 if key in (None, k)
                 for w in j.workers.values()
-                if w.state not in _ENDED
+                if w.state not in ENDED_WORKER_STATES
             ]
 
     # -- for the backend -------------------------------------------------------------------------
@@ -291,10 +291,15 @@ class MemoryBackend:
             )
 
     def _advance(self, job: _Job) -> None:
+        """The start sequence (``backends.start_sequence``): servers run at once (a running one
+        listens), trainers once every server runs."""
         ws = job.workers.values()
-        servers_up = all(w.state == WorkerState.RUNNING for w in ws if w.role != "trainer")
+        seen = [
+            Seen(name, w.role, w.state, w.state == WorkerState.RUNNING) for name, w in job.workers.items()
+        ]
+        servers_up = next_step(Stage.PSERVERS, seen) == Step.START_TRAINERS
         for w in ws:
-            if w.state == WorkerState.PENDING and (w.role != "trainer" or servers_up):
+            if w.state == WorkerState.PENDING and (w.role in SERVER_ROLES or servers_up):
                 w.state, w.started_at = WorkerState.RUNNING, self.engine.now()
 
     def stop(self, key: str, grace: float) -> None:
@@ -305,7 +310,7 @@ class MemoryBackend:
                 return
             job.stopped = True
             for w in job.workers.values():
-                if w.state not in _ENDED:
+                if w.state not in ENDED_WORKER_STATES:
                     w.state, w.finished_at = WorkerState.STOPPED, self.engine.now()
             job.disk.pop("scratch", None)  # retention: the job ended
             self.engine.changed.notify_all()
@@ -330,7 +335,7 @@ class MemoryBackend:
             live = [
                 w
                 for w in (job.workers.values() if job else ())
-                if w.role == "trainer" and w.state not in _ENDED
+                if w.role == "trainer" and w.state not in ENDED_WORKER_STATES
             ]
             if job is None or not live:
                 return
@@ -360,7 +365,7 @@ class MemoryBackend:
                     if req.tail is not None and not req.follow:
                         lines = lines[len(lines) - req.tail :] if req.tail else []
                     new, sent = lines[sent:], len(lines)
-                    ended = w.state in _ENDED or not req.follow or req.previous
+                    ended = w.state in ENDED_WORKER_STATES or not req.follow or req.previous
                 for line in new:
                     yield (f"[{name}] ".encode() if prefix else b"") + line
                 if ended:

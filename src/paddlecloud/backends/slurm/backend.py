@@ -67,6 +67,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from paddlecloud.backends.base import (
+    RENDEZVOUS,
     BackendEvent,
     BackendSetup,
     Capability,
@@ -88,16 +89,7 @@ from paddlecloud.backends.local.sandbox import (
 )
 from paddlecloud.backends.slurm import capacity, endings, ports, probe
 from paddlecloud.backends.slurm import commands as sc
-from paddlecloud.backends.slurm.job_record import (
-    ENDED,
-    RENDEZVOUS,
-    SERVER_ROLES,
-    JobRecord,
-    Stage,
-    WorkerRecord,
-    read_record,
-    write_record,
-)
+from paddlecloud.backends.slurm.job_record import JobRecord, WorkerRecord, read_record, write_record
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.script import (
     BatchScripts,
@@ -107,9 +99,10 @@ from paddlecloud.backends.slurm.script import (
     status_file,
 )
 from paddlecloud.backends.slurm.settings import SlurmSettings
+from paddlecloud.backends.start_sequence import SERVER_ROLES, Seen, Stage, Step, next_step, stage_after
 from paddlecloud.core.archive import ArchiveError, safe_extract
 from paddlecloud.core.envcontract import Topology
-from paddlecloud.core.phases import WorkerReason, WorkerState
+from paddlecloud.core.phases import ENDED_WORKER_STATES, WorkerReason, WorkerState
 from paddlecloud.core.resources import Resources
 from paddlecloud.core.restarts import Exit, Restart, decide
 from paddlecloud.node import netns
@@ -296,9 +289,9 @@ class SlurmBackend:
         except (ConfinementError, OSError) as exc:
             self._fail(job, f"the job's files cannot be confined: {exc}", "StartFailed")
             return
-        first = job.servers() or job.role("trainer")
-        job.stage = Stage.PSERVERS if job.servers() else Stage.TRAINERS
-        self._submit(job, first)
+        step = next_step(job.stage, self._seen(job))
+        job.stage = stage_after(step, job.stage)
+        self._submit(job, job.servers() if step == Step.START_SERVERS else job.role("trainer"))
         self._record(job)
 
     def adopt(self, launch: JobLaunch) -> None:
@@ -340,7 +333,7 @@ class SlurmBackend:
         with job.lock:
             for w in job.workers.values():
                 w.restart_at = None
-                if w.state not in ENDED:
+                if w.state not in ENDED_WORKER_STATES:
                     w.stopped = True
             job.stage = Stage.STOPPING
         self._cancel(job, [*job.workers.values(), *job.retired.values()], grace)
@@ -400,7 +393,7 @@ class SlurmBackend:
                 w = job.workers.get(worker) or job.retired.get(worker)
                 if w is None or job.stage == Stage.DONE:
                     return True
-                if w.state in ENDED:
+                if w.state in ENDED_WORKER_STATES:
                     return w.restart_at is None
                 # between two syncs: the run's launcher has written its exit status
                 return status_file(job, w).exists()
@@ -462,20 +455,19 @@ class SlurmBackend:
                     w.restart_at = None
                     w.node = ""  # Slurm chooses: its node may be down
                 self._submit(job, due)
-        if job.stage == Stage.PSERVERS and self._servers_ready(job):
+        step = next_step(job.stage, self._seen(job))
+        if step == Step.START_TRAINERS:
             names = ", ".join(w.name for w in job.servers())
             job.events.append(BackendEvent("Normal", "ServersReady", f"{names} run and listen"))
-            job.stage = Stage.TRAINERS
+            job.stage = stage_after(step, job.stage)
             self._submit(job, job.role("trainer"))
-        if job.stage == Stage.TRAINERS:
-            trainers = job.role("trainer")
-            if trainers and all(w.state == WorkerState.SUCCEEDED for w in trainers):
-                job.stage = Stage.STOPPING
-                for w in job.servers():
-                    w.stopped = True
-                self._cancel_async(job, job.servers())
+        elif step == Step.STOP_SERVERS:
+            job.stage = stage_after(step, job.stage)
+            for w in job.servers():
+                w.stopped = True
+            self._cancel_async(job, job.servers())
         if job.stage == Stage.STOPPING and all(
-            w.state in ENDED or w.slurm_id is None for w in job.workers.values()
+            w.state in ENDED_WORKER_STATES or w.slurm_id is None for w in job.workers.values()
         ):
             self._done(job)
         self._record(job)
@@ -497,19 +489,24 @@ class SlurmBackend:
         if name and netns.exists(name):  # its processes may still be ending: wait for them aside
             threading.Thread(target=_release_netns, args=(name,), name=f"netns-{name}", daemon=True).start()
 
-    def _servers_ready(self, job: JobRecord) -> bool:
-        """Every server runs and listens: its monitor's mark (the server cannot connect into the
-        job's namespace), or, unsandboxed, its launcher's word that the port was free on the node
-        and a connection to it (without that word, a squatter's listener would pass)."""
-        servers = job.servers()
+    def _seen(self, job: JobRecord) -> list[Seen]:
+        """The workers as the start sequence sees them (``backends.start_sequence``); whether a
+        server listens is asked only while the servers start."""
+        ask = job.stage == Stage.PSERVERS
+        return [
+            Seen(w.name, w.role, w.state, ask and w.role in SERVER_ROLES and self._listens(job, w))
+            for w in job.workers.values()
+        ]
+
+    def _listens(self, job: JobRecord, w: WorkerRecord) -> bool:
+        """A server runs and listens: its monitor's mark (the server cannot connect into the job's
+        namespace), or, unsandboxed, its launcher's word that the port was free on the node and a
+        connection to it (without that word, a squatter's listener would pass)."""
+        if w.state != WorkerState.RUNNING:
+            return False
         if self._scripts.kept:
-            return all(w.state == WorkerState.RUNNING and ready_file(job, w).exists() for w in servers)
-        return all(
-            w.state == WorkerState.RUNNING
-            and port_free_file(job, w).exists()
-            and ports.listening(self._host(w), w.port)
-            for w in servers
-        )
+            return ready_file(job, w).exists()
+        return port_free_file(job, w).exists() and ports.listening(self._host(w), w.port)
 
     def _free_vni(self, key: str) -> int:
         """A VXLAN id for job ``key`` that no live job of this server has (the caller holds
@@ -569,7 +566,7 @@ class SlurmBackend:
             job.failure, job.failure_reason = message, reason
             job.events.append(BackendEvent("Warning", reason, message))
         job.stage = Stage.STOPPING
-        live = [w for w in job.workers.values() if w.state not in ENDED]
+        live = [w for w in job.workers.values() if w.state not in ENDED_WORKER_STATES]
         for w in live:
             w.stopped = True
             w.restart_at = None
@@ -582,7 +579,7 @@ class SlurmBackend:
         topology = self._topology(job)
         self._publish_membership(job, topology)
         for w in workers:
-            if w.slurm_id is not None and w.state not in ENDED:
+            if w.slurm_id is not None and w.state not in ENDED_WORKER_STATES:
                 continue
             if w.slurm_id is not None:  # a restart: its next run
                 w.run += 1
@@ -610,7 +607,7 @@ class SlurmBackend:
         queued = sc.queue(ids, self.settings.command_timeout)
         now = self._now()
         for w in everyone:
-            if w.slurm_id is None or (w.state in ENDED and w.slurm_id not in queued):
+            if w.slurm_id is None or (w.state in ENDED_WORKER_STATES and w.slurm_id not in queued):
                 continue
             sj = queued.get(w.slurm_id)
             status = endings.exit_status(job, w)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from paddlecloud.backends.base import JobLaunch, NodeInfo
+from paddlecloud.backends.base import RENDEZVOUS, JobLaunch, NodeInfo
 from paddlecloud.backends.slurm.commands import SlurmJob, SlurmNode
-from paddlecloud.backends.slurm.job_record import RENDEZVOUS, JobRecord
+from paddlecloud.backends.slurm.job_record import JobRecord
 from paddlecloud.backends.slurm.script import DEFAULT_NEED, MIB
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.core.resources import Resources

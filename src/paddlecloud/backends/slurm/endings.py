@@ -17,9 +17,9 @@ import json
 from paddlecloud.backends.base import BackendEvent
 from paddlecloud.backends.local.sandbox import read_status
 from paddlecloud.backends.slurm import commands as sc
-from paddlecloud.backends.slurm.job_record import ENDED, JobRecord, WorkerRecord
+from paddlecloud.backends.slurm.job_record import JobRecord, WorkerRecord
 from paddlecloud.backends.slurm.script import DEFAULT_NEED, status_file
-from paddlecloud.core.phases import WorkerReason, WorkerState
+from paddlecloud.core.phases import ENDED_WORKER_STATES, WorkerReason, WorkerState
 
 __all__ = ["exit_status", "exit_why", "record_end"]
 
@@ -29,7 +29,7 @@ def record_end(
 ) -> None:
     """Mark the run of ``w`` that Slurm or its launcher ended (``sj``: its Slurm job, None once Slurm
     forgot it; ``status``: its launcher's exit status) with its state, exit code and reason."""
-    if w.state in ENDED:
+    if w.state in ENDED_WORKER_STATES:
         return
     w.finished_at = now
     if w.started_at is None:

@@ -17,39 +17,21 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
-from paddlecloud.backends.base import RENDEZVOUS, BackendEvent, JobLaunch
+from paddlecloud.backends.base import BackendEvent, JobLaunch
+from paddlecloud.backends.start_sequence import SERVER_ROLES, Stage
 from paddlecloud.core.envcontract import new_rendezvous_key
 from paddlecloud.core.phases import WorkerState
 from paddlecloud.runtime.launcher import write_json_atomic
 
 __all__ = [
-    "ENDED",
-    "RENDEZVOUS",
-    "SERVER_ROLES",
     "JobRecord",
-    "Stage",
     "WorkerRecord",
     "read_record",
     "slug",
     "write_record",
 ]
-
-ENDED = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.LOST})
-
-
-#: what must listen before trainers start, and is stopped once they succeeded
-SERVER_ROLES = ("pserver", RENDEZVOUS)
-
-
-class Stage(StrEnum):
-    PREPARING = "preparing"
-    PSERVERS = "pservers"
-    TRAINERS = "trainers"
-    STOPPING = "stopping"
-    DONE = "done"
 
 
 @dataclass

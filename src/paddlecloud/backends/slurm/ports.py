@@ -3,7 +3,7 @@
     SlurmBackend.start / add_trainer / _move_port ──allocate(jobs, range, n)──▶ n ports of
         ``--slurm-ports`` that no live job of ours uses (workers, retired trainers, stores, ports
         found held on a node) and that nothing on the server's host listens on
-    SlurmBackend._servers_ready (unsandboxed) ──listening(host, port)──▶ a TCP connect
+    SlurmBackend._listens (unsandboxed) ──listening(host, port)──▶ a TCP connect
 
 The server sees only its own host: a port held on another node is found by the node's launcher
 (``PortHeld``, ``runtime.launcher``), and the backend moves that server (``SlurmBackend._move_port``).

@@ -29,14 +29,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paddlecloud.backends.base import RENDEZVOUS
 from paddlecloud.backends.local.keeper import api_target
 from paddlecloud.backends.local.sandbox import API_SOCKET, JobJail, Sandbox, WorkerDirs, worker_base_env
 from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.backends.slurm.jail import JailSpec
-from paddlecloud.backends.slurm.job_record import RENDEZVOUS, SERVER_ROLES, JobRecord, WorkerRecord, slug
+from paddlecloud.backends.slurm.job_record import JobRecord, WorkerRecord, slug
 from paddlecloud.backends.slurm.nodekeep import NETNS_PREFIX, RunKeep
 from paddlecloud.backends.slurm.samplesets import SlurmSampleSets
 from paddlecloud.backends.slurm.settings import SlurmSettings
+from paddlecloud.backends.start_sequence import SERVER_ROLES
 from paddlecloud.core.envcontract import Topology, WorkerContext, worker_env
 from paddlecloud.core.netaddr import host_of, is_loopback
 from paddlecloud.core.resources import Resources

@@ -17,13 +17,11 @@ from sqlalchemy.orm import Session
 
 from paddlecloud.backends.base import WorkerStatus
 from paddlecloud.core import tasks as logic
-from paddlecloud.core.phases import WorkerState
+from paddlecloud.core.phases import ENDED_WORKER_STATES
 from paddlecloud.core.tasks import TaskLimits, TaskSlot, TaskState
 from paddlecloud.store.tables import TaskQueueRow, TaskRow
 
-__all__ = ["ENDED_RUNS", "limits_of", "release_ended", "slot_columns", "slot_of", "store_slot"]
-
-ENDED_RUNS = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.LOST, WorkerState.STOPPED})
+__all__ = ["limits_of", "release_ended", "slot_columns", "slot_of", "store_slot"]
 
 
 def release_ended(s: Session, job_id: int, workers: Iterable[WorkerStatus]) -> int:
@@ -33,7 +31,7 @@ def release_ended(s: Session, job_id: int, workers: Iterable[WorkerStatus]) -> i
     q = s.scalar(select(TaskQueueRow).where(TaskQueueRow.job_id == job_id))
     if q is None:
         return 0
-    runs = {w.name: (w.restarts, w.state in ENDED_RUNS) for w in workers}
+    runs = {w.name: (w.restarts, w.state in ENDED_WORKER_STATES) for w in workers}
     leased = s.scalars(select(TaskRow).where(TaskRow.queue_id == q.id, TaskRow.state == TaskState.LEASED))
     released = 0
     for t in [t for t in leased if logic.holder_gone(t.holder, runs)]:

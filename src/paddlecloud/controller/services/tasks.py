@@ -56,10 +56,11 @@ from paddlecloud.api.tasks import (
 from paddlecloud.controller.model.context import Context
 from paddlecloud.controller.model.identity import Identity, require_admin
 from paddlecloud.controller.model.jobtokens import JobIdentity, authenticate_job
-from paddlecloud.controller.model.task_queue import ENDED_RUNS, limits_of, slot_of, store_slot
+from paddlecloud.controller.model.task_queue import limits_of, slot_of, store_slot
 from paddlecloud.controller.model.views import ts
 from paddlecloud.controller.services.files import FileService
 from paddlecloud.core import tasks as logic
+from paddlecloud.core.phases import ENDED_WORKER_STATES
 from paddlecloud.core.quantity import parse_memory
 from paddlecloud.core.tasks import LeaseError, PassStep, TaskDef, TaskKind, TaskSlot, TaskState
 from paddlecloud.store.tables import JobRow, TaskQueueRow, TaskRow, WorkerRow
@@ -328,7 +329,9 @@ class TaskService:
             return
         w = s.scalar(select(WorkerRow).where(WorkerRow.job_id == job_id, WorkerRow.name == req.worker))
         holder = logic.holder_name(req.worker, req.run)
-        if w is not None and logic.holder_gone(holder, {w.name: (w.restarts, w.state in ENDED_RUNS)}):
+        if w is not None and logic.holder_gone(
+            holder, {w.name: (w.restarts, w.state in ENDED_WORKER_STATES)}
+        ):
             raise Conflict(
                 f"{holder} has ended (the platform runs {w.name} as run {w.restarts}, {w.state}): "
                 "it is given no task",
