@@ -21,12 +21,19 @@ def ps_job(ps: WorkerState, trainers: tuple[WorkerState, ...], listening: bool =
 
 
 def test_a_prepared_job_starts_its_servers_first_or_its_trainers_when_it_has_none() -> None:
-    assert next_step(Stage.PREPARING, ps_job(P, (P, P))) == Step.START_SERVERS
+    assert next_step(Stage.PREPARING, ps_job(P, (P, P)), prepared=True) == Step.START_SERVERS
     store = [Seen("rendezvous-0", "rendezvous", P), Seen("trainer-0", "trainer", P)]
-    assert next_step(Stage.PREPARING, store) == Step.START_SERVERS  # an elastic torch job's store
-    assert next_step(Stage.PREPARING, [Seen("trainer-0", "trainer", P)]) == Step.START_TRAINERS
+    assert next_step(Stage.PREPARING, store, prepared=True) == Step.START_SERVERS  # elastic torch's store
+    trainers_only = [Seen("trainer-0", "trainer", P)]
+    assert next_step(Stage.PREPARING, trainers_only, prepared=True) == Step.START_TRAINERS
     assert stage_after(Step.START_SERVERS, Stage.PREPARING) == Stage.PSERVERS
     assert stage_after(Step.START_TRAINERS, Stage.PREPARING) == Stage.TRAINERS
+
+
+def test_nothing_starts_while_the_job_is_still_preparing() -> None:
+    # a sync while the environment is built must not start a worker without it
+    assert next_step(Stage.PREPARING, ps_job(P, (P, P))) == Step.WAIT
+    assert next_step(Stage.PREPARING, [Seen("trainer-0", "trainer", P)]) == Step.WAIT
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,13 @@
     Trainers  ──every trainer succeeded──▶ stop the servers (Stopping; then Done, once the
                                            backend saw every worker end)
 
-``next_step(stage, workers)`` says which move is due, ``stage_after`` where it leads; the backend
-does the move (the local backend spawns processes, Slurm's submits batch jobs, the memory backend
-marks its records Running) and keeps the stage. What each backend keeps to itself:
-how it learns that a server listens (``Seen.listening``), restarts of failed workers (its restart
-book) and when Stopping is over (the local backend's stopper thread, Slurm's batch jobs gone).
-Tested once, in ``tests/unit/test_start_sequence.py``; the backends' conformance tests check the
-order they show.
+``next_step(stage, workers, prepared=...)`` says which move is due (at Preparing: none until the
+backend says the job is prepared), ``stage_after`` where it leads; the backend does the move (the
+local backend spawns processes, Slurm's submits batch jobs, the memory backend marks its records
+Running) and keeps the stage. What each backend keeps to itself: how it learns that a server
+listens (``Seen.listening``), restarts of failed workers (its restart book) and when Stopping is
+over (the local backend's stopper thread, Slurm's batch jobs gone). Tested once, in
+``tests/unit/test_start_sequence.py``; the backends' conformance tests check the order they show.
 """
 
 from __future__ import annotations
@@ -60,11 +60,14 @@ class Seen:
         return self.role in SERVER_ROLES
 
 
-def next_step(stage: Stage, workers: Iterable[Seen]) -> Step:
-    """The move due in ``stage`` (the backend calls this at Preparing only once it is prepared)."""
+def next_step(stage: Stage, workers: Iterable[Seen], *, prepared: bool = False) -> Step:
+    """The move due in ``stage``; at Preparing, nothing starts until the backend says the job is
+    ``prepared`` (its package unpacked, its environment built)."""
     ws = list(workers)
     servers = [w for w in ws if w.server]
     if stage == Stage.PREPARING:
+        if not prepared:
+            return Step.WAIT
         return Step.START_SERVERS if servers else Step.START_TRAINERS
     if stage == Stage.PSERVERS:
         up = all(w.state == WorkerState.RUNNING and w.listening for w in servers)

@@ -527,7 +527,7 @@ class LocalBackend:
                 self._finish(job)
                 return
             job.events.append(BackendEvent("Normal", "Prepared", "package unpacked and environment ready"))
-            step = next_step(job.stage, self._seen(job, self._now()))
+            step = next_step(job.stage, self._seen(job, self._now()), prepared=True)
             if not self._spawn(job, job.servers() if step == Step.START_SERVERS else job.role("trainer")):
                 return
             job.stage = stage_after(step, job.stage)

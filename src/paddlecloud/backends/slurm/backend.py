@@ -289,8 +289,9 @@ class SlurmBackend:
         except (ConfinementError, OSError) as exc:
             self._fail(job, f"the job's files cannot be confined: {exc}", "StartFailed")
             return
-        step = next_step(job.stage, self._seen(job))
-        job.stage = stage_after(step, job.stage)
+        # prepared (here or in ``_prepare``), whatever stage the record was made with
+        step = next_step(Stage.PREPARING, self._seen(job), prepared=True)
+        job.stage = stage_after(step, Stage.PREPARING)
         self._submit(job, job.servers() if step == Step.START_SERVERS else job.role("trainer"))
         self._record(job)
 
