@@ -102,6 +102,8 @@ class ErrorCode(StrEnum):
     SAMPLESETS_UNAVAILABLE = "samplesets_unavailable"
     #: a SampleJob path that is absolute, holds "..", or is empty where one is needed
     SAMPLESET_PATH_INVALID = "sampleset_path_invalid"
+    #: a job names a container image on a backend that cannot run one (``Capability.IMAGES``)
+    IMAGES_UNAVAILABLE = "images_unavailable"
     #: an operation this server's backend does not offer (``version`` lists its capabilities)
     NOT_SUPPORTED = "not_supported"
     INTERNAL = "internal"
@@ -225,6 +227,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.SAMPLESET_IN_USE: Conflict,
     ErrorCode.SAMPLESETS_UNAVAILABLE: Conflict,
     ErrorCode.SAMPLESET_PATH_INVALID: InvalidInput,
+    ErrorCode.IMAGES_UNAVAILABLE: Conflict,
 }
 
 

@@ -35,6 +35,7 @@ from paddlecloud.api.adaptive import AdaptiveState, BatchRange, BatchSpec, LrRul
 from paddlecloud.api.body import Body
 from paddlecloud.api.stored import STORED, is_stored
 from paddlecloud.api.tasks import TaskSpec
+from paddlecloud.core.imageref import MAX_IMAGE_REF_CHARS, ImageRefError, parse_image_ref
 from paddlecloud.core.limits import MAX_ENTRY_CHARS, env_problem, text_problem
 from paddlecloud.core.names import check_dns1123_label, check_env_name
 from paddlecloud.core.pfspath import MAX_PATH_BYTES
@@ -181,6 +182,17 @@ class TrainerSpec(_Strict):
         return Resources(parse_cpu(self.cpu), parse_memory(self.memory), self.gpu)
 
 
+def _canonical_image(text: str) -> str:
+    try:
+        return str(parse_image_ref(text))
+    except ImageRefError as exc:
+        raise ValueError(str(exc)) from None
+
+
+#: a container image reference (``core.imageref``), stored in its canonical form
+ImageName = Annotated[str, Field(max_length=MAX_IMAGE_REF_CHARS), AfterValidator(_canonical_image)]
+
+
 class JobSpec(Body):
     """What a user submits.
 
@@ -208,6 +220,10 @@ class JobSpec(Body):
     #: one of the owner's SampleSets (``api.samplesets``): every worker reads it at
     #: ``PADDLECLOUD_SAMPLESET_DIR`` (read-only); None: no SampleSet
     sampleset: Annotated[str, AfterValidator(check_dns1123_label)] | None = None
+    #: the container image every worker runs in, ``REGISTRY/REPOSITORY[:TAG][@DIGEST]``
+    #: (``core.imageref``; backends that declare ``images``); None: the backend's own environment
+    #: (a virtualenv from the package's requirements.txt, or the Kubernetes backend's --image)
+    image: ImageName | None = None
     priority: int = Field(
         0,
         ge=-1000,

@@ -101,6 +101,9 @@ class Capability(StrEnum):
     #: worker of ``STORE_NEED`` and the launch names that placement ``RENDEZVOUS`` (index 0), so the
     #: store starts where the plan left room for it (issue 25: it took a trainer's CPU)
     STORE_WORKER = "store-worker"
+    #: every worker runs in the job's container image (``JobLaunch.image``); without it, a job that
+    #: names an image is refused at submit (``images_unavailable``)
+    IMAGES = "images"
 
 
 #: the role of an elastic torch job's rendezvous store (``Capability.STORE_WORKER``)
@@ -200,6 +203,9 @@ class JobLaunch:
     #: the SampleSet the job reads (``SAMPLESETS`` backends): each worker sees its node's mount
     #: read-only at ``PADDLECLOUD_SAMPLESET_DIR``
     sampleset: SampleSetRef | None = None
+    #: the container image the workers run in (``IMAGES`` backends), canonical
+    #: ``REGISTRY/REPOSITORY[:TAG][@DIGEST]`` (``core.imageref``); None: the backend's own environment
+    image: str | None = None
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)

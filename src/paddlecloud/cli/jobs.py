@@ -94,6 +94,10 @@ def _priority(text: str) -> int | str:
 @click.option("--env", "env", multiple=True, help="KEY=VALUE, repeatable")
 @click.option("--sampleset", help="one of your SampleSets: workers read it at $PADDLECLOUD_SAMPLESET_DIR")
 @click.option(
+    "--image",
+    help="container image the workers run in, REGISTRY/REPOSITORY[:TAG][@DIGEST] (backends with images)",
+)
+@click.option(
     "--priority", default="normal", show_default=True, help="low, normal, high, or a number -1000..1000"
 )
 @click.option(
@@ -170,6 +174,8 @@ def submit(
         spec["output"] = opts["output"]
     if opts["sampleset"]:
         spec["sampleset"] = opts["sampleset"]
+    if opts["image"]:
+        spec["image"] = opts["image"]
     if (tasks := task_spec(opts)) is not None:
         spec["tasks"] = tasks
     if (batch := batch_spec(opts)) is not None:

@@ -35,6 +35,7 @@ def train(
     max_restarts: int | None = None,
     queue_anyway: bool = False,
     expected_duration_s: float | None = None,
+    image: str | None = None,
     wait: bool = False,
     timeout: float | None = None,
     client: Client | None = None,
@@ -46,7 +47,8 @@ def train(
     ``queue_anyway`` queues a job that no node of a fixed-capacity cluster could hold (by default
     the server refuses it with ``exceeds_capacity``, naming the capacity).
     ``expected_duration_s``: how long it runs at ``trainers``, for the start-time estimates
-    (docs/scheduler.md).
+    (docs/scheduler.md). ``image``: the container image the workers run in,
+    ``REGISTRY/REPOSITORY[:TAG][@DIGEST]`` (backends that declare ``images``; docs/cli.md).
     """
     client = client or Client()
     job_name = name or Path(package).resolve().name.replace("_", "-").lower()
@@ -68,6 +70,8 @@ def train(
         spec["queue_anyway"] = True
     if expected_duration_s is not None:
         spec["expected_duration_s"] = expected_duration_s
+    if image is not None:
+        spec["image"] = image
     if input:
         spec["input"] = input
     if output:

@@ -100,7 +100,9 @@ class KubernetesBackend:
     #: fetch-package: the pods' fetch init container GETs the package (the TrainingJob names its
     #: PFS path and the API; ``pods._package_url``) with the job token from the job's Secret.
     #: logs-previous: the container's previous log when the kubelet restarted it in place (a pod
-    #: made anew by the operator has none: an empty answer)
+    #: made anew by the operator has none: an empty answer). images: the pods run the job's image
+    #: (``JobLaunch.image``; the server's ``--image`` for a job without one), its requirements
+    #: installed at start by the install init container as for any job
     capabilities = frozenset(
         {
             Capability.GPU,
@@ -109,6 +111,7 @@ class KubernetesBackend:
             Capability.LOGS_FOLLOW,
             Capability.LOGS_PREVIOUS,
             Capability.SAMPLESETS,
+            Capability.IMAGES,
         }
     )
 

@@ -98,7 +98,7 @@ def _spec(launch: JobLaunch, settings: KubeSettings, name: str, datacenter: str)
     spec: Obj = {
         "user": launch.user,
         "jobName": launch.name,
-        "image": settings.image,
+        "image": launch.image or settings.image,
         "entry": launch.entry,
         "framework": launch.framework,
         "package": {"path": launch.package_path},

@@ -48,12 +48,14 @@ __all__ = ["MemoryBackend", "MemoryEngine", "MemorySettings", "create"]
 
 #: what the memory backend declares by default: every capability but those that need more of the
 #: platform or the test (foreign load, a package URL) and whole-CPU allocation (its nodes give
-#: millicores, as the local backend's do)
+#: millicores, as the local backend's do); nor images: its workers run nothing (a test that wants a
+#: launch's image declares ``images``)
 ALL = frozenset(Capability) - {
     Capability.SHARED_CAPACITY,
     Capability.FETCH_PACKAGE,
     Capability.WHOLE_CPUS,
     Capability.STORE_WORKER,
+    Capability.IMAGES,
 }
 
 

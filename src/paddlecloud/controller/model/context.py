@@ -201,6 +201,7 @@ class Context:
             public_dir=self._area(f"/pfs/{self.config.datacenter}/public"),
             batch=adaptive_spec(parsed),
             sampleset=self._sampleset(row, parsed.sampleset),
+            image=parsed.image,
         )
 
     def _sampleset(self, row: JobRow, name: str | None) -> SampleSetRef | None:

@@ -258,6 +258,12 @@ class JobService:
 
     def submit(self, who: Identity, spec: JobSpec) -> JobDetail:
         check_capacity(self.ctx, who.name, spec)
+        if spec.image is not None and Capability.IMAGES not in self.ctx.backend.capabilities:
+            raise Conflict(
+                f"the {self.ctx.backend.name} backend cannot run jobs in container images (it does not "
+                "declare images; `paddlecloud version` lists what it offers): submit without --image",
+                code=ErrorCode.IMAGES_UNAVAILABLE,
+            )
         if spec.sampleset is not None:  # the owner's own, or not found (never another user's)
             with self.ctx.session() as s:
                 check_job_sampleset(s, self.ctx.backend, who.name, spec.sampleset)
