@@ -32,7 +32,7 @@ e2e: install
 	$(VENV)/bin/pytest tests/e2e -q
 
 test: lint              ## everything CI runs (installs PostgreSQL, bubblewrap, Chromium when root + apt-get)
-	bash scripts/ensure-system-packages.sh postgresql bubblewrap chromium
+	bash scripts/ensure-system-packages.sh postgresql bubblewrap chromium images
 	bash scripts/test.sh
 
 bench: install

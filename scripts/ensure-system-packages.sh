@@ -12,6 +12,8 @@
 #   iproute2     ip, bridge: the multi-host test bed (scripts/ensure-hosts.sh)
 #   nftables     nft: the bed's hosts (per-job network isolation, next)
 #   ping         ping (Debian: iputils-ping): checks across the bed's hosts
+#   images       the container-image test bed (scripts/ensure-registry.sh): the reference registry
+#                (docker-registry), skopeo, umoci and mmdebstrap (a base image from Debian packages)
 set -euo pipefail
 
 present() {
@@ -22,7 +24,9 @@ present() {
     iproute2) command -v ip >/dev/null 2>&1 && command -v bridge >/dev/null 2>&1 ;;
     nftables) command -v nft >/dev/null 2>&1 ;;
     ping) command -v ping >/dev/null 2>&1 ;;
-    *) echo "ensure-system-packages: unknown package '$1' (known: postgresql, bubblewrap, chromium, iproute2, nftables, ping)" >&2; exit 2 ;;
+    images) command -v docker-registry >/dev/null 2>&1 && command -v skopeo >/dev/null 2>&1 \
+      && command -v umoci >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1 ;;
+    *) echo "ensure-system-packages: unknown package '$1' (known: postgresql, bubblewrap, chromium, iproute2, nftables, ping, images)" >&2; exit 2 ;;
   esac
 }
 
@@ -31,6 +35,7 @@ debs() {
   case "$1" in
     chromium) echo chromium chromium-driver ;;
     ping) echo iputils-ping ;;
+    images) echo docker-registry skopeo umoci mmdebstrap ;;
     *) echo "$1" ;;
   esac
 }

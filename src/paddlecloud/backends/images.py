@@ -1,0 +1,282 @@
+"""Container images on a machine: pulled by digest into a cache, unpacked once into a root file system.
+
+    ImageStore(root).ensure(ref, auth, progress)
+      skopeo inspect --raw (the manifest: its digest pins the image, its layers' sizes the progress)
+        ─▶ cached: <root>/images/<digest>/done          ─▶ Image (rootfs, Env, WorkingDir, User)
+        ─▶ else, under the digest's lock (threads: one lock each; processes: an fcntl lock file):
+           skopeo copy docker://REF@DIGEST oci:<root>/images/<digest>/layout:image
+             (a thread reports the blob bytes written so far against the manifest's total)
+           umoci unpack --rootless ─▶ <root>/images/<digest>/bundle/rootfs (+ the image's config)
+           done marker written last: an interrupted pull is started again, never half used
+
+Tools, not hand-written code: Debian's skopeo speaks the registry protocol (token auth, manifest
+lists, digests checked as blobs arrive) and umoci applies OCI layers (whiteouts, ownership mapped for
+an unprivileged unpack) with the path checks of a container runtime. A registry on loopback is
+reached over plain HTTP (the test bed's); any other must speak verified TLS unless the store is told
+it may not (``insecure``). Credentials never go on a command line: they are written to a temporary
+auth file (0600) that skopeo reads and that is removed after the call. What skopeo says is turned
+into an :class:`ImageError` of one :class:`ImageProblem` with what to change.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from paddlecloud.core.imageref import ImageRef
+
+__all__ = ["Image", "ImageError", "ImageProblem", "ImageStore", "RegistryAuth"]
+
+#: how long one skopeo / umoci call may take before the pull is given up
+_CALL_TIMEOUT_S = 1800.0
+_INSPECT_TIMEOUT_S = 60.0
+_PROGRESS_EVERY_S = 0.5
+
+Progress = Callable[[int, int], None]
+
+
+class ImageProblem(StrEnum):
+    NOT_FOUND = "ImageNotFound"  # no such repository or tag
+    UNAUTHORIZED = "ImageUnauthorized"  # credentials missing or refused
+    UNREACHABLE = "RegistryUnreachable"  # nothing answers, TLS refused
+    BAD_IMAGE = "BadImage"  # a manifest or layer that cannot be used
+
+
+class ImageError(Exception):
+    def __init__(self, problem: ImageProblem, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """A user's credentials for one registry (never logged, never on a command line)."""
+
+    registry: str
+    username: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"RegistryAuth({self.registry!r}, {self.username!r}, <hidden>)"
+
+
+@dataclass(frozen=True)
+class Image:
+    """An unpacked image: its root file system and what its config says a process gets."""
+
+    ref: str
+    digest: str
+    rootfs: Path
+    env: tuple[str, ...] = ()
+    working_dir: str = "/"
+    user: str = ""
+
+
+@dataclass(frozen=True)
+class _Pull:
+    ref: ImageRef
+    digest: str
+    total: int  # the layers' bytes (the manifest's); 0 when unknown
+    auth: RegistryAuth | None
+
+
+def _problem(ref: ImageRef, stderr: str) -> ImageError:
+    text = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
+    low = stderr.lower()
+    if "unauthorized" in low or "authentication required" in low or "denied" in low:
+        return ImageError(
+            ImageProblem.UNAUTHORIZED,
+            f"{ref.registry} refused to serve {ref}: log in with `paddlecloud image login {ref.registry}` "
+            f"(as a user allowed to pull {ref.repository}) ({text})",
+        )
+    if "manifest unknown" in low or "name unknown" in low or "not found" in low:
+        return ImageError(
+            ImageProblem.NOT_FOUND, f"{ref} is not on {ref.registry}: check the repository and tag ({text})"
+        )
+    if "connection refused" in low or "no such host" in low or "timeout" in low or "tls" in low:
+        return ImageError(ImageProblem.UNREACHABLE, f"cannot reach the registry {ref.registry} ({text})")
+    return ImageError(ImageProblem.BAD_IMAGE, f"{ref}: {text}")
+
+
+def _loopback(registry: str) -> bool:
+    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
+    return host == "localhost" or host.startswith("127.")
+
+
+class ImageStore:
+    """Pulled and unpacked images under ``root`` (one directory per manifest digest)."""
+
+    def __init__(self, root: Path, insecure: frozenset[str] = frozenset()) -> None:
+        self.root = root
+        self.insecure = insecure
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    # -- the calls ----------------------------------------------------------------------------
+
+    def _tls(self, ref: ImageRef) -> str:
+        plain = _loopback(ref.registry) or ref.registry in self.insecure
+        return "false" if plain else "true"
+
+    @contextlib.contextmanager
+    def _authfile(self, auth: RegistryAuth | None) -> Iterator[list[str]]:
+        if auth is None:
+            yield []
+            return
+        token = base64.b64encode(f"{auth.username}:{auth.password}".encode()).decode()
+        fd, name = tempfile.mkstemp(prefix="auth-", suffix=".json", dir=self.root)
+        try:
+            with os.fdopen(fd, "w") as f:  # mkstemp made it 0600
+                json.dump({"auths": {auth.registry: {"auth": token}}}, f)
+            yield ["--authfile", name]
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+
+    def _run(self, ref: ImageRef, args: list[str], timeout: float) -> str:
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise ImageError(
+                ImageProblem.UNREACHABLE, f"{ref}: {args[0]} gave no answer in {timeout:.0f} s"
+            ) from None
+        if done.returncode != 0:
+            raise _problem(ref, done.stderr)
+        return done.stdout
+
+    def manifest(self, ref: ImageRef, auth: RegistryAuth | None = None) -> tuple[str, int]:
+        """The image's manifest digest (what pins it) and the bytes of its layers."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._authfile(auth) as creds:
+            raw = self._run(
+                ref,
+                ["skopeo", "inspect", "--raw", f"--tls-verify={self._tls(ref)}", *creds, f"docker://{ref}"],
+                _INSPECT_TIMEOUT_S,
+            )
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                raise ImageError(
+                    ImageProblem.BAD_IMAGE, f"{ref}: the registry's manifest is not JSON"
+                ) from None
+            if "manifests" in doc:  # a list per platform: the linux/amd64 one
+                picked = [m for m in doc["manifests"] if m.get("platform", {}).get("os") == "linux"]
+                if not picked:
+                    raise ImageError(ImageProblem.BAD_IMAGE, f"{ref} has no linux image")
+                return str(picked[0]["digest"]), 0
+            digest = self._run(
+                ref,
+                ["skopeo", "inspect", "--format", "{{.Digest}}", f"--tls-verify={self._tls(ref)}", *creds,
+                 f"docker://{ref}"],
+                _INSPECT_TIMEOUT_S,
+            ).strip()  # fmt: skip
+        total = sum(int(layer.get("size", 0)) for layer in doc.get("layers", []))
+        return digest, total
+
+    # -- the cache ----------------------------------------------------------------------------
+
+    def _lock(self, digest: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(digest, threading.Lock())
+
+    def _dir(self, digest: str) -> Path:
+        return self.root / "images" / digest.replace(":", "-")
+
+    def cached(self, digest: str) -> bool:
+        return (self._dir(digest) / "done").exists()
+
+    def ensure(
+        self, ref: ImageRef, auth: RegistryAuth | None = None, progress: Progress | None = None
+    ) -> Image:
+        """The image unpacked on this machine, pulled first unless a pull of the same digest is
+        cached; concurrent calls for one digest pull it once (the others wait and reuse it)."""
+        digest, total = self.manifest(ref, auth)
+        where = self._dir(digest)
+        with self._lock(digest):
+            where.parent.mkdir(parents=True, exist_ok=True)
+            with open(where.parent / f"{where.name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # another process pulling the same digest
+                if not self.cached(digest):
+                    self._pull(_Pull(ref, digest, total, auth), progress)
+        return self._image(ref, digest)
+
+    def _pull(self, pull: _Pull, progress: Progress | None) -> None:
+        ref, digest, total, auth = pull.ref, pull.digest, pull.total, pull.auth
+        where = self._dir(digest)
+        shutil.rmtree(where, ignore_errors=True)  # what an interrupted pull left
+        where.mkdir(parents=True)
+        stop = threading.Event()
+        watcher = None
+        if progress is not None:
+            watcher = threading.Thread(
+                target=self._watch, args=(where / "layout", total, progress, stop), daemon=True
+            )
+            watcher.start()
+        pinned = f"docker://{ref.registry}/{ref.repository}@{digest}"
+        try:
+            with self._authfile(auth) as creds:
+                self._run(
+                    ref,
+                    ["skopeo", "copy", "--quiet", f"--src-tls-verify={self._tls(ref)}", *creds, pinned,
+                     f"oci:{where / 'layout'}:image"],
+                    _CALL_TIMEOUT_S,
+                )  # fmt: skip
+            self._run(
+                ref,
+                [
+                    "umoci",
+                    "unpack",
+                    "--rootless",
+                    "--image",
+                    f"{where / 'layout'}:image",
+                    str(where / "bundle"),
+                ],
+                _CALL_TIMEOUT_S,
+            )
+        finally:
+            stop.set()
+            if watcher is not None:
+                watcher.join(timeout=5)
+        if progress is not None:
+            progress(total, total)
+        shutil.rmtree(where / "layout", ignore_errors=True)  # the root file system is what runs
+        (where / "done").write_text(str(ref))
+
+    @staticmethod
+    def _watch(layout: Path, total: int, progress: Progress, stop: threading.Event) -> None:
+        while not stop.wait(_PROGRESS_EVERY_S):
+            blobs = layout / "blobs"
+            done = 0
+            with contextlib.suppress(OSError):
+                done = sum(p.stat().st_size for p in blobs.rglob("*") if p.is_file())
+            progress(min(done, total), total)
+
+    def _image(self, ref: ImageRef, digest: str) -> Image:
+        bundle = self._dir(digest) / "bundle"
+        try:
+            spec = json.loads((bundle / "config.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise ImageError(
+                ImageProblem.BAD_IMAGE, f"{ref}: its unpacked config cannot be read ({exc})"
+            ) from None
+        proc = spec.get("process", {})
+        user = proc.get("user", {})
+        return Image(
+            ref=str(ref),
+            digest=digest,
+            rootfs=bundle / "rootfs",
+            env=tuple(str(e) for e in proc.get("env", [])),
+            working_dir=str(proc.get("cwd") or "/"),
+            user=f"{user.get('uid', 0)}:{user.get('gid', 0)}",
+        )

@@ -1,0 +1,84 @@
+"""Pulling and unpacking images on a machine (``backends/images.py``) against the real registries of
+the test bed: by digest, once, with progress, with credentials that never reach a command line or
+stay on disk, and each failure a clear problem."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from registry_bed import Bed
+
+from paddlecloud.backends.images import ImageError, ImageProblem, ImageStore, RegistryAuth
+from paddlecloud.core.imageref import parse_image_ref
+
+__all__: list[str] = []
+
+
+def test_an_image_is_pulled_by_digest_and_unpacked_with_its_config(bed: Bed, tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "images")
+    seen: list[tuple[int, int]] = []
+    image = store.ensure(parse_image_ref(bed.image), progress=lambda done, total: seen.append((done, total)))
+    assert image.digest.startswith("sha256:") and store.cached(image.digest)
+    assert (image.rootfs / "etc" / "paddlecloud-image").read_text().startswith("built for the PaddleCloud")
+    assert (image.rootfs / "usr" / "bin" / "python3").exists()
+    assert any(e.startswith("PATH=") for e in image.env) and image.working_dir == "/"
+    total = seen[-1][1]
+    assert total > 10 * 2**20 and seen[-1] == (total, total)  # the layers' bytes, done at the end
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)  # never backwards
+
+
+def test_the_same_digest_is_pulled_once_however_many_ask(
+    bed: Bed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ImageStore(tmp_path / "images")
+    pulls: list[str] = []
+    real = store._pull
+
+    def counting(*args: object) -> None:
+        pulls.append("pull")
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_pull", counting)
+    ref = parse_image_ref(bed.image)
+    got: list[str] = []
+    threads = [threading.Thread(target=lambda: got.append(store.ensure(ref).digest)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(got) == 3 and len(set(got)) == 1
+    assert pulls == ["pull"]
+    store.ensure(ref)  # cached: no pull at all
+    assert pulls == ["pull"]
+
+
+def test_a_private_image_needs_its_credentials_which_stay_nowhere(bed: Bed, tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "images")
+    ref = parse_image_ref(bed.private_image)
+    with pytest.raises(ImageError, match="paddlecloud image login") as err:
+        store.ensure(ref)
+    assert err.value.problem == ImageProblem.UNAUTHORIZED
+    wrong = RegistryAuth(bed.private_registry, bed.user, "wrong-password")
+    with pytest.raises(ImageError) as err:
+        store.ensure(ref, wrong)
+    assert err.value.problem == ImageProblem.UNAUTHORIZED
+    auth = RegistryAuth(bed.private_registry, bed.user, bed.password)
+    assert bed.password not in repr(auth)
+    image = store.ensure(ref, auth)
+    assert (image.rootfs / "etc" / "paddlecloud-image").exists()
+    assert not list((tmp_path / "images").glob("auth-*"))  # the auth file went with the call
+    leaked = [p for p in (tmp_path / "images").rglob("*") if p.is_file() and p.stat().st_size < 2**20
+              and bed.password.encode() in p.read_bytes()]  # fmt: skip
+    assert leaked == []
+
+
+def test_a_missing_tag_and_a_dead_registry_are_said_as_such(bed: Bed, tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "images")
+    with pytest.raises(ImageError, match="is not on") as err:
+        store.ensure(parse_image_ref(f"{bed.registry}/paddlecloud-test/base:no-such-tag"))
+    assert err.value.problem == ImageProblem.NOT_FOUND
+    with pytest.raises(ImageError, match="cannot reach") as err:
+        store.ensure(parse_image_ref("127.0.0.1:9/paddlecloud-test/base:1"))
+    assert err.value.problem == ImageProblem.UNREACHABLE
