@@ -4,9 +4,7 @@
 #   lane "system": tests/e2e                 real servers, jobs, PostgreSQL, Chromium; timing-sensitive
 #   lane "rest":   tests/unit tests/fuzz     in-process tests, then
 #                  tests/kube                the operator against the strict fake API server, then
-#                  tests/conformance tests/images   the backends' contract; the image bed (two registries
-#                                            on 127.0.0.1, scripts/ensure-registry.sh), then
-#                  tests/slurm               the private Slurm cluster (one lane owns it), then
+#                  tests/conformance tests/slurm   the private Slurm cluster (one lane owns it), then
 #                  tests/hosts               the multi-host test bed (scripts/ensure-hosts.sh: hosts in
 #                                            namespaces, Slurm on them; root only, else skipped), then
 #                  tests/torch_rendezvous    torch's own rendezvous pieces, in .venv-torch (made here
@@ -41,7 +39,7 @@ torch_venv() {  # tests/torch_rendezvous needs torch: a venv with it (the local 
 }
 
 rest_lane() {  # the rest, then the torch tests in their own venv (their log appended)
-    lane rest tests/unit tests/fuzz tests/kube tests/conformance tests/images tests/slurm tests/hosts
+    lane rest tests/unit tests/fuzz tests/kube tests/conformance tests/slurm tests/hosts
     local rc
     rc=$(cat "$LOGS/rest.rc")
     if torch_venv >>"$LOGS/rest.log" 2>&1; then
@@ -56,7 +54,7 @@ rest_lane() {  # the rest, then the torch tests in their own venv (their log app
 }
 
 started=$SECONDS
-echo "== tests in two lanes (logs in $LOGS/): system = e2e; rest = unit + fuzz + kube + conformance + images + slurm + hosts + torch_rendezvous"
+echo "== tests in two lanes (logs in $LOGS/): system = e2e; rest = unit + fuzz + kube + conformance + slurm + hosts + torch_rendezvous"
 lane system tests/e2e &
 system=$!
 rest_lane &
