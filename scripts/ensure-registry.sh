@@ -6,12 +6,12 @@
 #       PADDLECLOUD_REGISTRY          127.0.0.1:PORT, open (no credentials)
 #       PADDLECLOUD_PRIVATE_REGISTRY  127.0.0.1:PORT+1, every request needs PADDLECLOUD_PRIVATE_USER /
 #                                     PADDLECLOUD_PRIVATE_PASSWORD (basic auth, an htpasswd file)
-#       PADDLECLOUD_TEST_IMAGE        REGISTRY/paddlecloud-test/base:1 on the open registry
+#       PADDLECLOUD_TEST_IMAGE        REGISTRY/paddlecloud-test/base:IMAGE_VERSION on the open registry
 #       PADDLECLOUD_PRIVATE_IMAGE     the same image on the private one
 #   scripts/ensure-registry.sh status   # exit 1 when a registry does not answer
 #   scripts/ensure-registry.sh stop     # both registries stopped (their storage and the image cache stay)
 #
-# The base image: Debian 12 (mmdebstrap --variant=essential) with python3 and one file the host
+# The base image: Debian 12 (mmdebstrap --variant=essential) with python3 (and `python`) and one file the host
 # lacks, /etc/paddlecloud-image (so a test can tell that a worker ran inside it). mmdebstrap reads
 # the host's own apt sources; the result is kept as an OCI layout in the cache directory (umoci: one
 # layer, the image's config) and built again only when this script's IMAGE_VERSION changes. skopeo
@@ -29,7 +29,7 @@ port=${PADDLECLOUD_REGISTRY_PORT:-5000}
 cache=${PADDLECLOUD_IMAGE_CACHE:-/var/cache/paddlecloud-images}
 user=paddlecloud-test
 password=not-a-secret-test-password
-IMAGE_VERSION=1  # change it when the image's recipe below changes: the cache is rebuilt
+IMAGE_VERSION=2  # change it when the image's recipe below changes: the cache is rebuilt
 repo=paddlecloud-test/base
 
 log() { echo "ensure-registry: $*" >&2; }
@@ -78,9 +78,9 @@ build_image() {  # the base image's OCI layout in $cache/base-$IMAGE_VERSION (on
   local layout="$cache/base-$IMAGE_VERSION"
   [ -f "$layout/done" ] && return
   log "building the base image from Debian packages (mmdebstrap; once per machine)"
-  rm -rf "$layout" "$cache/work"
+  rm -rf "$cache"/base-* "$cache/work"  # an earlier recipe's image goes
   mkdir -p "$cache/work"
-  mmdebstrap --quiet --variant=essential --include=python3 \
+  mmdebstrap --quiet --variant=essential --include=python3,python-is-python3 \
     --customize-hook='echo "built for the PaddleCloud image tests" > "$1/etc/paddlecloud-image"' \
     bookworm "$cache/work/rootfs.tar" - < /etc/apt/sources.list.d/debian.sources >&2
   umoci init --layout "$layout"
@@ -97,7 +97,7 @@ build_image() {  # the base image's OCI layout in $cache/base-$IMAGE_VERSION (on
 push() {  # push PORT [USER:PASSWORD]: the base image on that registry (once)
   local p=$1 creds=()
   [ $# -gt 1 ] && creds=(--dest-creds "$2")
-  local target="docker://127.0.0.1:$p/$repo:1"
+  local target="docker://127.0.0.1:$p/$repo:$IMAGE_VERSION"
   if [ $# -gt 1 ]; then
     skopeo inspect --tls-verify=false --creds "$2" "$target" >/dev/null 2>&1 && return
   else
@@ -109,8 +109,8 @@ push() {  # push PORT [USER:PASSWORD]: the base image on that registry (once)
 exports() {
   echo "export PADDLECLOUD_REGISTRY=127.0.0.1:$port"
   echo "export PADDLECLOUD_PRIVATE_REGISTRY=127.0.0.1:$((port + 1))"
-  echo "export PADDLECLOUD_TEST_IMAGE=127.0.0.1:$port/$repo:1"
-  echo "export PADDLECLOUD_PRIVATE_IMAGE=127.0.0.1:$((port + 1))/$repo:1"
+  echo "export PADDLECLOUD_TEST_IMAGE=127.0.0.1:$port/$repo:$IMAGE_VERSION"
+  echo "export PADDLECLOUD_PRIVATE_IMAGE=127.0.0.1:$((port + 1))/$repo:$IMAGE_VERSION"
   echo "export PADDLECLOUD_PRIVATE_USER=$user"
   echo "export PADDLECLOUD_PRIVATE_PASSWORD=$password"
 }

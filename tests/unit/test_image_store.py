@@ -80,5 +80,5 @@ def test_a_missing_tag_and_a_dead_registry_are_said_as_such(bed: Bed, tmp_path: 
         store.ensure(parse_image_ref(f"{bed.registry}/paddlecloud-test/base:no-such-tag"))
     assert err.value.problem == ImageProblem.NOT_FOUND
     with pytest.raises(ImageError, match="cannot reach") as err:
-        store.ensure(parse_image_ref("127.0.0.1:9/paddlecloud-test/base:1"))
+        store.ensure(parse_image_ref("127.0.0.1:9/paddlecloud-test/base:2"))
     assert err.value.problem == ImageProblem.UNREACHABLE

@@ -72,8 +72,10 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.errors import BackendError, JobRejected, NotSupported
+from paddlecloud.backends.images import ImageError, ImageStore
 from paddlecloud.backends.jobdirs import drop_scratch, sweep_trash, walk_bytes
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
+from paddlecloud.backends.local.image_prep import ImageUnusable, image_worker_env, prepare_image
 from paddlecloud.backends.local.isolation import Confiners, RunLimits, choose_all
 from paddlecloud.backends.local.keeper import Keeper
 from paddlecloud.backends.local.logs import log_runs, read_logs
@@ -84,6 +86,7 @@ from paddlecloud.backends.local.restarts import RestartBook
 from paddlecloud.backends.local.samplesets import LocalSampleSets
 from paddlecloud.backends.local.sandbox import (
     ConfinementError,
+    ImageRoot,
     JobJail,
     make_dirs,
     open_file_nofollow,
@@ -135,6 +138,9 @@ class _Job:
     book: RestartBook
     stage: Stage = Stage.PREPARING
     env_dir: Path | None = None
+    #: the unpacked image the workers run in, and its Env (``image_prep``); None: the host's system
+    image: ImageRoot | None = None
+    image_env: tuple[str, ...] = ()
     failure: str | None = None
     failure_reason: str = "WorkerFailed"
     events: list[BackendEvent] = field(default_factory=list)
@@ -175,6 +181,7 @@ class LocalBackend:
             Capability.FIXED_CAPACITY,
             Capability.SAMPLESETS,
             Capability.DISK_USAGE,
+            Capability.IMAGES,
         }
     )
 
@@ -195,6 +202,7 @@ class LocalBackend:
         self._sandbox, self.isolation = self._confine.sandbox, self._confine.isolation
         self._keeper = Keeper(config.root, self._confine)
         self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
+        self._images = ImageStore(config.root / "images")  # pulled and unpacked images, per digest
         self._collect()
         #: SampleSets: a JuiceFS mount per emulated node (``samplesets.py``)
         self.samplesets = LocalSampleSets(config.root / "samplesets", [n.name for n in self._nodes])
@@ -497,7 +505,10 @@ class LocalBackend:
                     safe_extract(package, pkg)
             runs = log_runs(job.dir / "logs", "prepare")
             prepare_log = job.dir / "logs" / f"prepare.{runs[-1] + 1 if runs else 0}.log"
-            job.env_dir = self._envs.ensure(self._requirements(job), prepare_log, job.launch.key)
+            requirements = self._requirements(job)
+            if job.launch.image is not None:
+                self._prepare_image(job, requirements)
+            job.env_dir = self._envs.ensure(requirements, prepare_log, job.launch.key)
             with job.lock:
                 workers = list(job.workers.values())
             for w in workers:
@@ -507,6 +518,10 @@ class LocalBackend:
             if jail is not None:
                 jail.check()  # every place the workers will see can be bound
             self._attach_sampleset(job)
+        except ImageError as exc:
+            job.failure, job.failure_reason = f"pulling {job.launch.image} failed: {exc}", str(exc.problem)
+        except ImageUnusable as exc:
+            job.failure, job.failure_reason = str(exc), "ImageUnusable"
         except (ArchiveError, EnvBuildError, OSError, ConfinementError) as exc:
             job.failure = f"preparing the job failed: {exc}"
         except BackendError as exc:  # the SampleSet cannot be mounted
@@ -690,7 +705,21 @@ class LocalBackend:
         assert job.env_dir is not None
         if self._sandbox is None:
             return None
-        return self._sandbox.jail(job.launch, job.env_dir, shared=(job.dir / "contract",))
+        return self._sandbox.jail(job.launch, job.env_dir, shared=(job.dir / "contract",), image=job.image)
+
+    def _prepare_image(self, job: _Job, requirements: str) -> None:
+        """Pull and check the job's image (``image_prep``; raises what fails the job)."""
+        if self._sandbox is None:
+            raise ImageUnusable(
+                "running in an image needs the sandbox, and this server runs workers unconfined "
+                "(up --isolation none, or bubblewrap missing): submit without --image"
+            )
+
+        def say(event: BackendEvent) -> None:
+            with job.lock:
+                job.events.append(event)
+
+        job.image, job.image_env = prepare_image(self._images, job.launch, requirements, say)
 
     def _spawn(self, job: _Job, workers: list[WorkerProc]) -> bool:
         """Start ``workers``; False if the OS refused one: the job then fails (``StartFailed``) and
@@ -710,6 +739,8 @@ class LocalBackend:
             os.environ, self.config.pass_env, sandboxed=self._sandbox is not None, env_dir=job.env_dir,
             shim=self._pythonpath, user=job.launch.user,
         )  # fmt: skip
+        if job.image is not None:
+            base = image_worker_env(base, job.image_env)
         jail = self._jail(job)
         # the job's namespace, made before its first worker and held until they are all started
         # (their monitors keep the hold for their runs: it is never removed under them)

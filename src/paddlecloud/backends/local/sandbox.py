@@ -67,6 +67,7 @@ __all__ = [
     "SANDBOX_UID",
     "Command",
     "ConfinementError",
+    "ImageRoot",
     "Isolation",
     "JobJail",
     "Sandbox",
@@ -115,6 +116,10 @@ PASS_ENV_UNCONFINED = ("PATH", "HOME", "USER", "LOGNAME", "TMPDIR")
 BUILD_ENV_PREFIXES = ("PIP_", "LC_")
 BUILD_ENV = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+#: what of an image's root a sandbox running in it sees (read-only), besides /etc
+IMAGE_ROOT = ("usr", "opt", *_MERGED_USR)
+#: the /etc files a sandbox gets from the platform, never from an image
+_PLATFORM_ETC = frozenset({"passwd", "group", "hosts", "resolv.conf"})
 _PIP_PATH_KEYS = ("find-links", "index-url", "extra-index-url", "cert", "client-cert", "constraint")
 _STATUS_MAX = 64 * 1024
 
@@ -144,6 +149,15 @@ class Command:
 
     argv: list[str]
     fds: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageRoot:
+    """What a sandbox needs of an unpacked image: its root file system and the python3 in it (a path
+    inside the image) that runs the platform's launcher."""
+
+    rootfs: Path
+    python: str
 
 
 @dataclass(frozen=True)
@@ -336,7 +350,42 @@ def _system_args(gpus: bool) -> list[str]:
             args += ["--ro-bind", str(p), str(p)]
     for name in ETC:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    args += ["--ro-bind-try", "/sys", "/sys"]
+    return args + _kernel_args(gpus)
+
+
+def _entry_args(src: Path, dst: str) -> list[str]:
+    """``src`` of an image at ``dst``: a link made anew inside (never followed on the host), a
+    folder or file bound read-only."""
+    if src.is_symlink():
+        return ["--symlink", os.readlink(src), dst]
+    if src.is_dir() or src.is_file():
+        return ["--ro-bind", str(src), dst]
+    return []
+
+
+def image_system_args(rootfs: Path, gpus: bool) -> list[str]:
+    """The read-only system of a sandbox that runs in an image (``backends.images``): the image's
+    system folders (``IMAGE_ROOT``) in their places, its /etc entry by entry in a folder of the
+    sandbox's own (so the generated passwd, group and hosts and the host's resolv.conf go in beside
+    them), and the kernel's parts as for every sandbox. The rest of the image's root (var, home,
+    root, srv, ...) is not bound: the root stays bubblewrap's, where the platform's places (the
+    data dir's folders, PFS) get their mount points, never in the shared unpacked image."""
+    args: list[str] = []
+    for name in IMAGE_ROOT:
+        args += _entry_args(rootfs / name, f"/{name}")
+    args += ["--dir", "/etc"]
+    etc = rootfs / "etc"
+    if etc.is_dir() and not etc.is_symlink():
+        for entry in sorted(etc.iterdir()):
+            if entry.name not in _PLATFORM_ETC:
+                args += _entry_args(entry, f"/etc/{entry.name}")
+    args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+    return args + _kernel_args(gpus)
+
+
+def _kernel_args(gpus: bool) -> list[str]:
+    """/sys read-only, /proc's dangerous parts masked, the GPUs' device nodes."""
+    args = ["--ro-bind-try", "/sys", "/sys"]
     for path in PROC_READ_ONLY:  # after --proc (``_base``): over the sandbox's own /proc
         args += ["--ro-bind", path, path]
     for path in PROC_MASKED_FILES:
@@ -445,20 +494,22 @@ class Sandbox:
             head += ["--unshare-user", "--uid", uid, "--gid", uid, "--disable-userns"]
         return [*head, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL"]
 
-    def _base(self, tmp: Path, identity: list[int], hostname: str) -> list[str]:
+    def _base(self, tmp: Path, identity: list[int], hostname: str, rootfs: Path | None) -> list[str]:
         """Namespaces, /proc, /dev, a private /tmp (first: data dirs may lie under the host's /tmp),
-        the system, /etc/passwd, /etc/group and /etc/hosts (from ``identity``), the base Python."""
+        the system (the host's, or ``rootfs``: an image's), /etc/passwd, /etc/group and /etc/hosts
+        (from ``identity``), the base Python (not in an image: the image's own runs the launcher)."""
         args = [*self._head(), "--hostname", hostname, "--proc", "/proc", "--dev", "/dev"]
-        args += ["--bind", str(tmp), "/tmp", "--symlink", "/tmp", "/var/tmp", *self._system]
+        system = self._system if rootfs is None else image_system_args(rootfs, self.gpus)
+        args += ["--bind", str(tmp), "/tmp", "--symlink", "/tmp", "/var/tmp", *system]
         for fd, name in zip(identity, ("passwd", "group", "hosts"), strict=True):
             args += ["--ro-bind-data", str(fd), f"/etc/{name}"]
-        for p in self._python:
+        for p in self._python if rootfs is None else []:
             args += ["--ro-bind", str(p), str(p)]
         return args
 
     @contextlib.contextmanager
     def _command(self, user: str, dirs: WorkerDirs, binds: list[str], fd_binds: list[tuple[str, Path, bool]],
-                 argv: list[str]) -> Iterator[Command]:  # fmt: skip
+                 argv: list[str], rootfs: Path | None = None) -> Iterator[Command]:  # fmt: skip
         """``argv`` in a sandbox: the base, ``binds`` (by name), ``fd_binds`` (opened without
         following links: (option, path, is a folder)); descriptors closed once the caller is done."""
         shutil.rmtree(dirs.tmp, ignore_errors=True)  # a fresh /tmp for every run
@@ -470,7 +521,7 @@ class Sandbox:
             _memfd("hosts", _hosts(dirs.hostname, dirs.address)),
         ]
         try:
-            args = self._base(dirs.tmp, fds[:3], dirs.hostname)
+            args = self._base(dirs.tmp, fds[:3], dirs.hostname, rootfs)
             for option, path, is_dir in fd_binds:
                 fds.append(open_nofollow(path, directory=is_dir))
                 args += [option, str(fds[-1]), str(path)]
@@ -480,9 +531,12 @@ class Sandbox:
             for fd in fds:
                 os.close(fd)
 
-    def jail(self, launch: JobLaunch, env_dir: Path, shared: Sequence[Path] = ()) -> JobJail:
+    def jail(
+        self, launch: JobLaunch, env_dir: Path, shared: Sequence[Path] = (), image: ImageRoot | None = None
+    ) -> JobJail:
         """The confinement of ``launch``'s workers (nothing is opened until a worker is wrapped);
-        ``shared``: platform folders of the job its workers read (the membership file's)."""
+        ``shared``: platform folders of the job its workers read (the membership file's); ``image``:
+        the unpacked image they run in (its system instead of the host's, its python)."""
         home, public = launch.home_dir, launch.public_dir
         data: list[tuple[str, Path, bool]] = []
         if home is not None:
@@ -496,7 +550,7 @@ class Sandbox:
         if not _under(launch.output_dir, home):
             data.append(("--bind-fd", launch.output_dir, True))
         ca = (Path(launch.api.ca),) if launch.api.ca else ()  # the API's CA bundle (https), public
-        return JobJail(self, launch.user, env_dir, tuple(data), (*shared, *ca))
+        return JobJail(self, launch.user, env_dir, tuple(data), (*shared, *ca), image=image)
 
     @contextlib.contextmanager
     def build(self, target: Path, tmp: Path, argv: list[str]) -> Iterator[Command]:
@@ -530,11 +584,14 @@ class JobJail:
     data: tuple[tuple[str, Path, bool], ...] = field(default=())
     shared: tuple[Path, ...] = field(default=())
     die_with_parent: bool = False
+    #: the image the workers run in (None: the host's system and the job's environment)
+    image: ImageRoot | None = None
 
     @property
     def python(self) -> str:
-        """The interpreter the launcher runs under inside (the job's own environment's)."""
-        return str(self.env_dir / "bin" / "python")
+        """The interpreter the launcher runs under inside (the job's own environment's, or the
+        image's)."""
+        return self.image.python if self.image is not None else str(self.env_dir / "bin" / "python")
 
     def check(self) -> None:
         """Make the user's home if it is missing and check that every PFS place can be bound
@@ -548,7 +605,8 @@ class JobJail:
     def wrap(self, dirs: WorkerDirs, argv: list[str]) -> Iterator[Command]:
         """``argv`` (the launcher) confined to this job's places and the worker's own folders."""
         binds = ["--ro-bind", str(self.sandbox.shim), str(self.sandbox.shim)]
-        binds += ["--ro-bind", str(self.env_dir), str(self.env_dir)]
+        if self.image is None:
+            binds += ["--ro-bind", str(self.env_dir), str(self.env_dir)]
         for folder in self.shared:
             binds += ["--ro-bind-try", str(folder), str(folder)]  # absent for runs of older versions
         binds += ["--bind", str(dirs.cwd), str(dirs.cwd), "--bind", str(dirs.status), str(dirs.status)]
@@ -557,7 +615,8 @@ class JobJail:
         if dirs.api_socket is not None:
             binds += ["--ro-bind", str(dirs.api_socket), API_SOCKET]
         binds += ["--die-with-parent"] if self.die_with_parent else []
-        with self.sandbox._command(self.user, dirs, binds, list(self.data), argv) as cmd:
+        rootfs = self.image.rootfs if self.image is not None else None
+        with self.sandbox._command(self.user, dirs, binds, list(self.data), argv, rootfs) as cmd:
             yield cmd
 
 

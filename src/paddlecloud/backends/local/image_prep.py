@@ -1,0 +1,103 @@
+"""A local job's container image at Preparing, and its workers' environment from the image's.
+
+    LocalBackend._prepare ──prepare_image(store, launch, requirements, say)──▶
+        ImageStore.ensure (``backends.images``: pulled once per digest; progress through ``say`` as
+        the job's events, "Pulling REF (120 / 480 MiB)", at most every few seconds)
+        ─▶ the python3 on the image's PATH (the platform's launcher runs under it: the runtime is
+           standard library only) ─▶ ImageRoot (what the sandbox binds) + the image's Env
+    LocalBackend._spawn_all ──image_worker_env(base, image env)──▶ the image's variables, then the
+        platform's (the image's PATH instead of the host's; no virtualenv)
+
+What cannot work says so at Preparing, with what to change: an image without python3, a package
+with a requirements.txt (installing it into the image is the next step of issue 27), a server that
+runs workers unconfined (an image is a sandbox's root).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from paddlecloud.backends.base import BackendEvent, JobLaunch
+from paddlecloud.backends.images import Image, ImageStore
+from paddlecloud.backends.local.sandbox import SYSTEM_PATH, ImageRoot
+from paddlecloud.core.imageref import parse_image_ref
+
+__all__ = ["ImageUnusable", "PullReporter", "image_worker_env", "prepare_image"]
+
+_MIB = 2**20
+#: the least time between two "Pulling" events of one pull
+REPORT_EVERY_S = 3.0
+
+Say = Callable[[BackendEvent], None]
+
+
+class ImageUnusable(Exception):
+    """The image (or the job with it) cannot run here; the message says what to change."""
+
+
+@dataclass
+class PullReporter:
+    """``ImageStore.ensure``'s progress as the job's events, at most one per ``every`` seconds."""
+
+    ref: str
+    say: Say
+    every: float = REPORT_EVERY_S
+    clock: Callable[[], float] = time.monotonic
+    _last: float = field(default=-1e18, init=False)
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if now - self._last < self.every and done < total:
+            return
+        self._last = now
+        said = f"Pulling {self.ref} ({done // _MIB} / {total // _MIB} MiB)"
+        self.say(BackendEvent("Normal", "Pulling", said))
+
+
+def _env(image: Image) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in image.env if "=" in e)
+
+
+def find_python(image: Image) -> str:
+    """The python3 the image's PATH finds (a path inside the image)."""
+    path = _env(image).get("PATH", SYSTEM_PATH)
+    for folder in path.split(os.pathsep):
+        if folder.startswith("/") and os.path.lexists(image.rootfs / folder.lstrip("/") / "python3"):
+            return f"{folder.rstrip('/')}/python3"
+    raise ImageUnusable(
+        f"{image.ref} has no python3 on its PATH ({path}): the platform's launcher runs under the "
+        "image's Python 3; use an image that has one"
+    )
+
+
+def prepare_image(
+    store: ImageStore, launch: JobLaunch, requirements: str, say: Say
+) -> tuple[ImageRoot, tuple[str, ...]]:
+    """``launch.image`` pulled and checked: what the sandbox needs and the image's Env."""
+    assert launch.image is not None
+    if requirements.strip():
+        raise ImageUnusable(
+            "a package with a requirements.txt cannot run in an image yet: install those packages in "
+            "the image, or submit without --image"
+        )
+    ref = parse_image_ref(launch.image)
+    started = time.monotonic()
+    say(BackendEvent("Normal", "Pulling", f"Pulling {ref}"))
+    image = store.ensure(ref, None, PullReporter(str(ref), say))
+    python = find_python(image)
+    took = time.monotonic() - started
+    say(BackendEvent("Normal", "Pulled", f"{ref} is {image.digest[:19]}… (ready in {took:.1f} s)"))
+    return ImageRoot(image.rootfs, python), image.env
+
+
+def image_worker_env(base: Mapping[str, str], image_env: tuple[str, ...]) -> dict[str, str]:
+    """A worker's environment in an image: the image's variables, then the platform's on top, the
+    image's PATH instead of the host's system path, and no virtualenv."""
+    own = dict(e.split("=", 1) for e in image_env if "=" in e)
+    env = {**own, **base}
+    env["PATH"] = own.get("PATH", SYSTEM_PATH)
+    env.pop("VIRTUAL_ENV", None)
+    return env

@@ -1,0 +1,115 @@
+"""The local backend runs a job's workers in its container image (issue 27): the image pulled once
+at Preparing (its progress as events), its root file system the sandbox's system, its python3
+running the platform's launcher, the job's PFS places and output as without an image; what cannot
+work fails the job at Preparing with what to change.
+
+The image is the test bed's (``scripts/ensure-registry.sh``): Debian 12 with python3 and
+``/etc/paddlecloud-image``, a file this host does not have."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from registry_bed import Bed
+
+from paddlecloud.api.models import JobDetail
+from paddlecloud.client import Client
+from paddlecloud.controller import Platform
+
+__all__: list[str] = []
+
+MakePackage = Callable[[dict[str, str]], Path]
+Drive = Callable[..., JobDetail]
+
+pytestmark = pytest.mark.timeout(300)
+
+PROBE = {
+    "probe.py": """\
+import json, os, sys
+from pathlib import Path
+out = Path(os.environ["PADDLECLOUD_OUTPUT_DIR"])
+seen = {
+    "marker": Path("/etc/paddlecloud-image").read_text(),
+    "python": sys.executable,
+    "prefix": sys.prefix,
+    "host_python": Path(sys.argv[1]).exists(),
+    "path": os.environ["PATH"],
+    "virtual_env": os.environ.get("VIRTUAL_ENV"),
+    "role": os.environ["PADDLECLOUD_ROLE"],
+}
+(out / f"seen-{os.environ['PADDLECLOUD_TRAINER_ID']}.json").write_text(json.dumps(seen))
+print("ran in", seen["marker"].strip(), flush=True)
+"""
+}
+
+
+def _submit(client: Client, pkg: Path, name: str, image: str, trainers: int = 2) -> None:
+    body = {
+        "name": name, "entry": f"python probe.py {sys.executable}", "image": image,
+        "trainers": {"count": trainers, "cpu": "250m", "memory": "256Mi"},
+    }  # fmt: skip
+    client.submit(body, package_dir=pkg)
+
+
+def test_each_worker_runs_in_the_image(
+    bed: Bed, platform: Platform, alice: Client, make_package: MakePackage, drive: Drive
+) -> None:
+    pkg = make_package(PROBE)
+    _submit(alice, pkg, "inimage", bed.image)
+    job = drive(alice, "inimage", {"Succeeded", "Failed"})
+    assert job.phase == "Succeeded", (job.message, alice.logs("inimage", worker="trainer-0"))
+    for i in range(2):
+        seen = json.loads((Path(job.output_dir) / f"seen-{i}.json").read_text())
+        assert seen["marker"].startswith("built for the PaddleCloud image tests")  # only the image has it
+        assert seen["python"].startswith("/usr/bin/python") and seen["prefix"] == "/usr"  # the image's
+        assert seen["host_python"] is False  # the server's own Python is not there
+        assert seen["virtual_env"] is None and seen["path"].startswith("/usr/local/sbin")
+        assert seen["role"] == "trainer"
+    said = [e.message for e in alice.job("inimage").events]
+    assert any(m.startswith(f"Pulling {bed.image}") for m in said), said
+    assert any(m.startswith(f"{bed.image} is sha256:") for m in said), said
+
+
+def test_the_second_job_on_an_image_pulls_nothing(
+    bed: Bed, platform: Platform, alice: Client, make_package: MakePackage, drive: Drive
+) -> None:
+    pkg = make_package(PROBE)
+    _submit(alice, pkg, "first", bed.image, trainers=1)
+    assert drive(alice, "first", {"Succeeded", "Failed"}).phase == "Succeeded"
+    _submit(alice, pkg, "second", bed.image, trainers=1)
+    job = drive(alice, "second", {"Succeeded", "Failed"})
+    assert job.phase == "Succeeded", job.message
+    said = [e.message for e in alice.job("second").events]
+    assert not any("MiB)" in m for m in said), said  # no pull progress: the digest was cached
+
+
+@pytest.mark.parametrize(
+    ("image", "reason", "says"),
+    [
+        ("{registry}/paddlecloud-test/base:no-such-tag", "ImageNotFound", "is not on"),
+        ("{private}", "ImageUnauthorized", "paddlecloud image login"),
+        ("127.0.0.1:9/paddlecloud-test/base:2", "RegistryUnreachable", "cannot reach"),
+    ],
+)
+def test_an_image_that_cannot_be_pulled_fails_the_job_at_preparing(
+    bed: Bed, platform: Platform, alice: Client, make_package: MakePackage, drive: Drive,
+    image: str, reason: str, says: str,
+) -> None:  # fmt: skip
+    ref = image.format(registry=bed.registry, private=bed.private_image)
+    _submit(alice, make_package(PROBE), "nopull", ref, trainers=1)
+    job = drive(alice, "nopull", {"Succeeded", "Failed"})
+    assert (job.phase, job.reason) == ("Failed", reason), job.message
+    assert says in job.message and bed.password not in job.message
+
+
+def test_requirements_with_an_image_fail_at_preparing_with_what_to_do(
+    bed: Bed, platform: Platform, alice: Client, make_package: MakePackage, drive: Drive
+) -> None:
+    _submit(alice, make_package({**PROBE, "requirements.txt": "six\n"}), "withreq", bed.image, trainers=1)
+    job = drive(alice, "withreq", {"Succeeded", "Failed"})
+    assert (job.phase, job.reason) == ("Failed", "ImageUnusable")
+    assert "install those packages in the image" in job.message
