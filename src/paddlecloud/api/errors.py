@@ -104,6 +104,8 @@ class ErrorCode(StrEnum):
     SAMPLESET_PATH_INVALID = "sampleset_path_invalid"
     #: a job names a container image on a backend that cannot run one (``Capability.IMAGES``)
     IMAGES_UNAVAILABLE = "images_unavailable"
+    #: logging out of a registry one has no login for
+    REGISTRY_LOGIN_NOT_FOUND = "registry_login_not_found"
     #: an operation this server's backend does not offer (``version`` lists its capabilities)
     NOT_SUPPORTED = "not_supported"
     INTERNAL = "internal"
@@ -228,6 +230,7 @@ _BY_CODE: dict[str, type[PaddleCloudError]] = {
     ErrorCode.SAMPLESETS_UNAVAILABLE: Conflict,
     ErrorCode.SAMPLESET_PATH_INVALID: InvalidInput,
     ErrorCode.IMAGES_UNAVAILABLE: Conflict,
+    ErrorCode.REGISTRY_LOGIN_NOT_FOUND: NotFound,
 }
 
 

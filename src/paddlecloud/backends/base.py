@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from paddlecloud.api.adaptive import BatchSpec
+from paddlecloud.backends.images import RegistryAuth
 from paddlecloud.backends.samplesets import SampleSetRef
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
 from paddlecloud.core.phases import WorkerReason, WorkerState
@@ -206,6 +207,9 @@ class JobLaunch:
     #: the container image the workers run in (``IMAGES`` backends), canonical
     #: ``REGISTRY/REPOSITORY[:TAG][@DIGEST]`` (``core.imageref``); None: the backend's own environment
     image: str | None = None
+    #: the job's owner's credentials for the image's registry (``paddlecloud image login``); only
+    #: for the pull, never in a worker's environment, a log or an event
+    image_auth: RegistryAuth | None = None
 
     def count(self, role: str) -> int:
         return sum(1 for p in self.placement if p.role == role)

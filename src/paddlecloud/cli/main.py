@@ -35,6 +35,7 @@ COMMANDS = {
     "kill": ("jobs", "kill"),
     "pfs": ("pfs", "pfs"),
     "sampleset": ("samplesets", "sampleset"),
+    "image": ("images", "image"),
     "login": ("account", "login"),
     "config": ("account", "config"),
     "admin": ("account", "admin"),

@@ -16,10 +16,12 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from paddlecloud.api.adaptive import AdaptiveReport, AdaptiveState
+from paddlecloud.api.images import RegistryLoginList, RegistryLoginView
 from paddlecloud.api.models import (
     JobDetail,
     JobList,
@@ -216,6 +218,23 @@ class Client:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {name} still {job.phase} after {timeout} s")
             time.sleep(poll)
+
+    # -- container registries ---------------------------------------------------------------------
+
+    def registry_login(self, registry: str, username: str, password: str) -> None:
+        """Store your credentials for ``registry`` (``host[:port]``) on the server: your jobs' pulls
+        from it use them, nobody else's do; the password is never shown again."""
+        body = {"username": username, "password": password}
+        self._session.request("PUT", f"/registries/{quote(registry, safe=':')}/login", json=body)
+
+    def registry_logout(self, registry: str) -> None:
+        self._session.request("DELETE", f"/registries/{quote(registry, safe=':')}/login")
+
+    def registry_logins(self) -> list[RegistryLoginView]:
+        """The registries you are logged in to (never a password)."""
+        return RegistryLoginList.model_validate_json(
+            self._session.request("GET", "/registries").content
+        ).logins
 
     # -- users ----------------------------------------------------------------------------------
 

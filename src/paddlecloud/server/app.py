@@ -23,6 +23,7 @@ from paddlecloud.console import create_console
 from paddlecloud.controller import Platform
 from paddlecloud.server import (
     routes_adaptive,
+    routes_images,
     routes_jobs,
     routes_metrics,
     routes_pfs,
@@ -115,6 +116,7 @@ def create_app(platform: Platform, *, run_loop: bool = True) -> FastAPI:
     app.include_router(routes_pfs.router, prefix=API_PREFIX)
     app.include_router(routes_samplesets.router, prefix=API_PREFIX)
     app.include_router(routes_users.router, prefix=API_PREFIX)
+    app.include_router(routes_images.router, prefix=API_PREFIX)
     app.include_router(routes_scheduling.router, prefix=API_PREFIX)
     app.include_router(routes_metrics.router, prefix=API_PREFIX)
     app.include_router(routes_metrics.metrics_router)

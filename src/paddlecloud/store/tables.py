@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -30,6 +31,7 @@ __all__ = [
     "EventRow",
     "JobRow",
     "JobTokenRow",
+    "RegistryLoginRow",
     "SampleJobRow",
     "SampleSetRow",
     "TaskQueueRow",
@@ -56,6 +58,21 @@ class UserRow(Base):
     cpu_quota_m: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     memory_quota: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     gpu_quota: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class RegistryLoginRow(Base):
+    """A user's credentials for one container registry (``paddlecloud image login``): the password
+    encrypted with the server's key (``controller.model.registry_logins``), never listed."""
+
+    __tablename__ = "registry_logins"
+    __table_args__ = (UniqueConstraint("user", "registry", name="uq_registry_logins_user_registry"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user: Mapped[str] = mapped_column(String(63))
+    #: host[:port] of the registry (the column "registry"; ``registry`` itself is SQLAlchemy's)
+    registry_name: Mapped[str] = mapped_column("registry", String(255))
+    username: Mapped[str] = mapped_column(String(255))
+    secret: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class JobRow(Base):

@@ -86,7 +86,7 @@ def prepare_image(
     ref = parse_image_ref(launch.image)
     started = time.monotonic()
     say(BackendEvent("Normal", "Pulling", f"Pulling {ref}"))
-    image = store.ensure(ref, None, PullReporter(str(ref), say))
+    image = store.ensure(ref, launch.image_auth, PullReporter(str(ref), say))
     python = find_python(image)
     took = time.monotonic() - started
     say(BackendEvent("Normal", "Pulled", f"{ref} is {image.digest[:19]}… (ready in {took:.1f} s)"))

@@ -23,6 +23,7 @@ from paddlecloud.api import API_PREFIX
 from paddlecloud.api.models import JobSpec
 from paddlecloud.backends.base import RENDEZVOUS, STORE_NEED, Backend, Capability, JobLaunch
 from paddlecloud.backends.errors import BackendError
+from paddlecloud.backends.images import RegistryAuth
 from paddlecloud.backends.samplesets import SampleSetRef
 from paddlecloud.controller.model.batches import BatchPlans, adaptive_spec, batch_env
 from paddlecloud.controller.model.config import PlatformConfig
@@ -33,10 +34,12 @@ from paddlecloud.controller.model.jobtokens import issue_job_token
 from paddlecloud.controller.model.metrics import PlatformMetrics
 from paddlecloud.controller.model.placement import placed
 from paddlecloud.controller.model.ports import PfsSpace
+from paddlecloud.controller.model.registry_logins import SecretBox, auth_for
 from paddlecloud.controller.model.sampleset_refs import launch_ref
 from paddlecloud.controller.model.specs import SpecCache
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
+from paddlecloud.core.imageref import parse_image_ref
 from paddlecloud.core.phases import TERMINAL_PHASES, JobPhase, check_transition
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
@@ -105,6 +108,8 @@ class Context:
     history: History = field(default_factory=History)
     #: the latest start-time forecast (``controller.loop.forecasts``); None: none is made
     forecasts: ForecastBoard | None = None
+    #: seals and opens the users' registry passwords (``model.registry_logins``); None: no logins
+    secrets: SecretBox | None = None
     #: what the disk watch measured: the users' jobs' folders, the users over their storage quota
     #: (``controller.loop.diskwatch``; the file service reads the first, the reconciler takes the second)
     disk: DiskBook = field(default_factory=DiskBook)
@@ -202,7 +207,15 @@ class Context:
             batch=adaptive_spec(parsed),
             sampleset=self._sampleset(row, parsed.sampleset),
             image=parsed.image,
+            image_auth=self._image_auth(row.user, parsed.image),
         )
+
+    def _image_auth(self, owner: str, image: str | None) -> RegistryAuth | None:
+        """The job's owner's login for its image's registry, and nobody else's."""
+        if image is None or self.secrets is None:
+            return None
+        with self.session() as s:
+            return auth_for(s, self.secrets, owner, parse_image_ref(image).registry)
 
     def _sampleset(self, row: JobRow, name: str | None) -> SampleSetRef | None:
         """The SampleSet the job reads (``JobRejected`` when it is gone: the job fails alone)."""

@@ -49,12 +49,14 @@ from paddlecloud.controller.model.identity import Identity, require_admin
 from paddlecloud.controller.model.limits import storage_quota
 from paddlecloud.controller.model.metrics import PlatformMetrics, live_figures
 from paddlecloud.controller.model.readcache import ReadCache
+from paddlecloud.controller.model.registry_logins import SecretBox
 from paddlecloud.controller.model.sampleset_refs import cached_bytes_of
 from paddlecloud.controller.platform.user_deletion import UserDeletion
 from paddlecloud.controller.services.adaptive import AdaptiveService
 from paddlecloud.controller.services.files import FileService
 from paddlecloud.controller.services.files_local import LocalTransfers
 from paddlecloud.controller.services.jobs import JobService
+from paddlecloud.controller.services.registries import RegistryLogins
 from paddlecloud.controller.services.samplesets import SampleSetService
 from paddlecloud.controller.services.tasks import TaskService
 from paddlecloud.controller.services.users import UserDirectory
@@ -85,6 +87,8 @@ class Platform:
     #: SampleSets: the requests, and the loop that drives their lifecycle (a thread of its own)
     samplesets: SampleSetService
     sampleset_loop: SampleSetLoop
+    #: the users' container-registry logins (``paddlecloud image login``)
+    registries: RegistryLogins
     #: refreshes the start-time forecast (``controller.loop.forecasts``) in a thread of its own
     forecaster: Forecaster | None = None
     #: measures the storage use of users with running jobs in a thread of its own (tests: ``step``)
@@ -135,9 +139,11 @@ class Platform:
         files = FileService(
             LocalDirStore(config.pfs_dir), config.datacenter, quota_of, metrics, cached_of, disk.user_bytes
         )
+        secrets = SecretBox(config.data_dir / "secrets" / "registry.key")
         ctx = Context(
-            config=config, db=db, backend=backend, clock=clock, files=files, metrics=metrics, disk=disk
-        )
+            config=config, db=db, backend=backend, clock=clock, files=files, metrics=metrics, disk=disk,
+            secrets=secrets,
+        )  # fmt: skip
         holder.append(ctx)
         reconciler = Reconciler(ctx, make_policy(config.policy))
         metrics.watch(lambda: live_figures(db, reconciler.nodes))
@@ -157,6 +163,7 @@ class Platform:
             adaptive=AdaptiveService(ctx),
             samplesets=SampleSetService(ctx, files, sampleset_loop.wake),
             sampleset_loop=sampleset_loop,
+            registries=RegistryLogins(ctx, secrets),
             forecaster=forecaster,
             disk_watch=DiskWatch(ctx),
         )

@@ -22,7 +22,7 @@ import hashlib
 import secrets
 import threading
 
-from sqlalchemy import Select, select, update
+from sqlalchemy import Select, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -32,7 +32,7 @@ from paddlecloud.controller.model.config import ComputeLimits
 from paddlecloud.controller.model.identity import Identity, require_admin
 from paddlecloud.core.clock import Clock
 from paddlecloud.core.phases import TERMINAL_PHASES
-from paddlecloud.store.tables import JobRow, SampleSetRow, UserRow
+from paddlecloud.store.tables import JobRow, RegistryLoginRow, SampleSetRow, UserRow
 
 __all__ = ["UserDirectory"]
 
@@ -190,12 +190,13 @@ class UserDirectory:
     @staticmethod
     def forget(session: Session, name: str) -> None:
         """The last step of deleting ``name``: their SampleSets marked deleting (their loop unmounts
-        and removes them), their row removed (the name is free again)."""
+        and removes them), their registry logins and their row removed (the name is free again)."""
         session.execute(
             update(SampleSetRow)
             .where(SampleSetRow.owner == name)
             .values(deleting=True, message="deleting: its owner was deleted")
         )
+        session.execute(delete(RegistryLoginRow).where(RegistryLoginRow.user == name))
         gone = session.scalar(select(UserRow).where(UserRow.name == name))
         if gone is not None:
             session.delete(gone)
