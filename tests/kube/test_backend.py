@@ -6,6 +6,7 @@ pods/log; nodes from the Nodes' allocatable; adopt takes over after a server res
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from kubernetes import client
 
 from paddlecloud.backends.base import JobLaunch, JobStatus, LogRequest
 from paddlecloud.backends.errors import BackendUnavailable, JobRejected, NotSupported
+from paddlecloud.backends.images import RegistryAuth
 from paddlecloud.backends.kubernetes.backend import KubernetesBackend
 from paddlecloud.backends.kubernetes.settings import KubeSettings
 from paddlecloud.core.envcontract import ApiAccess, JobFiles
@@ -328,3 +330,34 @@ def test_an_unreachable_api_server_is_transient_for_start_and_adopt(tmp_path: Pa
             b.start(launch())
         with pytest.raises(BackendUnavailable, match="reading TrainingJob jobs/alice-fit"):
             b.adopt(launch())
+
+
+def test_a_job_in_a_private_image_pulls_with_its_owners_login(
+    kube: FakeKube, backend: KubernetesBackend
+) -> None:
+    auth = RegistryAuth("127.0.0.1:5001", "alice-bot", "pull-secret-value")
+    backend.start(launch(pservers=0, trainers=1, image="127.0.0.1:5001/team/train:1", image_auth=auth))
+    tj = kube.get(P, "fit", NS, group=G)
+    assert (tj["spec"]["image"], tj["spec"]["imagePullSecret"]) == ("127.0.0.1:5001/team/train:1", "fit-pull")
+    assert kube.store.pruned == []  # the CRD's schema has the field
+    assert "pull-secret-value" not in json.dumps(tj)  # the TrainingJob names the Secret, holds nothing of it
+    secret = kube.get("secrets", "fit-pull", NS)
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == tj["metadata"]["uid"]  # deleted with the job
+    config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    entry = config["auths"]["127.0.0.1:5001"]
+    assert (entry["username"], entry["password"]) == ("alice-bot", "pull-secret-value")
+    assert base64.b64decode(entry["auth"]) == b"alice-bot:pull-secret-value"
+    pod = wait_for(
+        "the trainer pod",
+        lambda: next((p for p in kube.list("pods", NS) if p["metadata"]["name"] == "fit-trainer-0"), None),
+    )
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "fit-pull"}]
+    assert {c["image"] for c in pod["spec"]["containers"]} == {"127.0.0.1:5001/team/train:1"}
+
+
+def test_a_job_without_a_login_gets_no_pull_secret(kube: FakeKube, backend: KubernetesBackend) -> None:
+    backend.start(launch(pservers=0, trainers=1, image="127.0.0.1:5000/team/train:1"))
+    tj = kube.get(P, "fit", NS, group=G)
+    assert "imagePullSecret" not in tj["spec"]
+    assert "fit-pull" not in {s["metadata"]["name"] for s in kube.list("secrets", NS)}

@@ -56,6 +56,7 @@ from paddlecloud.backends.kubernetes.launch import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_KEY,
     placed,
+    pull_secret,
     token_secret,
     training_job,
 )
@@ -328,7 +329,26 @@ class KubernetesBackend:
         if not any(e.message == message for e in job.events):
             job.events.append(BackendEvent("Normal", "WaitingForCleanup", message))
 
+    def _pull_secret(self, job: _Job, tj: Obj) -> None:
+        """The owner's registry login as the pods' pull secret (made anew: a login may have changed)."""
+        body = pull_secret(job.launch, tj)
+        if body is None:
+            return
+        try:
+            self.kube.call(self.kube.core.create_namespaced_secret, job.namespace, body)
+        except client.ApiException as exc:
+            if api_status(exc) != 409:
+                raise
+            patch = {
+                "metadata": {"ownerReferences": body["metadata"]["ownerReferences"]},
+                "data": body["data"],
+            }
+            self.kube.call(
+                self.kube.core.patch_namespaced_secret, body["metadata"]["name"], job.namespace, patch
+            )
+
     def _secret(self, job: _Job, tj: Obj) -> None:
+        self._pull_secret(job, tj)
         body = token_secret(job.launch, tj, new_rendezvous_key())
         name = body["metadata"]["name"]
         try:

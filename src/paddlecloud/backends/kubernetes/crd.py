@@ -282,6 +282,10 @@ def spec_schema() -> Schema:
             "user": _str("owner (PADDLECLOUD_JOB_USER); whose PFS home the pods mount", minLength=1),
             "jobName": _str("job name in the platform (default metadata.name)"),
             "image": _str("container image of the workers (needs python3)", minLength=1),
+            "imagePullSecret": _str(
+                "Secret (kubernetes.io/dockerconfigjson) the pods pull the image with: the job owner's "
+                "registry login, made by the platform"
+            ),
             "entry": _str("shell command run in the package directory", minLength=1, maxLength=4096),
             "framework": _str("env contract flavour", enum=list(FRAMEWORKS), default="none"),
             "package": _package(),

@@ -15,6 +15,7 @@ server's scheduler sizes the job, so the EDL controller leaves it alone. Pure.
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 from paddlecloud.backends.base import JobLaunch
@@ -32,6 +33,7 @@ __all__ = [
     "Placed",
     "job_name",
     "placed",
+    "pull_secret",
     "requirements",
     "token_secret",
     "training_job",
@@ -99,6 +101,7 @@ def _spec(launch: JobLaunch, settings: KubeSettings, name: str, datacenter: str)
         "user": launch.user,
         "jobName": launch.name,
         "image": launch.image or settings.image,
+        **({"imagePullSecret": f"{name}-pull"} if launch.image_auth is not None else {}),
         "entry": launch.entry,
         "framework": launch.framework,
         "package": {"path": launch.package_path},
@@ -154,6 +157,32 @@ def training_job(launch: JobLaunch, settings: KubeSettings, datacenter: str) -> 
             "annotations": {ANNOTATION_KEY: launch.key, ANNOTATION_ATTEMPT: str(launch.attempt)},
         },
         "spec": _spec(launch, settings, name, datacenter),
+    }
+
+
+def pull_secret(launch: JobLaunch, job: Obj) -> Obj | None:
+    """The Secret the pods pull the job's image with (the owner's registry login, as a
+    ``kubernetes.io/dockerconfigjson``), owned by the TrainingJob (deleted with it); None: the job
+    has no login for its image's registry."""
+    auth, name = launch.image_auth, job["spec"].get("imagePullSecret")
+    if auth is None or not name:
+        return None
+    meta = job["metadata"]
+    pair = base64.b64encode(f"{auth.username}:{auth.password}".encode()).decode()
+    config = {"auths": {auth.registry: {"username": auth.username, "password": auth.password, "auth": pair}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {crd.LABEL_MANAGED_BY: crd.MANAGED_BY, crd.LABEL_JOB: meta["name"]},
+            "ownerReferences": [
+                {"apiVersion": crd.API_VERSION, "kind": crd.KIND, "name": meta["name"], "uid": meta["uid"]}
+            ],
+        },
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()},
     }
 
 

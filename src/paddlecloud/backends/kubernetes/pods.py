@@ -400,6 +400,8 @@ def _pod_spec(job: JobView, role: str, index: int, run: int) -> Obj:
         "containers": [worker],
         "volumes": volumes,
     }
+    if job.image_pull_secret:
+        spec["imagePullSecrets"] = [{"name": job.image_pull_secret}]
     _sampleset(job, role, spec)
     if role == TRAINER:
         spec["hostname"] = worker_name(TRAINER, index)

@@ -81,6 +81,8 @@ class JobView:
     user: str
     job_name: str
     image: str
+    #: the Secret the pods pull ``image`` with ("": none)
+    image_pull_secret: str
     entry: str
     framework: str
     package_url: str
@@ -229,6 +231,7 @@ def read_job(obj: Mapping[str, Any]) -> JobView:
         user=str(spec.get("user") or ""),
         job_name=str(spec.get("jobName") or name),
         image=str(spec.get("image") or ""),
+        image_pull_secret=str(spec.get("imagePullSecret") or ""),
         entry=str(spec.get("entry") or ""),
         framework=framework,
         package_url=str(package.get("url") or ""),
