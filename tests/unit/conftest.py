@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import os
 import signal
-import subprocess
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from registry_bed import Bed
+from registry_bed import Bed, start_bed, stop_bed
 
 from paddlecloud.api.models import JobDetail
 from paddlecloud.backends.local import LocalSettings, NodeShape
@@ -217,25 +216,6 @@ def bob(client_for: Callable[..., Client]) -> Client:
 
 @pytest.fixture(scope="session")
 def bed() -> Iterator[Bed]:
-    """The container-image test bed (``scripts/ensure-registry.sh start``: two registries on
-    127.0.0.1 and the base image built from Debian packages, cached on the machine), stopped at the
-    end of the session."""
-    script = Path(__file__).resolve().parents[2] / "scripts" / "ensure-registry.sh"
-    out = subprocess.run(
-        ["bash", str(script), "start"], capture_output=True, text=True, timeout=900, check=False
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    env = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in out.stdout.splitlines()
-        if line.startswith("export ")
-    )
-    yield Bed(
-        registry=env["PADDLECLOUD_REGISTRY"],
-        private_registry=env["PADDLECLOUD_PRIVATE_REGISTRY"],
-        image=env["PADDLECLOUD_TEST_IMAGE"],
-        private_image=env["PADDLECLOUD_PRIVATE_IMAGE"],
-        user=env["PADDLECLOUD_PRIVATE_USER"],
-        password=env["PADDLECLOUD_PRIVATE_PASSWORD"],
-    )
-    subprocess.run(["bash", str(script), "stop"], timeout=60, check=False, env=dict(os.environ))
+    """The container-image test bed (``registry_bed.start_bed``), stopped at the end of the session."""
+    yield start_bed()
+    stop_bed()

@@ -68,6 +68,8 @@ EXPECTED: dict[ErrorCode, tuple[type[PaddleCloudError], int]] = {
     ErrorCode.SAMPLESET_IN_USE: (Conflict, 409),
     ErrorCode.SAMPLESETS_UNAVAILABLE: (Conflict, 409),
     ErrorCode.SAMPLESET_PATH_INVALID: (InvalidInput, 422),
+    ErrorCode.IMAGES_UNAVAILABLE: (Conflict, 409),
+    ErrorCode.REGISTRY_LOGIN_NOT_FOUND: (NotFound, 404),
 }
 
 

@@ -29,6 +29,7 @@ TABLES = {
     "sample_jobs",
     "adaptive_states",
     "adaptive_reports",
+    "registry_logins",
 }
 
 

@@ -270,6 +270,18 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
     },
     # SampleSets: the caller's own only (admins list everyone's: test_c_sampleset_listing_is_scoped)
     ("GET", "/api/v1/samplesets"): {"self": True},
+    # a user's own registry logins: no name of anyone else's reaches them (test_registry_logins.py)
+    ("GET", "/api/v1/registries"): {"self": True},
+    ("PUT", "/api/v1/registries/{registry}/login"): {
+        "self": True,
+        "probe": lambda w, t: [
+            Request("PUT", "/registries/127.0.0.1:5001/login", json={"username": "u", "password": "p"})
+        ],
+    },
+    ("DELETE", "/api/v1/registries/{registry}/login"): {
+        "self": True,
+        "probe": lambda w, t: [Request("DELETE", "/registries/127.0.0.1:5001/login")],
+    },
     ("POST", "/api/v1/samplesets"): {"probe": sampleset_create_probes},
     ("GET", "/api/v1/samplesets/{name}"): {"probe": sampleset_probes("GET", "")},
     ("DELETE", "/api/v1/samplesets/{name}"): {"probe": sampleset_probes("DELETE", "")},

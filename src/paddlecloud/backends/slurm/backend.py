@@ -79,8 +79,10 @@ from paddlecloud.backends.base import (
     WorkerStatus,
 )
 from paddlecloud.backends.errors import JobRejected, NotSupported
+from paddlecloud.backends.images import ImageError, ImageStore
 from paddlecloud.backends.jobdirs import drop_scratch, sweep_trash, walk_bytes
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
+from paddlecloud.backends.local.image_prep import ImageUnusable, prepare_image
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.sandbox import (
     ConfinementError,
@@ -134,6 +136,7 @@ class SlurmBackend:
             Capability.STORE_WORKER,
             Capability.SAMPLESETS,
             Capability.DISK_USAGE,
+            Capability.IMAGES,
         }
     )
 
@@ -153,6 +156,8 @@ class SlurmBackend:
         #: job environments (one per distinct requirements.txt) and the worker runtime for them,
         #: on the shared directory
         self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes)
+        #: pulled and unpacked images on the shared directory: pulled once for every node
+        self._images = ImageStore(self.root / "images")
         self._pythonpath = install_runtime_shim(self.root / "pythonpath")
         #: probed on this host at start (IsolationError: ``sandbox`` asked for and bwrap cannot run);
         #: the nodes need bubblewrap too (docs/security.md)
@@ -234,15 +239,43 @@ class SlurmBackend:
                 self._fail(job, f"the job package could not be unpacked: {exc}", "StartFailed")
                 return
             requirements = _requirements(jdir / "package")
-            if not requirements:
+            if not requirements and launch.image is None:
                 self._begin(job)
                 return
             job.stage = Stage.PREPARING
-            job.events.append(
-                BackendEvent("Normal", "Preparing", "building its environment (logs -w prepare)")
-            )
+            doing = "pulling its image" if launch.image is not None else "building its environment"
+            job.events.append(BackendEvent("Normal", "Preparing", f"{doing} (logs -w prepare)"))
             self._record(job)
-        threading.Thread(target=self._prepare, args=(job, requirements), name=f"prepare-{launch.key}").start()
+        prepare = self._prepare_image if launch.image is not None else self._prepare
+        threading.Thread(target=prepare, args=(job, requirements), name=f"prepare-{launch.key}").start()
+
+    def _prepare_image(self, job: JobRecord, requirements: str) -> None:
+        """Pull and unpack the job's image on the shared directory (``local.image_prep``)."""
+
+        def say(event: BackendEvent) -> None:
+            with job.lock:
+                job.events.append(event)
+
+        try:
+            if self._sandbox is None:
+                raise ImageUnusable(
+                    "running in an image needs the sandbox, and this server runs workers unconfined "
+                    "(up --isolation none, or bubblewrap missing): submit without --image"
+                )
+            root, env = prepare_image(self._images, job.launch, requirements, say)
+        except ImageError as exc:
+            with job.lock:
+                self._fail(job, f"pulling {job.launch.image} failed: {exc}", str(exc.problem))
+        except ImageUnusable as exc:
+            with job.lock:
+                self._fail(job, str(exc), "ImageUnusable")
+        else:
+            with job.lock:
+                job.image_rootfs, job.image_python, job.image_env = str(root.rootfs), root.python, env
+                if job.stage == Stage.PREPARING:
+                    job.events.append(BackendEvent("Normal", "Prepared", "image ready"))
+                    self._begin(job)
+        self._wake()
 
     def _fence_after(self) -> int:
         """Seconds a kept run may be cut off before it ends itself: before Slurm counts its node

@@ -44,6 +44,7 @@ from typing import Any
 from paddlecloud.backends.errors import IsolationError
 from paddlecloud.backends.local.sandbox import (
     ConfinementError,
+    ImageRoot,
     JobJail,
     Sandbox,
     WorkerDirs,
@@ -94,6 +95,10 @@ class JailSpec:
     #: what the node keeps besides the sandbox: the job's network, pids, the log, the API relay
     #: (``nodekeep.py``); None: the sandbox alone (a spec written by an earlier version)
     keep: RunKeep | None = None
+    #: the unpacked image the run's sandbox has as its system ("": the node's own) and the python3
+    #: in it that runs the launcher
+    image_rootfs: str = ""
+    image_python: str = ""
 
     @classmethod
     def of(
@@ -106,6 +111,8 @@ class JailSpec:
             shared=tuple(map(str, jail.shared)), cwd=str(dirs.cwd), status=str(dirs.status),
             tmp=str(dirs.tmp), hostname=dirs.hostname, command=tuple(command), gpus=gpus,
             userns=jail.sandbox.userns, sampleset=str(dirs.sampleset or ""), keep=keep,
+            image_rootfs=str(jail.image.rootfs) if jail.image else "",
+            image_python=jail.image.python if jail.image else "",
         )  # fmt: skip
 
     def write(self, path: Path) -> None:
@@ -155,6 +162,8 @@ class JailSpec:
             status=text("status"), tmp=text("tmp"), hostname=text("hostname"), command=texts("command"),
             gpus=flag("gpus"), userns=flag("userns"),
             sampleset=text("sampleset") if "sampleset" in raw else "", keep=_keep(raw.get("keep"), where),
+            image_rootfs=text("image_rootfs") if "image_rootfs" in raw else "",
+            image_python=text("image_python") if "image_python" in raw else "",
         )  # fmt: skip
 
     def jail(self, sandbox: Sandbox, api_socket: str = "") -> tuple[JobJail, WorkerDirs]:
@@ -163,7 +172,10 @@ class JailSpec:
         data = tuple((opt, Path(path), is_dir) for opt, path, is_dir in self.data)
         shared = tuple(map(Path, self.shared))
         # the batch step (slurmstepd) starts bwrap: the sandbox ends with it and with the launcher
-        jail = JobJail(sandbox, self.user, Path(self.env_dir), data, shared, die_with_parent=True)
+        image = ImageRoot(Path(self.image_rootfs), self.image_python) if self.image_rootfs else None
+        jail = JobJail(
+            sandbox, self.user, Path(self.env_dir), data, shared, die_with_parent=True, image=image
+        )
         dirs = WorkerDirs(
             cwd=Path(self.cwd), status=Path(self.status), tmp=Path(self.tmp), hostname=self.hostname,
             address=_node_address(), sampleset=Path(self.sampleset) if self.sampleset else None,

@@ -73,6 +73,11 @@ class JobRecord:
     job_restarts: int = 0
     #: the environment built from the package's requirements.txt ("" : none, the server's Python)
     env_dir: str = ""
+    #: the unpacked image the workers run in, on the shared directory ("": none), the python3 in
+    #: it that runs the launcher, and the image's Env (``backends.images``)
+    image_rootfs: str = ""
+    image_python: str = ""
+    image_env: tuple[str, ...] = ()
     #: trainers removed by a shrink (stopping or stopped), reported as Stopped
     retired: dict[str, WorkerRecord] = field(default_factory=dict)
     events: list[BackendEvent] = field(default_factory=list)
@@ -105,6 +110,7 @@ def write_record(job: JobRecord) -> None:
         "workers": {name: dataclasses.asdict(w) for name, w in job.workers.items()},
         "retired": {name: dataclasses.asdict(w) for name, w in job.retired.items()},
         "env_dir": job.env_dir,
+        "image": {"rootfs": job.image_rootfs, "python": job.image_python, "env": list(job.image_env)},
         "rendezvous_key": job.rendezvous_key,
         "vni": job.vni,
     }
@@ -121,6 +127,9 @@ def read_record(launch: JobLaunch, jdir: Path) -> JobRecord:
     job = JobRecord(launch, jdir, workers, tuple(rec["stores"]), Stage(rec["stage"]), retired=retired)
     job.job_restarts = int(rec.get("job_restarts", 0))
     job.env_dir = str(rec.get("env_dir", ""))
+    image = rec.get("image") or {}
+    job.image_rootfs, job.image_python = str(image.get("rootfs") or ""), str(image.get("python") or "")
+    job.image_env = tuple(str(e) for e in image.get("env") or ())
     job.rendezvous_key = str(rec.get("rendezvous_key") or "") or job.rendezvous_key  # recorded earlier
     job.vni = int(rec.get("vni") or 0)
     return job

@@ -30,8 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paddlecloud.backends.base import RENDEZVOUS
+from paddlecloud.backends.local.image_prep import image_worker_env
 from paddlecloud.backends.local.keeper import api_target
-from paddlecloud.backends.local.sandbox import API_SOCKET, JobJail, Sandbox, WorkerDirs, worker_base_env
+from paddlecloud.backends.local.sandbox import (
+    API_SOCKET,
+    ImageRoot,
+    JobJail,
+    Sandbox,
+    WorkerDirs,
+    worker_base_env,
+)
 from paddlecloud.backends.samplesets import SAMPLESET_DIR_ENV
 from paddlecloud.backends.slurm.jail import JailSpec
 from paddlecloud.backends.slurm.job_record import JobRecord, WorkerRecord, slug
@@ -172,6 +180,8 @@ class BatchScripts:
         env = worker_base_env(
             os.environ, (), sandboxed=True, env_dir=jail.env_dir, shim=self.pythonpath, user=job.launch.user
         )
+        if jail.image is not None:
+            env = image_worker_env(env, job.image_env)
         env.update(common)
         if keep.netns and keep.api_target:  # the API, relayed into the job's namespace
             env[contract.API_SOCKET] = API_SOCKET
@@ -228,7 +238,8 @@ class BatchScripts:
             Path(sys.prefix) if python == sys.executable else Path(python).parent.parent
         )  # PREFIX/bin/python
         env_dir = Path(job.env_dir) if job.env_dir else prefix
-        return self.sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",))
+        image = ImageRoot(Path(job.image_rootfs), job.image_python) if job.image_rootfs else None
+        return self.sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",), image=image)
 
 
 def log_file(job: JobRecord, w: WorkerRecord) -> Path:
