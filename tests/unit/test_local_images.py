@@ -113,3 +113,49 @@ def test_requirements_with_an_image_fail_at_preparing_with_what_to_do(
     job = drive(alice, "withreq", {"Succeeded", "Failed"})
     assert (job.phase, job.reason) == ("Failed", "ImageUnusable")
     assert "install those packages in the image" in job.message
+
+
+READS = {
+    "reads.py": """\
+import json, os
+from pathlib import Path
+out = Path(os.environ["PADDLECLOUD_OUTPUT_DIR"])
+seen = {}
+for path in json.loads(os.environ["TARGETS"]):
+    try:
+        with open(path, "rb") as f:
+            seen[path] = f.read(64).decode(errors="replace")
+    except OSError as exc:
+        seen[path] = f"refused: {type(exc).__name__}"
+(out / "reads.json").write_text(json.dumps(seen))
+"""
+}
+
+
+def test_a_job_in_an_image_reads_nothing_of_the_data_dir_nor_other_users_files(
+    bed: Bed, platform: Platform, alice: Client, client_for: Callable[..., Client],
+    make_package: MakePackage, drive: Drive,
+) -> None:  # fmt: skip
+    bob = client_for("bob")
+    bob.registry_login(bed.private_registry, bed.user, bed.password)  # the server's key file exists now
+    data = platform.ctx.config.data_dir
+    home = platform.files.local_path(platform.files.home("bob"))
+    assert home is not None
+    bobs = home / "secret.txt"
+    bobs.parent.mkdir(parents=True, exist_ok=True)
+    bobs.write_text("bob's secret\n")
+    mine = home.parent / "alice" / "mine.txt"
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text("alice's own\n")
+    key = data / "secrets" / "registry.key"
+    db = next(data.glob("*.db"))
+    targets = [str(bobs), str(key), str(db), str(mine)]
+    body = {"name": "reads", "entry": "python reads.py", "image": bed.image,
+            "env": {"TARGETS": json.dumps(targets)}, "trainers": {"count": 1, "cpu": "250m"}}  # fmt: skip
+    alice.submit(body, package_dir=make_package(READS))
+    job = drive(alice, "reads", {"Succeeded", "Failed"})
+    assert job.phase == "Succeeded", job.message
+    seen = json.loads((Path(job.output_dir) / "reads.json").read_text())
+    assert seen[str(mine)] == "alice's own\n"  # her own home is there
+    for path in (bobs, key, db):
+        assert seen[str(path)].startswith("refused"), (path, seen[str(path)])

@@ -9,6 +9,9 @@ finding of a hostile user against the code before the fix (main at 6dfcd95):
 - 5,000 forks and more -> the run stops at the pids limit;
 - 7.3 GB of log in 25 s -> the log keeps at most ``--max-log-size``.
 
+The network, memory and pids attacks run twice: on the host's system and from inside a container
+image (issue 27; the test bed's image, ``scripts/ensure-registry.sh``).
+
 Where this host cannot confine (not root: no namespaces or cgroups), the platform refuses
 ``--isolation sandbox`` and these tests are skipped with that reason.
 """
@@ -129,6 +132,16 @@ def _platform(platform_factory: Callable[..., Platform], **settings: object) -> 
         pytest.skip(f"this host cannot confine jobs: {exc}")
 
 
+@pytest.fixture(params=["host", "image"])
+def image(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Each attack twice: on the host's system, and from inside a container image (issue 27: the
+    sandbox around an image's root is the same one); the image is the test bed's."""
+    if request.param == "host":
+        return {}
+    bed = request.getfixturevalue("bed")
+    return {"image": bed.image}
+
+
 def _client(platform: Platform, asgi: Asgi, user: str) -> Client:
     return Client(endpoint="http://testserver", token=platform.ensure_user(user), http=asgi(platform))
 
@@ -146,11 +159,11 @@ def _until(platform: Platform, client: Client, name: str, check: Callable[[JobDe
 
 
 def test_another_users_job_reaches_no_port_of_a_running_job_whose_own_workers_meet(
-    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage, image: dict[str, str]
 ) -> None:
     platform = _platform(platform_factory)
     alice, bob = _client(platform, asgi, "alice"), _client(platform, asgi, "bob")
-    alice.submit({"name": "a", "entry": "python peers.py", "trainers": {"count": 2, "cpu": "250m"}},
+    alice.submit({"name": "a", "entry": "python peers.py", "trainers": {"count": 2, "cpu": "250m"}, **image},
                  package_dir=make_package(PEERS))  # fmt: skip
     job = _until(platform, alice, "a", lambda j: j.phase == JobPhase.RUNNING)
     peer = Path(job.output_dir) / "peer.txt"
@@ -158,7 +171,7 @@ def test_another_users_job_reaches_no_port_of_a_running_job_whose_own_workers_me
     assert peer.read_bytes() == b"secret state"  # the job's own workers reach each other
     targets = ",".join(w.endpoint for w in job.workers)
     scan_spec = {"name": "scan", "entry": "python scan.py", "env": {"TARGETS": targets},
-                 "trainers": {"cpu": "1"}}  # fmt: skip
+                 "trainers": {"cpu": "1"}, **image}  # fmt: skip
     bob.submit(scan_spec, package_dir=make_package(SCAN))
     scan = _until(platform, bob, "scan", lambda j: j.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED))
     assert scan.phase == JobPhase.SUCCEEDED, scan.message
@@ -168,11 +181,11 @@ def test_another_users_job_reaches_no_port_of_a_running_job_whose_own_workers_me
 
 
 def test_a_worker_allocating_four_times_its_memory_is_oom_killed_and_says_so(
-    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage, image: dict[str, str]
 ) -> None:
     platform = _platform(platform_factory)
     alice = _client(platform, asgi, "alice")
-    alice.submit({"name": "hog", "entry": "python hog.py", "trainers": {"memory": "64Mi"}},
+    alice.submit({"name": "hog", "entry": "python hog.py", "trainers": {"memory": "64Mi"}, **image},
                  package_dir=make_package(HOG))  # fmt: skip
     job = _until(platform, alice, "hog", lambda j: j.phase == JobPhase.FAILED)
     (w,) = job.workers
@@ -183,11 +196,11 @@ def test_a_worker_allocating_four_times_its_memory_is_oom_killed_and_says_so(
 
 
 def test_a_fork_bomb_stops_at_the_pids_limit(
-    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage
+    platform_factory: Callable[..., Platform], asgi: Asgi, make_package: MakePackage, image: dict[str, str]
 ) -> None:
     platform = _platform(platform_factory, limits=RunLimits(max_pids=64))
     alice = _client(platform, asgi, "alice")
-    alice.submit({"name": "bomb", "entry": "python bomb.py"}, package_dir=make_package(BOMB))
+    alice.submit({"name": "bomb", "entry": "python bomb.py", **image}, package_dir=make_package(BOMB))
     _until(platform, alice, "bomb", lambda j: "forked" in "".join(alice.logs("bomb")))
     forked = int("".join(alice.logs("bomb")).split("forked ")[1].split()[0])
     assert 0 < forked < 64  # the launcher, the shell and python count too
