@@ -20,7 +20,7 @@ def test_an_image_is_pulled_by_digest_and_unpacked_with_its_config(bed: Bed, tmp
     store = ImageStore(tmp_path / "images")
     seen: list[tuple[int, int]] = []
     image = store.ensure(parse_image_ref(bed.image), progress=lambda done, total: seen.append((done, total)))
-    assert image.digest.startswith("sha256:") and store.cached(image.digest)
+    assert image.digest.startswith("sha256:") and store.cached(parse_image_ref(bed.image), image.digest)
     assert (image.rootfs / "etc" / "paddlecloud-image").read_text().startswith("built for the PaddleCloud")
     assert (image.rootfs / "usr" / "bin" / "python3").exists()
     assert any(e.startswith("PATH=") for e in image.env) and image.working_dir == "/"
@@ -82,3 +82,48 @@ def test_a_missing_tag_and_a_dead_registry_are_said_as_such(bed: Bed, tmp_path: 
     with pytest.raises(ImageError, match="cannot reach") as err:
         store.ensure(parse_image_ref("127.0.0.1:9/paddlecloud-test/base:2"))
     assert err.value.problem == ImageProblem.UNREACHABLE
+
+
+def test_a_digest_the_registry_makes_up_never_becomes_a_path(tmp_path: Path) -> None:
+    """A hostile registry's manifest list may name any "digest": it is checked before it is used."""
+    from paddlecloud.backends import images
+
+    ref = parse_image_ref("evil.example/x:1")
+    for bad in ("/home/svc/.paddlecloud", "../../..", "sha256:" + "A" * 64, "sha256:abc", None, 7):
+        with pytest.raises(ImageError) as err:
+            images._digest(bad, ref)
+        assert err.value.problem == ImageProblem.BAD_IMAGE
+    store = ImageStore(tmp_path / "images")
+    good = "sha256:" + "ab" * 32
+    where = store._dir(ref, good)
+    assert where.parent == tmp_path / "images" / "images" and good.split(":")[1] in where.name
+    other = store._dir(parse_image_ref("evil.example/y:1"), good)
+    assert other != where  # one repository's pulls are never another's cache
+
+
+def test_loopback_means_a_loopback_address_not_a_name_that_starts_with_127() -> None:
+    from paddlecloud.backends.images import _loopback
+
+    assert _loopback("127.0.0.1:5000") and _loopback("localhost:5000") and _loopback("127.1.2.3")
+    assert not _loopback("127.example.com") and not _loopback("registry.example:5000")
+
+
+def test_pull_progress_is_said_every_few_seconds_once_at_the_end_and_not_without_a_size() -> None:
+    from paddlecloud.backends.base import BackendEvent
+    from paddlecloud.backends.local.image_prep import PullReporter
+
+    now = [0.0]
+    said: list[BackendEvent] = []
+    report = PullReporter("r/x:1", said.append, every=3.0, clock=lambda: now[0])
+    mib = 2**20
+    for t, done in [(0, 0), (1, 10), (2, 20), (3.5, 30), (4, 40), (7, 100), (7.5, 100), (8, 100)]:
+        now[0] = t
+        report(done * mib, 100 * mib)
+    assert [e.message for e in said] == [
+        "Pulling r/x:1 (0 / 100 MiB)", "Pulling r/x:1 (30 / 100 MiB)", "Pulling r/x:1 (100 / 100 MiB)",
+    ]  # fmt: skip
+    quiet: list[BackendEvent] = []
+    unknown = PullReporter("r/x:1", quiet.append)
+    unknown(0, 0)
+    unknown(5 * mib, 0)  # a manifest list's pull: no size, no flood of "0 / 0 MiB"
+    assert quiet == []

@@ -23,8 +23,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import hashlib
+import ipaddress
 import json
 import os
+import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from paddlecloud.core.imageref import ImageRef
 
@@ -44,6 +49,10 @@ _INSPECT_TIMEOUT_S = 60.0
 _PROGRESS_EVERY_S = 0.5
 
 Progress = Callable[[int, int], None]
+
+_DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")
+#: this machine's architecture as OCI names it (a manifest list's entry for it is pulled)
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
 class ImageProblem(StrEnum):
@@ -94,7 +103,8 @@ class _Pull:
 def _problem(ref: ImageRef, stderr: str) -> ImageError:
     text = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
     low = stderr.lower()
-    if "unauthorized" in low or "authentication required" in low or "denied" in low:
+    refused = ("unauthorized", "authentication required", "requested access to the resource is denied")
+    if any(s in low for s in refused):
         return ImageError(
             ImageProblem.UNAUTHORIZED,
             f"{ref.registry} refused to serve {ref}: log in with `paddlecloud image login {ref.registry}` "
@@ -104,18 +114,62 @@ def _problem(ref: ImageRef, stderr: str) -> ImageError:
         return ImageError(
             ImageProblem.NOT_FOUND, f"{ref} is not on {ref.registry}: check the repository and tag ({text})"
         )
-    if "connection refused" in low or "no such host" in low or "timeout" in low or "tls" in low:
+    unreachable = (
+        "connection refused", "no such host", "timeout", "tls", "x509", "no route to host",
+        "http response to https client", "network is unreachable",
+    )  # fmt: skip
+    if any(s in low for s in unreachable):
         return ImageError(ImageProblem.UNREACHABLE, f"cannot reach the registry {ref.registry} ({text})")
     return ImageError(ImageProblem.BAD_IMAGE, f"{ref}: {text}")
 
 
 def _loopback(registry: str) -> bool:
     host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    return host == "localhost" or host.startswith("127.")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _digest(value: object, ref: ImageRef) -> str:
+    """A digest the registry gave, checked: it becomes part of a path and of a pinned pull."""
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+        raise ImageError(
+            ImageProblem.BAD_IMAGE, f"{ref}: the registry gave no valid digest ({str(value)[:80]!r})"
+        )
+    return value
+
+
+def _source(ref: ImageRef) -> str:
+    """What skopeo reads: by digest when the reference has one (skopeo takes no tag beside it)."""
+    return f"docker://{ref.name}@{ref.digest}" if ref.digest else f"docker://{ref.name}:{ref.tag}"
+
+
+def _json(raw: str, ref: ImageRef) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise ImageError(ImageProblem.BAD_IMAGE, f"{ref}: the registry's manifest is not a JSON object")
+    return doc
+
+
+def _this_platform(doc: dict[str, Any], ref: ImageRef) -> object:
+    """The digest of this machine's linux image in a manifest list (an OCI index)."""
+    for m in doc.get("manifests") or []:
+        plat = m.get("platform") if isinstance(m, dict) else None
+        if isinstance(plat, dict) and plat.get("os") == "linux" and plat.get("architecture") == _ARCH:
+            return m.get("digest")
+    raise ImageError(ImageProblem.BAD_IMAGE, f"{ref} has no linux/{_ARCH} image")
 
 
 class ImageStore:
-    """Pulled and unpacked images under ``root`` (one directory per manifest digest)."""
+    """Pulled and unpacked images under ``root``: one directory per (repository, manifest digest),
+    so an image is shared only by the pulls of one repository, each of which the registry allowed
+    with its caller's own credentials (``manifest`` asks it every time, cached or not)."""
 
     def __init__(self, root: Path, insecure: frozenset[str] = frozenset()) -> None:
         self.root = root
@@ -130,19 +184,22 @@ class ImageStore:
         return "false" if plain else "true"
 
     @contextlib.contextmanager
-    def _authfile(self, auth: RegistryAuth | None) -> Iterator[list[str]]:
+    def _authfile(self, auth: RegistryAuth | None, anonymous: str) -> Iterator[list[str]]:
+        """skopeo's credentials option: the caller's in an auth file of a private temporary folder
+        (0700; removed after the call), or ``anonymous`` (never the server account's own)."""
         if auth is None:
-            yield []
+            yield [anonymous]
             return
         token = base64.b64encode(f"{auth.username}:{auth.password}".encode()).decode()
-        fd, name = tempfile.mkstemp(prefix="auth-", suffix=".json", dir=self.root)
+        folder = tempfile.mkdtemp(prefix="paddlecloud-auth-")
         try:
-            with os.fdopen(fd, "w") as f:  # mkstemp made it 0600
+            name = os.path.join(folder, "auth.json")
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
                 json.dump({"auths": {auth.registry: {"auth": token}}}, f)
             yield ["--authfile", name]
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _run(self, ref: ImageRef, args: list[str], timeout: float) -> str:
         try:
@@ -151,50 +208,50 @@ class ImageStore:
             raise ImageError(
                 ImageProblem.UNREACHABLE, f"{ref}: {args[0]} gave no answer in {timeout:.0f} s"
             ) from None
+        except OSError as exc:  # skopeo or umoci missing
+            raise ImageError(ImageProblem.BAD_IMAGE, f"{ref}: {args[0]} cannot run here: {exc}") from None
         if done.returncode != 0:
             raise _problem(ref, done.stderr)
         return done.stdout
 
+    def _inspect(self, ref: ImageRef, source: str, creds: list[str], *extra: str) -> str:
+        args = ["skopeo", "inspect", *extra, f"--tls-verify={self._tls(ref)}", *creds, source]
+        return self._run(ref, args, _INSPECT_TIMEOUT_S)
+
     def manifest(self, ref: ImageRef, auth: RegistryAuth | None = None) -> tuple[str, int]:
-        """The image's manifest digest (what pins it) and the bytes of its layers."""
+        """The image's manifest digest (what pins it; for a manifest list, this machine's platform's)
+        and the bytes of its layers (0: unknown), asked of the registry with ``auth``."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with self._authfile(auth) as creds:
-            raw = self._run(
-                ref,
-                ["skopeo", "inspect", "--raw", f"--tls-verify={self._tls(ref)}", *creds, f"docker://{ref}"],
-                _INSPECT_TIMEOUT_S,
-            )
-            try:
-                doc = json.loads(raw)
-            except ValueError:
-                raise ImageError(
-                    ImageProblem.BAD_IMAGE, f"{ref}: the registry's manifest is not JSON"
-                ) from None
-            if "manifests" in doc:  # a list per platform: the linux/amd64 one
-                picked = [m for m in doc["manifests"] if m.get("platform", {}).get("os") == "linux"]
-                if not picked:
-                    raise ImageError(ImageProblem.BAD_IMAGE, f"{ref} has no linux image")
-                return str(picked[0]["digest"]), 0
-            digest = self._run(
-                ref,
-                ["skopeo", "inspect", "--format", "{{.Digest}}", f"--tls-verify={self._tls(ref)}", *creds,
-                 f"docker://{ref}"],
-                _INSPECT_TIMEOUT_S,
-            ).strip()  # fmt: skip
-        total = sum(int(layer.get("size", 0)) for layer in doc.get("layers", []))
+        with self._authfile(auth, "--no-creds") as creds:
+            doc = _json(self._inspect(ref, _source(ref), creds, "--raw"), ref)
+            if "manifests" in doc:  # asked again by digest, from the same repository, as the caller
+                digest = _digest(_this_platform(doc, ref), ref)
+                doc = _json(self._inspect(ref, f"docker://{ref.name}@{digest}", creds, "--raw"), ref)
+            elif ref.digest:
+                digest = ref.digest
+            else:
+                digest = _digest(
+                    self._inspect(ref, _source(ref), creds, "--format", "{{.Digest}}").strip(), ref
+                )
+        layers = doc.get("layers") or []
+        total = sum(int(x.get("size") or 0) for x in layers if isinstance(x, dict))
         return digest, total
 
     # -- the cache ----------------------------------------------------------------------------
 
-    def _lock(self, digest: str) -> threading.Lock:
+    def _lock(self, key: str) -> threading.Lock:
         with self._guard:
-            return self._locks.setdefault(digest, threading.Lock())
+            return self._locks.setdefault(key, threading.Lock())
 
-    def _dir(self, digest: str) -> Path:
-        return self.root / "images" / digest.replace(":", "-")
+    def _dir(self, ref: ImageRef, digest: str) -> Path:
+        repo = hashlib.sha256(ref.name.encode()).hexdigest()[:16]
+        where = self.root / "images" / f"{repo}-{digest.replace(':', '-')}"
+        if where.parent != self.root / "images":  # a checked digest never leaves the store
+            raise ImageError(ImageProblem.BAD_IMAGE, f"{ref}: digest {digest[:80]!r} is not a digest")
+        return where
 
-    def cached(self, digest: str) -> bool:
-        return (self._dir(digest) / "done").exists()
+    def cached(self, ref: ImageRef, digest: str) -> bool:
+        return (self._dir(ref, digest) / "done").exists()
 
     def ensure(
         self, ref: ImageRef, auth: RegistryAuth | None = None, progress: Progress | None = None
@@ -202,20 +259,20 @@ class ImageStore:
         """The image unpacked on this machine, pulled first unless a pull of the same digest is
         cached; concurrent calls for one digest pull it once (the others wait and reuse it)."""
         digest, total = self.manifest(ref, auth)
-        where = self._dir(digest)
-        with self._lock(digest):
+        where = self._dir(ref, digest)
+        with self._lock(where.name):
             where.parent.mkdir(parents=True, exist_ok=True)
             with open(where.parent / f"{where.name}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # another process pulling the same digest
-                if not self.cached(digest):
+                fcntl.flock(lock, fcntl.LOCK_EX)  # another process pulling the same image
+                if not self.cached(ref, digest):
                     self._pull(_Pull(ref, digest, total, auth), progress)
         return self._image(ref, digest)
 
     def _pull(self, pull: _Pull, progress: Progress | None) -> None:
         ref, digest, total, auth = pull.ref, pull.digest, pull.total, pull.auth
-        where = self._dir(digest)
+        where = self._dir(ref, digest)
         shutil.rmtree(where, ignore_errors=True)  # what an interrupted pull left
-        where.mkdir(parents=True)
+        where.mkdir(parents=True, exist_ok=True)
         stop = threading.Event()
         watcher = None
         if progress is not None:
@@ -225,7 +282,7 @@ class ImageStore:
             watcher.start()
         pinned = f"docker://{ref.registry}/{ref.repository}@{digest}"
         try:
-            with self._authfile(auth) as creds:
+            with self._authfile(auth, "--src-no-creds") as creds:
                 self._run(
                     ref,
                     ["skopeo", "copy", "--quiet", f"--src-tls-verify={self._tls(ref)}", *creds, pinned,
@@ -263,7 +320,7 @@ class ImageStore:
             progress(min(done, total), total)
 
     def _image(self, ref: ImageRef, digest: str) -> Image:
-        bundle = self._dir(digest) / "bundle"
+        bundle = self._dir(ref, digest) / "bundle"
         try:
             spec = json.loads((bundle / "config.json").read_text())
         except (OSError, ValueError) as exc:

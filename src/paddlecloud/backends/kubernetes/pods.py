@@ -267,6 +267,9 @@ def _init_containers(job: JobView, role: str, spec: RoleSpec) -> list[Obj]:
         {
             "name": "install",
             "image": job.image,
+            # the registry checks the pull secret on every start: a private image another user's pod
+            # left on the node is never run without its owner's credentials (AlwaysPullImages' reason)
+            "imagePullPolicy": "Always",
             "command": ["/bin/sh", "-c", _INSTALL],
             "env": user_env,
             "resources": small,
@@ -359,6 +362,7 @@ def _worker_container(job: JobView, role: str, index: int, run: int) -> Obj:
     container: Obj = {
         "name": "worker",
         "image": job.image,
+        "imagePullPolicy": "Always",
         "command": ["/bin/sh", "-c", _WRAPPER],
         "workingDir": f"{WORKSPACE}/job",
         "env": _worker_env(job, role, index, run),

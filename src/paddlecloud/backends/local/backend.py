@@ -169,6 +169,13 @@ class _Job:
         return {name: w.port for name, w in self.workers.items()}
 
 
+def _image_record(job: _Job) -> dict[str, object] | None:
+    """What ``launch.json`` keeps of the job's image (``adopt`` reads it back)."""
+    if job.image is None:
+        return None
+    return {"rootfs": str(job.image.rootfs), "python": job.image.python, "env": list(job.image_env)}
+
+
 class LocalBackend:
     name = "local"
     capabilities = frozenset(
@@ -252,6 +259,10 @@ class LocalBackend:
             return
         self._ports.reserve(ports)
         job = self._build(launch, jdir, ports, by_name, key or new_rendezvous_key())
+        image = recorded.get("image")
+        if isinstance(image, dict) and image.get("rootfs"):
+            job.image = ImageRoot(Path(str(image["rootfs"])), str(image.get("python") or ""))
+            job.image_env = tuple(str(e) for e in image.get("env") or ())
         if not key:  # recorded by an earlier version: trainers started from now on agree on this one
             self._record_launch(job)
         adopted = [w for w in job.workers.values() if w.load_pid_file()]
@@ -486,6 +497,8 @@ class LocalBackend:
                 "worker_ports": job.worker_ports(),
                 "placement": placement,
                 "rendezvous_key": job.rendezvous_key,
+                # the image the workers run in: a server that adopts the job starts its next runs there too
+                "image": _image_record(job),
             },
         )
 
@@ -720,6 +733,7 @@ class LocalBackend:
                 job.events.append(event)
 
         job.image, job.image_env = prepare_image(self._images, job.launch, requirements, say)
+        self._record_launch(job)  # with its image, for a server that adopts the job
 
     def _spawn(self, job: _Job, workers: list[WorkerProc]) -> bool:
         """Start ``workers``; False if the OS refused one: the job then fails (``StartFailed``) and

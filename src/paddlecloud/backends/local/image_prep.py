@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from paddlecloud.backends.base import BackendEvent, JobLaunch
 from paddlecloud.backends.images import Image, ImageStore
-from paddlecloud.backends.local.sandbox import SYSTEM_PATH, ImageRoot
+from paddlecloud.backends.local.sandbox import IMAGE_ROOT, SYSTEM_PATH, ImageRoot
 from paddlecloud.core.imageref import parse_image_ref
 
 __all__ = ["ImageUnusable", "PullReporter", "image_worker_env", "prepare_image"]
@@ -47,10 +47,17 @@ class PullReporter:
     every: float = REPORT_EVERY_S
     clock: Callable[[], float] = time.monotonic
     _last: float = field(default=-1e18, init=False)
+    _ended: bool = field(default=False, init=False)
 
     def __call__(self, done: int, total: int) -> None:
+        """One event per ``every`` seconds while bytes arrive, one when they all have, none for a
+        pull whose size the registry did not say (``total`` 0: a manifest list's)."""
+        if total <= 0 or self._ended:
+            return
         now = self.clock()
-        if now - self._last < self.every and done < total:
+        if done >= total:
+            self._ended = True
+        elif now - self._last < self.every:
             return
         self._last = now
         said = f"Pulling {self.ref} ({done // _MIB} / {total // _MIB} MiB)"
@@ -62,14 +69,20 @@ def _env(image: Image) -> dict[str, str]:
 
 
 def find_python(image: Image) -> str:
-    """The python3 the image's PATH finds (a path inside the image)."""
+    """The python3 the image's PATH finds (a path inside the image), in the part of the image a
+    sandbox sees (``sandbox.IMAGE_ROOT``: usr, opt and the merged-usr links)."""
     path = _env(image).get("PATH", SYSTEM_PATH)
     for folder in path.split(os.pathsep):
-        if folder.startswith("/") and os.path.lexists(image.rootfs / folder.lstrip("/") / "python3"):
+        top = folder.strip("/").split("/")[0]
+        if (
+            folder.startswith("/")
+            and top in IMAGE_ROOT
+            and os.path.lexists(image.rootfs / folder.lstrip("/") / "python3")
+        ):
             return f"{folder.rstrip('/')}/python3"
     raise ImageUnusable(
-        f"{image.ref} has no python3 on its PATH ({path}): the platform's launcher runs under the "
-        "image's Python 3; use an image that has one"
+        f"{image.ref} has no python3 on its PATH ({path}) under /usr or /opt: the platform's launcher "
+        "runs under the image's Python 3; use an image that has one there"
     )
 
 

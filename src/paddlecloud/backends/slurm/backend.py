@@ -269,6 +269,12 @@ class SlurmBackend:
         except ImageUnusable as exc:
             with job.lock:
                 self._fail(job, str(exc), "ImageUnusable")
+        except Exception as exc:  # never leave a job Preparing forever: fail it with the cause
+            log.exception("pulling the image of %s failed", job.launch.key)
+            with job.lock:
+                self._fail(
+                    job, f"pulling {job.launch.image} failed: {type(exc).__name__}: {exc}", "StartFailed"
+                )
         else:
             with job.lock:
                 job.image_rootfs, job.image_python, job.image_env = str(root.rootfs), root.python, env

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
@@ -32,16 +33,24 @@ class SecretBox:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fernet: Fernet | None = None
+        self._lock = threading.Lock()
 
     def _key(self) -> Fernet:
-        if self._fernet is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with contextlib.suppress(FileExistsError):
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(Fernet.generate_key())
-            self._fernet = Fernet(self.path.read_bytes().strip())
-        return self._fernet
+        with self._lock:
+            if self._fernet is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                os.chmod(self.path.parent, 0o700)
+                if not self.path.exists():  # written aside and linked into place: never seen half-written
+                    part = self.path.with_name(f".{self.path.name}.{os.getpid()}.part")
+                    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(Fernet.generate_key())
+                    with contextlib.suppress(FileExistsError):  # another server made it first: its wins
+                        os.link(part, self.path)
+                    os.unlink(part)
+                os.chmod(self.path, 0o600)
+                self._fernet = Fernet(self.path.read_bytes().strip())
+            return self._fernet
 
     def seal(self, secret: str) -> bytes:
         return self._key().encrypt(secret.encode())
