@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from paddlecloud.core import lazy
 
 if TYPE_CHECKING:
-    from paddlecloud.backends.local.backend import LocalBackend, LocalConfig
+    from paddlecloud.backends.local.backend import LocalBackend
+    from paddlecloud.backends.local.jobstate import LocalConfig
     from paddlecloud.backends.local.nodes import NodeShape
     from paddlecloud.backends.local.settings import LocalSettings
 
@@ -19,7 +20,7 @@ __getattr__ = lazy.exports(
     __name__,
     {
         "LocalBackend": "paddlecloud.backends.local.backend",
-        "LocalConfig": "paddlecloud.backends.local.backend",
+        "LocalConfig": "paddlecloud.backends.local.jobstate",
         "LocalSettings": "paddlecloud.backends.local.settings",
         "NodeShape": "paddlecloud.backends.local.nodes",
     },

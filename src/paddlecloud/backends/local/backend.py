@@ -56,7 +56,6 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from paddlecloud.backends.base import (
@@ -76,10 +75,11 @@ from paddlecloud.backends.images import ImageError, ImageStore
 from paddlecloud.backends.jobdirs import drop_scratch, sweep_trash, walk_bytes
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
 from paddlecloud.backends.local.image_prep import ImageUnusable, image_worker_env, prepare_image
-from paddlecloud.backends.local.isolation import Confiners, RunLimits, choose_all
+from paddlecloud.backends.local.isolation import Confiners, choose_all
+from paddlecloud.backends.local.jobstate import LocalConfig, LocalJob, image_record
 from paddlecloud.backends.local.keeper import Keeper
 from paddlecloud.backends.local.logs import log_runs, read_logs
-from paddlecloud.backends.local.nodes import NodeShape, make_nodes
+from paddlecloud.backends.local.nodes import make_nodes
 from paddlecloud.backends.local.ports import PortAllocator
 from paddlecloud.backends.local.process import RunPlan, WorkerProc, kill_leftovers, stop_group, watch_exit
 from paddlecloud.backends.local.restarts import RestartBook
@@ -102,78 +102,9 @@ from paddlecloud.runtime import membership
 from paddlecloud.runtime.launcher import write_json_atomic
 from paddlecloud.scheduler import WorkerPlacement
 
-__all__ = ["LocalBackend", "LocalConfig", "create"]
+__all__ = ["LocalBackend", "create"]
 
 log = logging.getLogger("paddlecloud.backends.local")
-
-
-@dataclass(frozen=True)
-class LocalConfig:
-    root: Path
-    nodes: NodeShape = field(default_factory=NodeShape)
-    #: Grace period used when the backend itself stops workers (pservers after success, after a failure).
-    cleanup_grace: float = 5.0
-    #: auto | sandbox | none: confine each worker to its job's files (``sandbox.py``; auto: where
-    #: bubblewrap works)
-    isolation: str = "auto"
-    #: names of server environment variables workers get besides the defaults (``sandbox.PASS_ENV``)
-    pass_env: tuple[str, ...] = ()
-    #: what no job may see (the data dir): refused if the sandbox's read-only system would show it
-    private: tuple[Path, ...] = ()
-    #: cap of the environment cache (``envs.py``: least recently used, unused ones evicted); None: none
-    env_cache_bytes: int | None = None
-    #: what every run gets besides its --memory and --cpu: the pids limit, the log cap
-    limits: RunLimits = field(default_factory=RunLimits)
-    #: the cgroup runs' cgroups go in (``up --cgroup-root``; None: ``paddlecloud`` under the server's)
-    cgroup_root: str | None = None
-
-
-@dataclass
-class _Job:
-    launch: JobLaunch
-    dir: Path
-    topology: Topology
-    workers: dict[str, WorkerProc]
-    ports: list[int]
-    book: RestartBook
-    stage: Stage = Stage.PREPARING
-    env_dir: Path | None = None
-    #: the unpacked image the workers run in, and its Env (``image_prep``); None: the host's system
-    image: ImageRoot | None = None
-    image_env: tuple[str, ...] = ()
-    failure: str | None = None
-    failure_reason: str = "WorkerFailed"
-    events: list[BackendEvent] = field(default_factory=list)
-    #: trainers removed by a shrink (stopping or stopped), reported as Stopped
-    retired: dict[str, WorkerProc] = field(default_factory=dict)
-    #: the version of the membership last published (``runtime.membership``)
-    membership_version: int = 0
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    stopper: threading.Thread | None = None
-    prepared: threading.Event = field(default_factory=threading.Event)
-    #: node -> the mount of the job's SampleSet there (read-only at PADDLECLOUD_SAMPLESET_DIR)
-    sampleset_mounts: dict[str, Path] = field(default_factory=dict)
-    #: signs the job's torch rendezvous state (``runtime.torchelastic``): chosen at the start, kept
-    #: in launch.json so that trainers started after a server restart get the same one
-    rendezvous_key: str = field(default="", repr=False)
-
-    def role(self, role: str) -> list[WorkerProc]:
-        return [w for w in self.workers.values() if w.role == role]
-
-    def servers(self) -> list[WorkerProc]:
-        """What must listen before trainers start and is stopped after them: pservers, and the
-        rendezvous store of an elastic torch job."""
-        return [w for w in self.workers.values() if w.role in SERVER_ROLES]
-
-    def worker_ports(self) -> dict[str, int]:
-        return {name: w.port for name, w in self.workers.items()}
-
-
-def _image_record(job: _Job) -> dict[str, object] | None:
-    """What ``launch.json`` keeps of the job's image (``adopt`` reads it back)."""
-    if job.image is None:
-        return None
-    return {"rootfs": str(job.image.rootfs), "python": job.image.python, "env": list(job.image_env)}
 
 
 class LocalBackend:
@@ -198,7 +129,7 @@ class LocalBackend:
         self._wake = wake
         self._nodes = make_nodes(config.nodes)
         self._gpu_machine = any(n.gpus for n in self._nodes)
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, LocalJob] = {}
         self._lock = threading.Lock()
         self._ports = PortAllocator()
         self._pythonpath = self._install_runtime_shim(config.root / "pythonpath")
@@ -404,7 +335,7 @@ class LocalBackend:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _get(self, key: str) -> _Job | None:
+    def _get(self, key: str) -> LocalJob | None:
         with self._lock:
             return self._jobs.get(key)
 
@@ -414,11 +345,11 @@ class LocalBackend:
 
     def _build(
         self, launch: JobLaunch, jdir: Path, ports: list[int], by_name: dict[str, int], rendezvous_key: str
-    ) -> _Job:
+    ) -> LocalJob:
         """The job's runtime record. Workers listen on ``by_name[worker]`` when recorded (a resized
         job), else on ``ports`` in placement order; the last two ports are the gloo and master stores."""
         host = "127.0.0.1"
-        job = _Job(
+        job = LocalJob(
             launch=launch,
             dir=jdir,
             topology=Topology(
@@ -442,7 +373,7 @@ class LocalBackend:
         return job
 
     @staticmethod
-    def _worker(job: _Job, p: WorkerPlacement, endpoint: str) -> WorkerProc:
+    def _worker(job: LocalJob, p: WorkerPlacement, endpoint: str) -> WorkerProc:
         """A worker whose log is the next run's file (earlier runs are kept)."""
         name = f"{p.role}-{p.index}"
         runs = log_runs(job.dir / "logs", name)
@@ -453,7 +384,7 @@ class LocalBackend:
             restart=runs[-1] + 1 if runs else 0,
         )  # fmt: skip
 
-    def _retopology(self, job: _Job, record: bool = True) -> None:
+    def _retopology(self, job: LocalJob, record: bool = True) -> None:
         """Endpoints from the current workers (by index); rewrite launch.json after a resize."""
 
         def eps(role: str) -> list[str]:
@@ -467,7 +398,7 @@ class LocalBackend:
             self._record_launch(job)
 
     @staticmethod
-    def _publish_membership(job: _Job) -> None:
+    def _publish_membership(job: LocalJob) -> None:
         """Rewrite ``contract/membership.json`` for the running workers (``runtime.membership``)."""
         job.membership_version = max(job.membership_version + 1, membership.now_version())
         t = job.topology
@@ -485,7 +416,7 @@ class LocalBackend:
             log.warning("publishing the membership of %s failed: %s", job.launch.key, exc)
 
     @staticmethod
-    def _record_launch(job: _Job) -> None:
+    def _record_launch(job: LocalJob) -> None:
         placement = [
             {"role": w.role, "index": w.index, "node": w.node, "gpus": list(w.gpus)}
             for w in job.workers.values()
@@ -498,19 +429,19 @@ class LocalBackend:
                 "placement": placement,
                 "rendezvous_key": job.rendezvous_key,
                 # the image the workers run in: a server that adopts the job starts its next runs there too
-                "image": _image_record(job),
+                "image": image_record(job),
             },
         )
 
-    def _requirements(self, job: _Job) -> str:
+    def _requirements(self, job: LocalJob) -> str:
         req = job.dir / "package" / "requirements.txt"
         return req.read_text(encoding="utf-8") if req.is_file() else ""
 
-    def _prepare_async(self, job: _Job) -> None:
+    def _prepare_async(self, job: LocalJob) -> None:
         t = threading.Thread(target=self._prepare, args=(job,), name=f"prepare-{job.launch.key}", daemon=True)
         t.start()
 
-    def _prepare(self, job: _Job) -> None:
+    def _prepare(self, job: LocalJob) -> None:
         try:
             pkg = job.dir / "package"
             if not pkg.exists():  # the package lies in the owner's home: opened without following links
@@ -549,7 +480,7 @@ class LocalBackend:
                 drop_scratch(job.dir)
             self._wake()
 
-    def _advance(self, job: _Job) -> None:
+    def _advance(self, job: LocalJob) -> None:
         if job.stage == Stage.PREPARING and job.prepared.is_set():
             if job.failure:
                 self._finish(job)
@@ -570,7 +501,7 @@ class LocalBackend:
             self._finish(job)
 
     @staticmethod
-    def _seen(job: _Job, now: float) -> list[Seen]:
+    def _seen(job: LocalJob, now: float) -> list[Seen]:
         """The workers as the start sequence sees them (``backends.start_sequence``): a server
         listens once its monitor wrote its ready mark (asked only while the servers start)."""
         ask = job.stage == Stage.PSERVERS
@@ -581,7 +512,7 @@ class LocalBackend:
             seen.append(Seen(w.name, w.role, state, ready))
         return seen
 
-    def _plan(self, job: _Job, w: WorkerProc, hold: int = -1) -> RunPlan:
+    def _plan(self, job: LocalJob, w: WorkerProc, hold: int = -1) -> RunPlan:
         """How ``w``'s next run is kept (``keeper.py``): its role's --memory and --cpu, the pids
         limit, the job's network namespace, the API relay, the log cap."""
         launch = job.launch
@@ -597,7 +528,7 @@ class LocalBackend:
             live = {k for k, j in self._jobs.items() if j.stage != Stage.DONE}
         self._keeper.collect(live)
 
-    def _unhandled_end(self, job: _Job) -> bool:
+    def _unhandled_end(self, job: LocalJob) -> bool:
         """A worker of a running job ended badly and no restart or failure was decided for it yet."""
         if job.failure is not None or job.stage not in (Stage.PSERVERS, Stage.TRAINERS):
             return False
@@ -607,7 +538,7 @@ class LocalBackend:
             for w in job.workers.values()
         )
 
-    def _check_pservers(self, job: _Job) -> None:
+    def _check_pservers(self, job: LocalJob) -> None:
         now = self._now()
         for w in job.servers():
             state = w.state(now)
@@ -622,7 +553,7 @@ class LocalBackend:
             if self._spawn(job, job.role("trainer")):
                 job.stage = stage_after(step, job.stage)
 
-    def _check_trainers(self, job: _Job) -> None:
+    def _check_trainers(self, job: LocalJob) -> None:
         now = self._now()
         for w in list(job.workers.values()):
             state = w.state(now)
@@ -640,7 +571,7 @@ class LocalBackend:
             job.events.append(BackendEvent("Normal", "TrainersSucceeded", f"all {n} trainers succeeded"))
             self._stop_async(job, job.servers())
 
-    def _restart_or_fail(self, job: _Job, w: WorkerProc, state: WorkerState, now: float) -> bool:
+    def _restart_or_fail(self, job: LocalJob, w: WorkerProc, state: WorkerState, now: float) -> bool:
         """``w`` ended badly: schedule its restart (True) or fail the job (False), by its policy."""
         if state not in (WorkerState.FAILED, WorkerState.LOST):  # a pserver ended before the trainers
             self._fail(job, f"{w.name} exited with code {w.exit_code} before the trainers started")
@@ -660,7 +591,7 @@ class LocalBackend:
         self._wake_at(nxt)
         return True
 
-    def _spawn_due(self, job: _Job, now: float) -> bool:
+    def _spawn_due(self, job: LocalJob, now: float) -> bool:
         """Start the restarted workers whose backoff has passed (current endpoints, same identity);
         False if one could not be started (the job is failing)."""
         due = job.book.due(job.workers.values(), now)
@@ -679,12 +610,12 @@ class LocalBackend:
         timer.daemon = True
         timer.start()
 
-    def _fail(self, job: _Job, message: str, reason: str = "WorkerFailed") -> None:
+    def _fail(self, job: LocalJob, message: str, reason: str = "WorkerFailed") -> None:
         job.failure, job.failure_reason = message, reason
         job.events.append(BackendEvent("Warning", reason, message))
         self._stop_async(job, list(job.workers.values()))
 
-    def _stop_async(self, job: _Job, workers: list[WorkerProc]) -> None:
+    def _stop_async(self, job: LocalJob, workers: list[WorkerProc]) -> None:
         job.stage = Stage.STOPPING
 
         def run() -> None:
@@ -694,7 +625,7 @@ class LocalBackend:
         job.stopper = threading.Thread(target=run, name=f"stop-{job.launch.key}", daemon=True)
         job.stopper.start()
 
-    def _finish(self, job: _Job) -> None:
+    def _finish(self, job: LocalJob) -> None:
         if job.stage != Stage.DONE:
             job.stage = Stage.DONE
             self._keeper.close_net(job.launch.key)
@@ -704,7 +635,7 @@ class LocalBackend:
             if job.prepared.is_set():  # else the preparation drops it when it ends
                 drop_scratch(job.dir)  # retention: the copies and /tmp go now, logs stay
 
-    def _attach_sampleset(self, job: _Job, nodes: tuple[str, ...] = ()) -> None:
+    def _attach_sampleset(self, job: LocalJob, nodes: tuple[str, ...] = ()) -> None:
         """Mount the job's SampleSet on its workers' nodes (and ``nodes``) and keep it mounted
         while the job runs; BackendError when it cannot be."""
         ref = job.launch.sampleset
@@ -713,14 +644,14 @@ class LocalBackend:
                 want = {w.node for w in job.workers.values()} | set(nodes) | set(job.sampleset_mounts)
             job.sampleset_mounts = self.samplesets.attach(ref, job.launch.key, sorted(want))
 
-    def _jail(self, job: _Job) -> JobJail | None:
+    def _jail(self, job: LocalJob) -> JobJail | None:
         """What the job's workers are confined to (None: isolation none)."""
         assert job.env_dir is not None
         if self._sandbox is None:
             return None
         return self._sandbox.jail(job.launch, job.env_dir, shared=(job.dir / "contract",), image=job.image)
 
-    def _prepare_image(self, job: _Job, requirements: str) -> None:
+    def _prepare_image(self, job: LocalJob, requirements: str) -> None:
         """Pull and check the job's image (``image_prep``; raises what fails the job)."""
         if self._sandbox is None:
             raise ImageUnusable(
@@ -735,7 +666,7 @@ class LocalBackend:
         job.image, job.image_env = prepare_image(self._images, job.launch, requirements, say)
         self._record_launch(job)  # with its image, for a server that adopts the job
 
-    def _spawn(self, job: _Job, workers: list[WorkerProc]) -> bool:
+    def _spawn(self, job: LocalJob, workers: list[WorkerProc]) -> bool:
         """Start ``workers``; False if the OS refused one: the job then fails (``StartFailed``) and
         what was started is stopped."""
         try:
@@ -747,7 +678,7 @@ class LocalBackend:
             return False
         return True
 
-    def _spawn_all(self, job: _Job, workers: list[WorkerProc]) -> None:
+    def _spawn_all(self, job: LocalJob, workers: list[WorkerProc]) -> None:
         assert job.env_dir is not None
         base = worker_base_env(
             os.environ, self.config.pass_env, sandboxed=self._sandbox is not None, env_dir=job.env_dir,
@@ -765,8 +696,8 @@ class LocalBackend:
             if hold >= 0:
                 os.close(hold)
 
-    def _spawn_each(self, job: _Job, workers: list[WorkerProc], jail: JobJail | None, base: dict[str, str],
-                    hold: int) -> None:  # fmt: skip
+    def _spawn_each(self, job: LocalJob, workers: list[WorkerProc], jail: JobJail | None,
+                    base: dict[str, str], hold: int) -> None:  # fmt: skip
         now = self._now()
         for w in workers:
             if not w.cwd.exists():  # added after the package was copied for the others
@@ -794,7 +725,7 @@ class LocalBackend:
             )
             watch_exit(w, self._wake)
 
-    def _statuses(self, job: _Job) -> tuple[WorkerStatus, ...]:
+    def _statuses(self, job: LocalJob) -> tuple[WorkerStatus, ...]:
         now = self._now()
 
         def state(w: WorkerProc) -> WorkerState:
