@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ import pytest
 
 from tests.hosts.conftest import COMPUTE, Bed
 from tests.hosts.platform import BedPlatform, elapsed, wait_phase
+from tests.registry_bed import PROOF, assert_ran_in_image
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
@@ -102,6 +104,71 @@ def test_elastic_torch_trains_across_hosts(platform: BedPlatform, jobs: float) -
     acc = re.findall(r"final accuracy ([0-9.]+)$", out, re.M)
     assert acc and float(acc[-1]) >= 0.97, out[-3000:]
     print(f"elastic torch: final accuracy {acc[-1]}, workers {where}, {elapsed(jobs)} after its submit")
+
+
+#: the registry the image test pulls from: inside head, on head's address (no host reaches this
+#: machine's loopback), its state where head sees it (the hosts' /tmp are their own)
+REGISTRY_PLACE = {
+    "PADDLECLOUD_REGISTRY_PORT": "5030",
+    "PADDLECLOUD_REGISTRY_DIR": "/var/lib/paddlecloud-registry-hosts",
+}
+
+
+@pytest.fixture(scope="module")
+def head_registry(bed: Bed) -> Iterator[str]:
+    """The test bed's training image (torch, PaddlePaddle: ``scripts/ensure-registry.sh``) on a
+    registry started inside head; its reference. The image is built here first (the package mirrors
+    are out of the hosts' reach), then pushed there from the machine's image cache."""
+    script = str(Path(__file__).resolve().parents[2] / "scripts" / "ensure-registry.sh")
+    built = subprocess.run(
+        ["bash", script, "build"], capture_output=True, text=True, timeout=1200, check=False
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    env = {**REGISTRY_PLACE, "PADDLECLOUD_REGISTRY_HOST": bed.addresses["head"]}
+    r = bed.run("head", "bash", script, "train", env=env, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    image = re.search(r"^export PADDLECLOUD_TRAIN_IMAGE=(\S+)$", r.stdout, re.M)
+    assert image, r.stdout
+    yield image.group(1)
+    bed.run("head", "bash", script, "stop", env=env, check=False)
+
+
+@pytest.mark.timeout(2 * JOB_TIMEOUT_S)
+def test_the_examples_run_in_an_image_across_hosts(
+    platform: BedPlatform, jobs: float, head_registry: str
+) -> None:
+    """fit_a_line (2 pservers + 2 trainers) and elastic torch (2 trainers) with ``--image``: pulled
+    once on head into the shared directory, every worker a Slurm job on a compute host in the
+    image (its marker file, its Python: ``tests/registry_bed.assert_ran_in_image``), the examples'
+    requirements met by the image's packages in a venv of the image's Python, each converging."""
+    p, t0 = platform, time.monotonic()
+    p.cli(
+        "submit", str(EXAMPLES / "torch_ddp"), "--name", "torch-image", "--framework", "torch",
+        "--entry", f"{PROOF} && torchrun train.py", "--trainers", "2", "--min-instance", "1",
+        "--max-instance", "2", "--cpu", "3", "--image", head_registry,
+    )  # fmt: skip
+    p.cli(
+        "submit", str(EXAMPLES / "fit_a_line"), "--name", "fit-image", "--framework", "paddle-ps",
+        "--entry", f"{PROOF} && python train.py", "--pservers", "2", "--trainers", "2", "--cpu", "5",
+        "--pscpu", "1", "--input", "pfs:data/fit-a-line", "--tasks-from-input", "--passes", str(PASSES),
+        "--image", head_registry,
+    )  # fmt: skip
+    for name in ("torch-image", "fit-image"):
+        job = wait_phase(p, name, ("Succeeded", "Failed"), timeout=JOB_TIMEOUT_S)
+        assert job["phase"] == "Succeeded", (name, job["message"], p.cli("logs", name)[-3000:])
+        assert "already satisfied" in p.cli("logs", name, "-w", "prepare")
+    where = _placement(p, "fit-image")
+    assert where["trainer-0"][0] != where["trainer-1"][0], where  # --cpu 5 of 8: one per host
+    for worker in ("pserver-0", "pserver-1", "trainer-0", "trainer-1"):
+        assert_ran_in_image(p.cli("logs", "fit-image", "-w", worker))
+    m = re.search(r"final loss ([0-9.]+)$", p.cli("logs", "fit-image", "-w", "trainer-0"), re.M)
+    assert m and float(m.group(1)) < 0.05, m
+    _placement(p, "torch-image")
+    for worker in ("trainer-0", "trainer-1"):
+        assert_ran_in_image(p.cli("logs", "torch-image", "-w", worker))
+    acc = re.findall(r"final accuracy ([0-9.]+)$", p.cli("logs", "torch-image"), re.M)
+    assert acc and float(acc[-1]) >= 0.97
+    print(f"in the image: fit_a_line loss {m.group(1)}, torch accuracy {acc[-1]}, {elapsed(t0)}")
 
 
 def _collective(p: BedPlatform, name: str, trainers: int) -> list[float]:

@@ -18,7 +18,7 @@ from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
 from tests.e2e.juicefs_fixtures import tar_package
-from tests.unit.registry_bed import Bed, start_bed, stop_bed
+from tests.registry_bed import Bed, start_bed, stop_bed
 
 MI = 2**20
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from registry_bed import Bed, start_bed, stop_bed
+from tests.registry_bed import Bed, start_bed, stop_bed
 
 from paddlecloud.api.models import JobDetail
 from paddlecloud.backends.local import LocalSettings, NodeShape

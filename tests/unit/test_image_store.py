@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from registry_bed import Bed
+from tests.registry_bed import Bed
 
 from paddlecloud.backends.images import ImageError, ImageProblem, ImageStore, RegistryAuth
 from paddlecloud.core.imageref import parse_image_ref

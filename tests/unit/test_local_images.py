@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from registry_bed import Bed
+from tests.registry_bed import Bed
 
 from paddlecloud.api.models import JobDetail
 from paddlecloud.client import Client
@@ -36,6 +36,8 @@ seen = {
     "marker": Path("/etc/paddlecloud-image").read_text(),
     "python": sys.executable,
     "prefix": sys.prefix,
+    "base_prefix": sys.base_prefix,
+    "version": sys.version.split()[0],
     "host_python": Path(sys.argv[1]).exists(),
     "path": os.environ["PATH"],
     "virtual_env": os.environ.get("VIRTUAL_ENV"),
@@ -65,9 +67,11 @@ def test_each_worker_runs_in_the_image(
     for i in range(2):
         seen = json.loads((Path(job.output_dir) / f"seen-{i}.json").read_text())
         assert seen["marker"].startswith("built for the PaddleCloud image tests")  # only the image has it
-        assert seen["python"].startswith("/usr/bin/python") and seen["prefix"] == "/usr"  # the image's
+        # the job's environment, a venv the image's own Python made: not the host's (3.11.7 here)
+        assert seen["base_prefix"] == "/usr" and seen["version"] != sys.version.split()[0], seen
+        assert seen["python"] == f"{seen['prefix']}/bin/python" and seen["virtual_env"] == seen["prefix"]
         assert seen["host_python"] is False  # the server's own Python is not there
-        assert seen["virtual_env"] is None and seen["path"].startswith("/usr/local/sbin")
+        assert seen["path"].startswith(f"{seen['prefix']}/bin:/usr/local/sbin"), seen["path"]
         assert seen["role"] == "trainer"
     said = [e.message for e in alice.job("inimage").events]
     assert any(m.startswith(f"Pulling {bed.image}") for m in said), said
@@ -106,13 +110,45 @@ def test_an_image_that_cannot_be_pulled_fails_the_job_at_preparing(
     assert says in job.message and bed.password not in job.message
 
 
-def test_requirements_with_an_image_fail_at_preparing_with_what_to_do(
+SIX = {
+    "probe.py": """\
+import os, sys
+from pathlib import Path
+import six
+out = Path(os.environ["PADDLECLOUD_OUTPUT_DIR"])
+(out / "six.txt").write_text(f"{six.__file__} {sys.base_prefix}")
+""",
+    "requirements.txt": "six\n",
+}
+
+
+def test_requirements_are_installed_by_the_images_python_once_per_image_and_content(
     bed: Bed, platform: Platform, alice: Client, make_package: MakePackage, drive: Drive
 ) -> None:
-    _submit(alice, make_package({**PROBE, "requirements.txt": "six\n"}), "withreq", bed.image, trainers=1)
+    _submit(alice, make_package(SIX), "withreq", bed.image, trainers=1)
     job = drive(alice, "withreq", {"Succeeded", "Failed"})
-    assert (job.phase, job.reason) == ("Failed", "ImageUnusable")
-    assert "install those packages in the image" in job.message
+    assert job.phase == "Succeeded", (job.message, "".join(alice.logs("withreq", worker="prepare")))
+    where, base = (Path(job.output_dir) / "six.txt").read_text().split()
+    assert base == "/usr" and "/lib/python3.11/site-packages/six.py" in where  # in the job's venv
+    built = "".join(alice.logs("withreq", worker="prepare"))
+    assert "installing requirements.txt with the image's /usr/bin/python3" in built, built
+    _submit(alice, make_package(SIX), "again", bed.image, trainers=1)
+    job = drive(alice, "again", {"Succeeded", "Failed"})
+    assert job.phase == "Succeeded", job.message
+    assert (Path(job.output_dir) / "six.txt").read_text().split()[0] == where  # the same environment
+    assert "installing" not in "".join(alice.logs("again", worker="prepare"))  # nothing built again
+
+
+def test_requirements_the_images_python_cannot_install_fail_at_preparing_with_what_to_do(
+    bed: Bed, platform: Platform, alice: Client, make_package: MakePackage, drive: Drive
+) -> None:
+    reqs = {**PROBE, "requirements.txt": "paddlecloud-no-such-package-exists==0.0.1\n"}
+    _submit(alice, make_package(reqs), "badreq", bed.image, trainers=1)
+    job = drive(alice, "badreq", {"Succeeded", "Failed"})
+    assert (job.phase, job.reason) == ("Failed", "ImageUnusable"), job.message
+    assert "the image's Python (/usr/bin/python3) could not install requirements.txt" in job.message
+    assert "use an image whose Python can" in job.message
+    assert "paddlecloud-no-such-package-exists" in "".join(alice.logs("badreq", worker="prepare"))
 
 
 READS = {

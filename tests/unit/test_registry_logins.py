@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from registry_bed import Bed
 from sqlalchemy import select
+from tests.registry_bed import Bed
 
 from paddlecloud.api.errors import InvalidInput, NotFound
 from paddlecloud.api.models import JobDetail

@@ -215,8 +215,8 @@ class LocalBackend:
                 self._attach_sampleset(job)
             except BackendError as exc:
                 log.warning("%s: SampleSet not mounted again: %s", launch.key, exc)
-            self._envs.pin(self._requirements(job), launch.key)  # in use until its processes end
-            job.env_dir = self._envs.path_for(self._requirements(job))
+            self._envs.pin(self._requirements(job), launch.key, job.image)  # in use until its processes end
+            job.env_dir = self._envs.path_for(self._requirements(job), job.image)
             job.prepared.set()
 
     def sync(self, key: str) -> JobStatus:
@@ -451,8 +451,9 @@ class LocalBackend:
             prepare_log = job.dir / "logs" / f"prepare.{runs[-1] + 1 if runs else 0}.log"
             requirements = self._requirements(job)
             if job.launch.image is not None:
-                self._prepare_image(job, requirements)
-            job.env_dir = self._envs.ensure(requirements, prepare_log, job.launch.key)
+                job.env_dir = self._prepare_image(job, requirements, prepare_log)
+            else:
+                job.env_dir = self._envs.ensure(requirements, prepare_log, job.launch.key)
             with job.lock:
                 workers = list(job.workers.values())
             for w in workers:
@@ -630,7 +631,7 @@ class LocalBackend:
             job.stage = Stage.DONE
             self._keeper.close_net(job.launch.key)
             self._ports.release(job.ports)
-            self._envs.release(self._requirements(job), job.launch.key)  # evictable from now on
+            self._envs.release(self._requirements(job), job.launch.key, job.image)  # evictable from now on
             self.samplesets.detach(job.launch.key)  # its mounts may be unmounted from now on
             if job.prepared.is_set():  # else the preparation drops it when it ends
                 drop_scratch(job.dir)  # retention: the copies and /tmp go now, logs stay
@@ -651,8 +652,9 @@ class LocalBackend:
             return None
         return self._sandbox.jail(job.launch, job.env_dir, shared=(job.dir / "contract",), image=job.image)
 
-    def _prepare_image(self, job: LocalJob, requirements: str) -> None:
-        """Pull and check the job's image (``image_prep``; raises what fails the job)."""
+    def _prepare_image(self, job: LocalJob, requirements: str, prepare_log: Path) -> Path:
+        """Pull and check the job's image (``image_prep``), then its runtime environment in it
+        (``envs.py``); raises what fails the job."""
         if self._sandbox is None:
             raise ImageUnusable(
                 "running in an image needs the sandbox, and this server runs workers unconfined "
@@ -663,7 +665,11 @@ class LocalBackend:
             with job.lock:
                 job.events.append(event)
 
-        job.image, job.image_env = prepare_image(self._images, job.launch, requirements, say)
+        job.image, job.image_env = prepare_image(self._images, job.launch, say)
+        try:
+            return self._envs.ensure(requirements, prepare_log, job.launch.key, image=job.image)
+        except EnvBuildError as exc:
+            raise ImageUnusable(str(exc)) from None
         self._record_launch(job)  # with its image, for a server that adopts the job
 
     def _spawn(self, job: LocalJob, workers: list[WorkerProc]) -> bool:

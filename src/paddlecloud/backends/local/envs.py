@@ -28,6 +28,13 @@ which changes nothing). Evicting renames the environment away under ``.cache.loc
 that pins it at the same moment either pinned first, and it is not evicted, or finds it gone and
 builds it again) and then deletes it.
 
+In an image (``ensure(..., image=)``, issue 27) the environment is the job's runtime image: the
+image's own Python makes the venv with ``--system-site-packages`` (the image's packages, torch in an
+NGC-style image, satisfy the requirements they meet) and runs the platform's pip (its
+``__pip-runner__.py``, bound read-only), so what is installed is built for and by the image's
+Python; all of it in the image's sandbox. Its name includes the image's digest (the unpacked root's
+path), so each (image, requirements) is built once, and it is evicted like every other.
+
 With a sandbox (``sandbox.py``) pip runs confined: a requirement may be a source package whose build
 runs any code, so it sees only the system, pip and its configuration, and the new environment. The
 environment is the build's to write, so the ready mark is written without following links.
@@ -48,7 +55,7 @@ from pathlib import Path
 from typing import IO
 
 import paddlecloud.runtime as runtime_pkg
-from paddlecloud.backends.local.sandbox import Command, Sandbox
+from paddlecloud.backends.local.sandbox import Command, ImageRoot, Sandbox, pip_runner
 from paddlecloud.runtime import torchelastic
 
 __all__ = ["EnvBuildError", "EnvCache", "dir_size", "install_runtime_shim"]
@@ -65,9 +72,13 @@ class EnvBuildError(RuntimeError):
     """The requirements could not be installed; the message ends with pip's last lines."""
 
 
-def _key(requirements: str) -> str:
+def _key(requirements: str, image: ImageRoot | None = None) -> str:
+    """The environment's name: the requirements' lines (comments and blanks dropped), and for one
+    made in an image, the image (its unpacked root names its digest) and the Python that made it."""
     lines = [ln.strip() for ln in requirements.splitlines()]
     norm = "\n".join(ln for ln in lines if ln and not ln.startswith("#"))
+    if image is not None:
+        norm = f"image {image.rootfs} {image.python}\n{norm}"
     return hashlib.sha256(norm.encode()).hexdigest()[:20]
 
 
@@ -117,16 +128,17 @@ class EnvCache:
         for leftover in root.glob(f"{_TRASH}*"):  # an eviction interrupted by a crash
             shutil.rmtree(leftover, ignore_errors=True)
 
-    def path_for(self, requirements: str) -> Path:
-        return self.root / _key(requirements)
+    def path_for(self, requirements: str, image: ImageRoot | None = None) -> Path:
+        return self.root / _key(requirements, image)
 
     # -- use ----------------------------------------------------------------------------------------
 
-    def ensure(self, requirements: str, log: Path, holder: str = "") -> Path:
+    def ensure(self, requirements: str, log: Path, holder: str = "", image: ImageRoot | None = None) -> Path:
         """Return a ready venv for ``requirements``, building it if needed; raises EnvBuildError.
 
-        ``holder`` (a job's key) pins it until :meth:`release`: it is never evicted meanwhile."""
-        target = self.path_for(requirements)
+        ``holder`` (a job's key) pins it until :meth:`release`: it is never evicted meanwhile.
+        ``image``: the venv is made in that image, by its Python (see the module doc)."""
+        target = self.path_for(requirements, image)
         with self._cache_lock():
             if holder:
                 self._pin(target, holder)
@@ -138,7 +150,10 @@ class EnvCache:
                 try:
                     if target.exists():
                         shutil.rmtree(target)
-                    self._build(target, requirements, log)
+                    if image is None:
+                        self._build(target, requirements, log)
+                    else:
+                        self._build_in_image(target, requirements, log, image)
                     _mark_ready(target, requirements)
                     self._size_file(target).write_text(str(dir_size(target)))
                 except BaseException:
@@ -152,14 +167,14 @@ class EnvCache:
                 out.write(f"note: the environment cache holds {over} bytes more than its cap, all in use\n")
         return target
 
-    def pin(self, requirements: str, holder: str) -> None:
+    def pin(self, requirements: str, holder: str, image: ImageRoot | None = None) -> None:
         """Mark the environment of ``requirements`` as used by ``holder`` (idempotent; re-adoption)."""
         with self._cache_lock():
-            self._pin(self.path_for(requirements), holder)
+            self._pin(self.path_for(requirements, image), holder)
 
-    def release(self, requirements: str, holder: str) -> None:
+    def release(self, requirements: str, holder: str, image: ImageRoot | None = None) -> None:
         """``holder`` no longer uses the environment (idempotent); it becomes evictable once unpinned."""
-        target = self.path_for(requirements)
+        target = self.path_for(requirements, image)
         with self._cache_lock():
             self._pin_file(target, holder).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
@@ -258,6 +273,46 @@ class EnvCache:
                     self._run(confined, out, log, self.sandbox.build_env())
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    def _build_in_image(self, target: Path, requirements: str, log: Path, image: ImageRoot) -> None:
+        """The image's Python makes the venv (seeing the image's own packages) and runs the
+        platform's pip, which installs the requirements with that Python, in the image's sandbox."""
+        if self.sandbox is None:
+            raise EnvBuildError("an environment in an image is made in the sandbox, and this server has none")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        target.mkdir(parents=True)
+        tmp = self.root / f"{target.name}.tmp"
+        venv = [image.python, "-m", "venv", "--without-pip", "--system-site-packages", str(target)]
+        pip = [
+            str(target / "bin" / "python"), str(pip_runner()), "install", "--disable-pip-version-check",
+            "--no-input", "-r", str(target / "requirements.txt"),
+        ]  # fmt: skip
+        try:
+            with open(log, "ab") as out:
+                with self.sandbox.build(target, tmp, venv, image) as confined:
+                    try:
+                        self._run(confined, out, log, self.sandbox.build_env(image))
+                    except EnvBuildError as exc:
+                        raise EnvBuildError(
+                            f"{image.python} of the image could not make a virtual environment "
+                            f"({exc}): use an image whose Python 3 has the standard library's venv"
+                        ) from None
+                if not requirements.strip():
+                    return
+                (target / "requirements.txt").write_text(requirements)
+                out.write(f"installing requirements.txt with the image's {image.python}\n".encode())
+                out.flush()
+                with self.sandbox.build(target, tmp, pip, image) as confined:
+                    try:
+                        self._run(confined, out, log, self.sandbox.build_env(image))
+                    except EnvBuildError as exc:
+                        raise EnvBuildError(
+                            f"the image's Python ({image.python}) could not install requirements.txt: "
+                            f"{exc}; use an image whose Python can (the right version, a compiler for "
+                            "source packages), or one that has these packages already (logs -w prepare)"
+                        ) from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def _run(self, cmd: Command, out: IO[bytes], log: Path, env: dict[str, str] | None = None) -> None:
         try:

@@ -1,16 +1,19 @@
 """A local job's container image at Preparing, and its workers' environment from the image's.
 
-    LocalBackend._prepare ──prepare_image(store, launch, requirements, say)──▶
+    LocalBackend._prepare ──prepare_image(store, launch, say)──▶
         ImageStore.ensure (``backends.images``: pulled once per digest; progress through ``say`` as
         the job's events, "Pulling REF (120 / 480 MiB)", at most every few seconds)
         ─▶ the python3 on the image's PATH (the platform's launcher runs under it: the runtime is
            standard library only) ─▶ ImageRoot (what the sandbox binds) + the image's Env
+        ─▶ EnvCache.ensure(requirements, image=ImageRoot) (``envs.py``): the job's runtime image, a
+           venv made by that python in the image, with the requirements installed, once per
+           (image, requirements)
     LocalBackend._spawn_all ──image_worker_env(base, image env)──▶ the image's variables, then the
         platform's (the image's PATH instead of the host's; no virtualenv)
 
-What cannot work says so at Preparing, with what to change: an image without python3, a package
-with a requirements.txt (installing it into the image is the next step of issue 27), a server that
-runs workers unconfined (an image is a sandbox's root).
+What cannot work says so at Preparing, with what to change: an image without python3, one whose
+Python cannot install the requirements (``envs.py``), a server that runs workers unconfined (an
+image is a sandbox's root).
 """
 
 from __future__ import annotations
@@ -86,16 +89,9 @@ def find_python(image: Image) -> str:
     )
 
 
-def prepare_image(
-    store: ImageStore, launch: JobLaunch, requirements: str, say: Say
-) -> tuple[ImageRoot, tuple[str, ...]]:
+def prepare_image(store: ImageStore, launch: JobLaunch, say: Say) -> tuple[ImageRoot, tuple[str, ...]]:
     """``launch.image`` pulled and checked: what the sandbox needs and the image's Env."""
     assert launch.image is not None
-    if requirements.strip():
-        raise ImageUnusable(
-            "a package with a requirements.txt cannot run in an image yet: install those packages in "
-            "the image, or submit without --image"
-        )
     ref = parse_image_ref(launch.image)
     started = time.monotonic()
     say(BackendEvent("Normal", "Pulling", f"Pulling {ref}"))
@@ -107,10 +103,12 @@ def prepare_image(
 
 
 def image_worker_env(base: Mapping[str, str], image_env: tuple[str, ...]) -> dict[str, str]:
-    """A worker's environment in an image: the image's variables, then the platform's on top, the
-    image's PATH instead of the host's system path, and no virtualenv."""
+    """A worker's environment in an image: the image's variables, then the platform's on top; its
+    PATH the job's environment (``base``'s VIRTUAL_ENV, made by the image's Python) before the
+    image's PATH instead of the host's system path."""
     own = dict(e.split("=", 1) for e in image_env if "=" in e)
     env = {**own, **base}
-    env["PATH"] = own.get("PATH", SYSTEM_PATH)
-    env.pop("VIRTUAL_ENV", None)
+    path = own.get("PATH", SYSTEM_PATH)
+    venv = base.get("VIRTUAL_ENV")
+    env["PATH"] = f"{venv}/bin{os.pathsep}{path}" if venv else path
     return env

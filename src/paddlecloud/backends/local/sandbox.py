@@ -44,6 +44,7 @@ import configparser
 import contextlib
 import errno
 import glob
+import importlib.util
 import os
 import shutil
 import stat
@@ -76,6 +77,7 @@ __all__ = [
     "make_dirs",
     "open_file_nofollow",
     "open_nofollow",
+    "pip_runner",
     "read_status",
     "worker_base_env",
 ]
@@ -339,6 +341,27 @@ def _pip_places(files: list[Path], environ: Mapping[str, str]) -> list[Path]:
 # -- the sandbox ---------------------------------------------------------------------------------
 
 
+def _moved_places(places: Sequence[Path]) -> dict[Path, Path]:
+    """pip's local places (a ``find-links`` folder) that lie where an image's system is bound
+    read-only (``/opt/wheels``: no mount point can be made there), and where a build in an image
+    sees them instead: under ``/run/paddlecloud/pip`` (the variables naming them are rewritten;
+    a configuration file naming one makes pip skip it, with a warning in the build's log)."""
+    return {
+        p: Path("/run/paddlecloud/pip") / p.relative_to("/")
+        for p in places
+        if p.is_absolute() and len(p.parts) > 1 and p.parts[1] in IMAGE_ROOT
+    }
+
+
+def pip_runner() -> Path:
+    """The platform's pip as a script any Python 3 runs (pip's ``__pip-runner__.py``: what ``pip
+    --python`` starts), for environments made in an image by the image's Python."""
+    spec = importlib.util.find_spec("pip")
+    if spec is None or spec.origin is None:
+        raise IsolationError("pip is not installed beside the platform")
+    return Path(spec.origin).parent / "__pip-runner__.py"
+
+
 def _system_args(gpus: bool) -> list[str]:
     """The read-only system every sandbox sees (binds by name: these are not the users')."""
     args = ["--ro-bind", "/usr", "/usr"]
@@ -553,21 +576,35 @@ class Sandbox:
         return JobJail(self, launch.user, env_dir, tuple(data), (*shared, *ca), image=image)
 
     @contextlib.contextmanager
-    def build(self, target: Path, tmp: Path, argv: list[str]) -> Iterator[Command]:
-        """pip building ``target`` (read-write) in a sandbox; see the module doc."""
+    def build(
+        self, target: Path, tmp: Path, argv: list[str], image: ImageRoot | None = None
+    ) -> Iterator[Command]:
+        """pip building ``target`` (read-write) in a sandbox; see the module doc. In ``image``: the
+        image's system instead of the host's, and of the platform only pip's own files."""
         files, _ = _pip_config(os.environ)
-        ro = [*files, *_pip_places(files, os.environ), Path(sys.prefix)]
-        binds = [a for p in dict.fromkeys(ro) for a in ("--ro-bind", str(p), str(p))]
+        own = Path(sys.prefix) if image is None else pip_runner().parent
+        places = _pip_places(files, os.environ)
+        moved = _moved_places(places) if image is not None else {}
+        ro = [*files, *places, own]
+        binds = [a for p in dict.fromkeys(ro) for a in ("--ro-bind", str(p), str(moved.get(p, p)))]
         binds += ["--bind", str(target), str(target), "--die-with-parent"]  # a killed build ends whole
         dirs = WorkerDirs(cwd=target, status=target, tmp=tmp, hostname="paddlecloud-build")
-        with self._command("paddlecloud", dirs, binds, [], argv) as cmd:
+        rootfs = image.rootfs if image is not None else None
+        with self._command("paddlecloud", dirs, binds, [], argv, rootfs) as cmd:
             yield cmd
 
     @staticmethod
-    def build_env() -> dict[str, str]:
-        """The environment of an environment build: pip's settings, proxies, locale; no more."""
-        _, extra = _pip_config(os.environ)
-        return {**_build_env(os.environ), **extra}
+    def build_env(image: ImageRoot | None = None) -> dict[str, str]:
+        """The environment of an environment build: pip's settings, proxies, locale; no more. In an
+        image, pip's local places under the image's system folders where ``build`` binds them."""
+        files, extra = _pip_config(os.environ)
+        env = {**_build_env(os.environ), **extra}
+        if image is not None:
+            for place, there in _moved_places(_pip_places(files, os.environ)).items():
+                for k, v in env.items():
+                    if k.startswith("PIP_"):
+                        env[k] = " ".join(str(there) if w == str(place) else w for w in v.split())
+        return env
 
 
 @dataclass(frozen=True)
@@ -589,9 +626,9 @@ class JobJail:
 
     @property
     def python(self) -> str:
-        """The interpreter the launcher runs under inside (the job's own environment's, or the
-        image's)."""
-        return self.image.python if self.image is not None else str(self.env_dir / "bin" / "python")
+        """The interpreter the launcher runs under inside: the job's environment's (in an image, a
+        venv made by the image's Python: ``envs.py``)."""
+        return str(self.env_dir / "bin" / "python")
 
     def check(self) -> None:
         """Make the user's home if it is missing and check that every PFS place can be bound
@@ -605,8 +642,7 @@ class JobJail:
     def wrap(self, dirs: WorkerDirs, argv: list[str]) -> Iterator[Command]:
         """``argv`` (the launcher) confined to this job's places and the worker's own folders."""
         binds = ["--ro-bind", str(self.sandbox.shim), str(self.sandbox.shim)]
-        if self.image is None:
-            binds += ["--ro-bind", str(self.env_dir), str(self.env_dir)]
+        binds += ["--ro-bind", str(self.env_dir), str(self.env_dir)]
         for folder in self.shared:
             binds += ["--ro-bind-try", str(folder), str(folder)]  # absent for runs of older versions
         binds += ["--bind", str(dirs.cwd), str(dirs.cwd), "--bind", str(dirs.status), str(dirs.status)]

@@ -262,7 +262,12 @@ class SlurmBackend:
                     "running in an image needs the sandbox, and this server runs workers unconfined "
                     "(up --isolation none, or bubblewrap missing): submit without --image"
                 )
-            root, env = prepare_image(self._images, job.launch, requirements, say)
+            root, env = prepare_image(self._images, job.launch, say)
+            log_path = job.dir / "logs" / f"prepare.{len(log_runs(job.dir / 'logs', 'prepare'))}.log"
+            try:
+                venv = self._envs.ensure(requirements, log_path, holder=job.launch.key, image=root)
+            except EnvBuildError as exc:
+                raise ImageUnusable(str(exc)) from None
         except ImageError as exc:
             with job.lock:
                 self._fail(job, f"pulling {job.launch.image} failed: {exc}", str(exc.problem))
@@ -278,9 +283,12 @@ class SlurmBackend:
         else:
             with job.lock:
                 job.image_rootfs, job.image_python, job.image_env = str(root.rootfs), root.python, env
+                job.env_dir = str(venv)
                 if job.stage == Stage.PREPARING:
                     job.events.append(BackendEvent("Normal", "Prepared", "image ready"))
                     self._begin(job)
+                elif job.stage == Stage.DONE:  # stopped while it was pulled: no longer in use
+                    self._envs.release(requirements, job.launch.key, root)
         self._wake()
 
     def _fence_after(self) -> int:
@@ -445,11 +453,13 @@ class SlurmBackend:
 
     def forget(self, key: str) -> None:
         with self._lock:
-            self._jobs.pop(key, None)
-        requirements = _requirements(self._job_dir(key) / "package")
-        if requirements:
-            self._envs.release(requirements, key)
+            job = self._jobs.pop(key, None)
+        self._release_env(self._job_dir(key), key, job)
         shutil.rmtree(self._job_dir(key), ignore_errors=True)
+
+    def _release_env(self, jdir: Path, key: str, job: JobRecord | None) -> None:
+        """The job's environment (on the host's Python, or in its image) no longer used by it."""
+        self._envs.release(_requirements(jdir / "package"), key, job.image if job is not None else None)
 
     def confinement(self) -> Confinement:
         if self.isolation.sandboxed:
@@ -521,9 +531,7 @@ class SlurmBackend:
         if job.stage == Stage.DONE:
             return
         job.stage = Stage.DONE
-        requirements = _requirements(job.dir / "package")
-        if requirements:
-            self._envs.release(requirements, job.launch.key)
+        self._release_env(job.dir, job.launch.key, job)
         drop_scratch(job.dir)
         name = self._scripts.netns(job)
         if name and netns.exists(name):  # its processes may still be ending: wait for them aside

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paddlecloud.backends.base import BackendEvent, JobLaunch
+from paddlecloud.backends.local.sandbox import ImageRoot
 from paddlecloud.backends.start_sequence import SERVER_ROLES, Stage
 from paddlecloud.core.envcontract import new_rendezvous_key
 from paddlecloud.core.phases import WorkerState
@@ -71,7 +72,8 @@ class JobRecord:
     failure: str | None = None
     failure_reason: str = "WorkerFailed"
     job_restarts: int = 0
-    #: the environment built from the package's requirements.txt ("" : none, the server's Python)
+    #: the environment built from the package's requirements.txt ("" : none, the server's Python);
+    #: with an image, the venv its Python made there (``local.envs``)
     env_dir: str = ""
     #: the unpacked image the workers run in, on the shared directory ("": none), the python3 in
     #: it that runs the launcher, and the image's Env (``backends.images``)
@@ -89,6 +91,11 @@ class JobRecord:
     vni: int = 0
     #: ports a server of this job found held on its node (``PortHeld``): never given to it again
     held_ports: set[int] = field(default_factory=set)
+
+    @property
+    def image(self) -> ImageRoot | None:
+        """The unpacked image the workers run in (None: the node's own system)."""
+        return ImageRoot(Path(self.image_rootfs), self.image_python) if self.image_rootfs else None
 
     def role(self, role: str) -> list[WorkerRecord]:
         return sorted((w for w in self.workers.values() if w.role == role), key=lambda w: w.index)

@@ -34,7 +34,6 @@ from paddlecloud.backends.local.image_prep import image_worker_env
 from paddlecloud.backends.local.keeper import api_target
 from paddlecloud.backends.local.sandbox import (
     API_SOCKET,
-    ImageRoot,
     JobJail,
     Sandbox,
     WorkerDirs,
@@ -238,8 +237,7 @@ class BatchScripts:
             Path(sys.prefix) if python == sys.executable else Path(python).parent.parent
         )  # PREFIX/bin/python
         env_dir = Path(job.env_dir) if job.env_dir else prefix
-        image = ImageRoot(Path(job.image_rootfs), job.image_python) if job.image_rootfs else None
-        return self.sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",), image=image)
+        return self.sandbox.jail(job.launch, env_dir, shared=(job.dir / "contract",), image=job.image)
 
 
 def log_file(job: JobRecord, w: WorkerRecord) -> Path:
