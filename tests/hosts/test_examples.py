@@ -35,10 +35,21 @@ PASSES = 3
 JOB_TIMEOUT_S = 600
 
 
+#: the registry the image test pulls from: inside head, on head's address (no host reaches this
+#: machine's loopback), its state where head sees it (the hosts' /tmp are their own)
+REGISTRY_PLACE = {
+    "PADDLECLOUD_REGISTRY_PORT": "5030",
+    "PADDLECLOUD_REGISTRY_DIR": "/var/lib/paddlecloud-registry-hosts",
+}
+
+
 @pytest.fixture(scope="module")
 def platform(bed: Bed, request: pytest.FixtureRequest) -> Iterator[BedPlatform]:
     t0, failed = time.monotonic(), request.session.testsfailed
-    p = BedPlatform(bed)
+    # the image test's registry is inside head, on its address: plain HTTP, as a site's own may be
+    p = BedPlatform(
+        bed, "--insecure-registry", f"{bed.addresses['head']}:{REGISTRY_PLACE['PADDLECLOUD_REGISTRY_PORT']}"
+    )
     print(f"\nplatform: up on head, logged in from the laptop: {elapsed(t0)}")
     try:
         yield p
@@ -104,14 +115,6 @@ def test_elastic_torch_trains_across_hosts(platform: BedPlatform, jobs: float) -
     acc = re.findall(r"final accuracy ([0-9.]+)$", out, re.M)
     assert acc and float(acc[-1]) >= 0.97, out[-3000:]
     print(f"elastic torch: final accuracy {acc[-1]}, workers {where}, {elapsed(jobs)} after its submit")
-
-
-#: the registry the image test pulls from: inside head, on head's address (no host reaches this
-#: machine's loopback), its state where head sees it (the hosts' /tmp are their own)
-REGISTRY_PLACE = {
-    "PADDLECLOUD_REGISTRY_PORT": "5030",
-    "PADDLECLOUD_REGISTRY_DIR": "/var/lib/paddlecloud-registry-hosts",
-}
 
 
 @pytest.fixture(scope="module")

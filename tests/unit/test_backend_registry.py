@@ -132,3 +132,17 @@ def test_settings_of_another_backend_are_refused(tmp_path: Path) -> None:
     config = PlatformConfig(data_dir=tmp_path, backend="local", backend_settings=KubeSettings())
     with pytest.raises(BackendConfigError, match="the local backend takes LocalSettings, not KubeSettings"):
         Platform.open(config)
+
+
+def test_insecure_registries_from_up_options() -> None:
+    """``up --insecure-registry`` (issue 27): registries pulled from over plain HTTP, each checked
+    as a reference's registry part, for both backends that pull images."""
+    for name in ("local", "slurm"):
+        entry = registry.entry(name)
+        made = entry.settings({"insecure_registry": ("10.0.0.5:5000", "registry.lab")})
+        assert made.insecure_registries == ("10.0.0.5:5000", "registry.lab")  # type: ignore[attr-defined]
+        assert entry.settings({}).insecure_registries == ()  # type: ignore[attr-defined]
+        for bad in ("http://10.0.0.5:5000", "10.0.0.5:5000/team", "no_underscores:5000", "x:99999999"):
+            with pytest.raises(OptionError, match="HOST") as err:
+                entry.settings({"insecure_registry": (bad,)})
+            assert err.value.option == "--insecure-registry"

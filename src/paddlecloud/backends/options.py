@@ -7,9 +7,10 @@ helpers here parse the common kinds of values. The CLI turns an ``OptionError`` 
 
 from __future__ import annotations
 
+from paddlecloud.core.imageref import ImageRefError, parse_image_ref
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 
-__all__ = ["ISOLATION_MODES", "OptionError", "isolation_mode", "quantity"]
+__all__ = ["ISOLATION_MODES", "OptionError", "insecure_registries", "isolation_mode", "quantity"]
 
 #: ``up --isolation`` (``backends/local/sandbox.py``: ``choose``)
 ISOLATION_MODES = ("auto", "sandbox", "none")
@@ -40,3 +41,20 @@ def isolation_mode(value: object, option: str = "--isolation") -> str:
     if mode not in ISOLATION_MODES:
         raise OptionError(option, f"{mode!r}: expected {', '.join(ISOLATION_MODES)}")
     return str(mode)
+
+
+def insecure_registries(values: object, option: str = "--insecure-registry") -> tuple[str, ...]:
+    """``up --insecure-registry HOST[:PORT]`` (repeatable): registries of the image backends reached
+    over plain HTTP, as a registry in an image reference names them (loopback ones always are)."""
+    out: list[str] = []
+    for value in values or ():  # type: ignore[attr-defined]
+        try:
+            ref = parse_image_ref(f"{value}/probe")
+        except ImageRefError:
+            ref = None
+        if ref is None or ref.registry != value:
+            raise OptionError(
+                option, f"{value!r}: give a registry as HOST[:PORT] (for example 10.0.0.5:5000)"
+            )
+        out.append(str(value))
+    return tuple(out)

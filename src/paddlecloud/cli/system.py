@@ -260,6 +260,13 @@ data_dir_option = click.option(
     "run gets its cgroup (default: paddlecloud/ under the server's own); docs/security.md",
 )
 @click.option(
+    "--insecure-registry",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="local and slurm backends: a registry that job images are pulled from over plain HTTP "
+    "(repeatable; loopback registries always are; every other needs verified TLS)",
+)
+@click.option(
     "--pass-env",
     multiple=True,
     metavar="NAME",

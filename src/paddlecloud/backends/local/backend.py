@@ -140,7 +140,8 @@ class LocalBackend:
         self._sandbox, self.isolation = self._confine.sandbox, self._confine.isolation
         self._keeper = Keeper(config.root, self._confine)
         self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
-        self._images = ImageStore(config.root / "images")  # pulled and unpacked images, per digest
+        #: pulled and unpacked images, per digest
+        self._images = ImageStore(config.root / "images", frozenset(config.insecure_registries))
         self._collect()
         #: SampleSets: a JuiceFS mount per emulated node (``samplesets.py``)
         self.samplesets = LocalSampleSets(config.root / "samplesets", [n.name for n in self._nodes])
@@ -774,5 +775,6 @@ def create(setup: BackendSetup) -> LocalBackend:
         root=setup.cluster_dir, nodes=settings.nodes, env_cache_bytes=settings.env_cache_bytes,
         isolation=settings.isolation, pass_env=settings.pass_env, private=(setup.data_dir,),
         limits=settings.limits, cgroup_root=settings.cgroup_root,
+        insecure_registries=settings.insecure_registries,
     )  # fmt: skip
     return LocalBackend(config, setup.now, setup.wake)

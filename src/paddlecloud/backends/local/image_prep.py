@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from paddlecloud.backends.base import BackendEvent, JobLaunch
 from paddlecloud.backends.images import Image, ImageStore
+from paddlecloud.backends.local.gpu_driver import DRIVER_DIR
 from paddlecloud.backends.local.sandbox import IMAGE_ROOT, SYSTEM_PATH, ImageRoot
 from paddlecloud.core.imageref import parse_image_ref
 
@@ -111,4 +112,8 @@ def image_worker_env(base: Mapping[str, str], image_env: tuple[str, ...]) -> dic
     path = own.get("PATH", SYSTEM_PATH)
     venv = base.get("VIRTUAL_ENV")
     env["PATH"] = f"{venv}/bin{os.pathsep}{path}" if venv else path
+    # the host's GPU driver, where a GPU sandbox binds it (``gpu_driver.py``), after the image's own
+    # (the image's own first; the server's, which names the host's folders, not at all)
+    libs = [p for p in own.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, f"{DRIVER_DIR}/lib"])
     return env

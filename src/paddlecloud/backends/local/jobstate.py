@@ -39,6 +39,8 @@ class LocalConfig:
     limits: RunLimits = field(default_factory=RunLimits)
     #: the cgroup runs' cgroups go in (``up --cgroup-root``; None: ``paddlecloud`` under the server's)
     cgroup_root: str | None = None
+    #: registries pulled from over plain HTTP (``up --insecure-registry``; loopback ones always are)
+    insecure_registries: tuple[str, ...] = ()
 
 
 @dataclass

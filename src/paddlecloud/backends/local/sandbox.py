@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from paddlecloud.backends.errors import IsolationError
+from paddlecloud.backends.local.gpu_driver import driver_binds
 from paddlecloud.backends.options import ISOLATION_MODES
 
 if TYPE_CHECKING:  # only a type here: the Slurm node-side jail imports this module, and no more
@@ -403,6 +404,8 @@ def image_system_args(rootfs: Path, gpus: bool) -> list[str]:
             if entry.name not in _PLATFORM_ETC:
                 args += _entry_args(entry, f"/etc/{entry.name}")
     args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+    if gpus:  # the host's driver libraries, as container runtimes bind them (``gpu_driver.py``)
+        args += driver_binds()
     return args + _kernel_args(gpus)
 
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from paddlecloud.backends.local.isolation import RunLimits
 from paddlecloud.backends.local.nodes import NodeShape
-from paddlecloud.backends.options import isolation_mode, quantity
+from paddlecloud.backends.options import insecure_registries, isolation_mode, quantity
 
 __all__ = ["LocalSettings"]
 
@@ -31,11 +31,13 @@ class LocalSettings:
     limits: RunLimits = field(default_factory=RunLimits)
     #: the cgroup runs' cgroups go under (``--cgroup-root``; None: under the server's own)
     cgroup_root: str | None = None
+    #: registries pulled from over plain HTTP (``--insecure-registry``)
+    insecure_registries: tuple[str, ...] = ()
 
     #: the ``up`` options these settings are made from
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "nodes", "node_cpu", "node_memory", "node_gpu", "env_cache_size", "isolation", "pass_env",
-        "cgroup_root", *RunLimits.OPTIONS,
+        "cgroup_root", "insecure_registry", *RunLimits.OPTIONS,
     )  # fmt: skip
 
     @classmethod
@@ -57,4 +59,5 @@ class LocalSettings:
             pass_env=tuple(options.get("pass_env") or ()),
             limits=RunLimits.from_options(options),
             cgroup_root=options.get("cgroup_root") or None,
+            insecure_registries=insecure_registries(options.get("insecure_registry")),
         )

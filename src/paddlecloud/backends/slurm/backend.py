@@ -153,17 +153,18 @@ class SlurmBackend:
         self.root: Path = settings.root
         self.root.mkdir(parents=True, exist_ok=True)
         sweep_trash(self.root / "jobs")  # scratch an earlier server had not finished removing
-        #: job environments (one per distinct requirements.txt) and the worker runtime for them,
-        #: on the shared directory
-        self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes)
         #: pulled and unpacked images on the shared directory: pulled once for every node
-        self._images = ImageStore(self.root / "images")
+        self._images = ImageStore(self.root / "images", frozenset(settings.insecure_registries))
         self._pythonpath = install_runtime_shim(self.root / "pythonpath")
         #: probed on this host at start (IsolationError: ``sandbox`` asked for and bwrap cannot run);
         #: the nodes need bubblewrap too (docs/security.md)
         self._sandbox, self.isolation = choose(
             settings.isolation, self._pythonpath, gpus=False, private=(self.root,)
         )
+        #: job environments (one per distinct requirements.txt, or per image and requirements) on the
+        #: shared directory, built on this host, in the sandbox where there is one (pip runs a
+        #: source package's build code)
+        self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes, sandbox=self._sandbox)
         #: SampleSets: volume and admin mount here, node caches and mounts on the nodes (samplesets.py)
         self.samplesets = SlurmSampleSets(settings, self.root / "samplesets")
         #: a sandboxed job's workers get a network namespace per host (nodekeep.py), made on the

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from paddlecloud.backends.local.isolation import RunLimits
-from paddlecloud.backends.options import OptionError, isolation_mode
+from paddlecloud.backends.options import OptionError, insecure_registries, isolation_mode
 
 __all__ = ["SlurmSettings"]
 
@@ -59,11 +59,13 @@ class SlurmSettings:
     #: ends itself (a node cut off, whose workers the platform restarts elsewhere: ``node.fence``);
     #: None: half of Slurm's ``SlurmdTimeout`` (at least 5), 0: never
     fence_after_s: int | None = None
+    #: registries pulled from over plain HTTP (``--insecure-registry``; loopback ones always are)
+    insecure_registries: tuple[str, ...] = ()
 
     #: the ``up`` options these settings are made from
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg", "isolation",
-        "slurm_node_cache", "slurm_ports", "slurm_fence_after", *RunLimits.OPTIONS,
+        "slurm_node_cache", "slurm_ports", "slurm_fence_after", "insecure_registry", *RunLimits.OPTIONS,
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -106,6 +108,7 @@ class SlurmSettings:
             ports=_port_range(options.get("slurm_ports") or ""),
             limits=RunLimits.from_options(options),
             fence_after_s=_fence_after(options.get("slurm_fence_after") or ""),
+            insecure_registries=insecure_registries(options.get("insecure_registry")),
         )
 
 
