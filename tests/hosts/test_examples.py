@@ -1,11 +1,14 @@
 """The examples across hosts of the bed, as a user runs them: the CLI on ``laptop`` against the server
 on ``head`` (``up --backend slurm``), over HTTP only; every worker a Slurm batch job on c1..c3, in
-its sandbox, its environment built offline on head into the shared directory. examples/fit_a_line
-(2 pservers + 2 trainers, PaddlePaddle parameter-server mode, its 8 shards leased from the task
-master) and the elastic torch example (torchrun agents around the platform's rendezvous store) run at
-once (the module's ``jobs``: their builds and start-ups overlap), each with its workers on at least
-two hosts, talking across the bed's bridge, and each reaches its stated loss / accuracy. Then
-examples/paddle_collective (Paddle 3.x fleet data parallel, gloo) on 2 hosts, against 1 trainer.
+its sandbox. examples/fit_a_line (2 pservers + 2 trainers, PaddlePaddle parameter-server mode, its
+8 shards leased from the task master) and the elastic torch example (torchrun agents around the
+platform's rendezvous store) run at once (the module's ``jobs``: their start-ups overlap), in the
+test bed's training image (``--image``: pulled on head into the shared directory from a registry
+inside head, torch and PaddlePaddle in it; each worker shows it ran there), each with its workers on
+at least two hosts, talking across the bed's bridge, and each reaches its stated loss / accuracy.
+Then examples/paddle_collective (Paddle 3.x fleet data parallel, gloo) on 2 hosts, against 1
+trainer, without an image: its environment built offline on head into the shared directory (as
+tests/hosts/test_node_failure.py's jobs are).
 
 Sizes, on compute hosts of 8 CPUs (``ensure-hosts.sh``): fit_a_line's trainers ``--cpu 5`` (one per
 host), pservers 1; the torch trainers ``--cpu 3`` (at most two per host); 22 of the 24 CPUs with the
@@ -58,8 +61,28 @@ def platform(bed: Bed, request: pytest.FixtureRequest) -> Iterator[BedPlatform]:
 
 
 @pytest.fixture(scope="module")
-def jobs(bed: Bed, platform: BedPlatform) -> float:
-    """Both examples submitted from the laptop (fit_a_line's data set made there and uploaded over
+def head_registry(bed: Bed) -> Iterator[str]:
+    """The test bed's training image (torch, PaddlePaddle: ``scripts/ensure-registry.sh``) on a
+    registry started inside head; its reference. The image is built here first (the package mirrors
+    are out of the hosts' reach), then pushed there from the machine's image cache."""
+    script = str(Path(__file__).resolve().parents[2] / "scripts" / "ensure-registry.sh")
+    built = subprocess.run(
+        ["bash", script, "build"], capture_output=True, text=True, timeout=1200, check=False
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    env = {**REGISTRY_PLACE, "PADDLECLOUD_REGISTRY_HOST": bed.addresses["head"]}
+    r = bed.run("head", "bash", script, "train", env=env, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    image = re.search(r"^export PADDLECLOUD_TRAIN_IMAGE=(\S+)$", r.stdout, re.M)
+    assert image, r.stdout
+    yield image.group(1)
+    bed.run("head", "bash", script, "stop", env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def jobs(bed: Bed, platform: BedPlatform, head_registry: str) -> float:
+    """Both examples submitted from the laptop in the training image, each worker's entry showing
+    where it runs first (``registry_bed.PROOF``; fit_a_line's data set made there and uploaded over
     HTTP); the time they were submitted."""
     p = platform
     data = f"/tmp/{p.base.name}/dataset"
@@ -68,15 +91,24 @@ def jobs(bed: Bed, platform: BedPlatform) -> float:
     t0 = time.monotonic()
     p.cli(
         "submit", str(EXAMPLES / "fit_a_line"), "--name", "fit", "--framework", "paddle-ps",
-        "--entry", "python train.py", "--pservers", "2", "--trainers", "2", "--cpu", "5", "--pscpu", "1",
-        "--input", "pfs:data/fit-a-line", "--tasks-from-input", "--passes", str(PASSES),
+        "--entry", f"{PROOF} && python train.py", "--pservers", "2", "--trainers", "2", "--cpu", "5",
+        "--pscpu", "1", "--input", "pfs:data/fit-a-line", "--tasks-from-input", "--passes", str(PASSES),
+        "--image", head_registry,
     )  # fmt: skip
     p.cli(
         "submit", str(EXAMPLES / "torch_ddp"), "--name", "elastic", "--framework", "torch",
-        "--entry", "torchrun train.py", "--trainers", "3", "--min-instance", "1", "--max-instance", "3",
-        "--cpu", "3", "--env", "PROGRESS_EVERY=10",
+        "--entry", f"{PROOF} && torchrun train.py", "--trainers", "3", "--min-instance", "1",
+        "--max-instance", "3", "--cpu", "3", "--env", "PROGRESS_EVERY=10", "--image", head_registry,
     )  # fmt: skip
     return t0
+
+
+def _in_the_image(p: BedPlatform, name: str, workers: tuple[str, ...]) -> None:
+    """Each of ``workers`` ran in the training image, whose packages met the example's requirements
+    in the job's venv (made by the image's Python)."""
+    assert "already satisfied" in p.cli("logs", name, "-w", "prepare")
+    for worker in workers:
+        assert_ran_in_image(p.cli("logs", name, "-w", worker))
 
 
 def _placement(p: BedPlatform, name: str) -> dict[str, tuple[str, str]]:
@@ -100,6 +132,7 @@ def test_fit_a_line_trains_across_hosts(platform: BedPlatform, jobs: float) -> N
     m = re.search(r"final loss ([0-9.]+)$", p.cli("logs", "fit", "-w", "trainer-0"), re.M)
     assert m and float(m.group(1)) < 0.05, m  # noise floor 0.01; initial ~20
     assert (Path(job["output_dir"]) / "model" / "inference.pdmodel").is_file()
+    _in_the_image(p, "fit", ("pserver-0", "pserver-1", "trainer-0", "trainer-1"))
     print(f"fit_a_line: final loss {m.group(1)}, workers {where}, {elapsed(jobs)} after its submit")
 
 
@@ -114,64 +147,8 @@ def test_elastic_torch_trains_across_hosts(platform: BedPlatform, jobs: float) -
     assert re.search(r"^\[trainer-\d\] step \d+ epoch \d+ world 3 ", out, re.M), out[-3000:]
     acc = re.findall(r"final accuracy ([0-9.]+)$", out, re.M)
     assert acc and float(acc[-1]) >= 0.97, out[-3000:]
+    _in_the_image(p, "elastic", ("trainer-0", "trainer-1", "trainer-2"))
     print(f"elastic torch: final accuracy {acc[-1]}, workers {where}, {elapsed(jobs)} after its submit")
-
-
-@pytest.fixture(scope="module")
-def head_registry(bed: Bed) -> Iterator[str]:
-    """The test bed's training image (torch, PaddlePaddle: ``scripts/ensure-registry.sh``) on a
-    registry started inside head; its reference. The image is built here first (the package mirrors
-    are out of the hosts' reach), then pushed there from the machine's image cache."""
-    script = str(Path(__file__).resolve().parents[2] / "scripts" / "ensure-registry.sh")
-    built = subprocess.run(
-        ["bash", script, "build"], capture_output=True, text=True, timeout=1200, check=False
-    )
-    assert built.returncode == 0, built.stderr[-2000:]
-    env = {**REGISTRY_PLACE, "PADDLECLOUD_REGISTRY_HOST": bed.addresses["head"]}
-    r = bed.run("head", "bash", script, "train", env=env, timeout=600, check=False)
-    assert r.returncode == 0, r.stderr[-2000:]
-    image = re.search(r"^export PADDLECLOUD_TRAIN_IMAGE=(\S+)$", r.stdout, re.M)
-    assert image, r.stdout
-    yield image.group(1)
-    bed.run("head", "bash", script, "stop", env=env, check=False)
-
-
-@pytest.mark.timeout(2 * JOB_TIMEOUT_S)
-def test_the_examples_run_in_an_image_across_hosts(
-    platform: BedPlatform, jobs: float, head_registry: str
-) -> None:
-    """fit_a_line (2 pservers + 2 trainers) and elastic torch (2 trainers) with ``--image``: pulled
-    once on head into the shared directory, every worker a Slurm job on a compute host in the
-    image (its marker file, its Python: ``tests/registry_bed.assert_ran_in_image``), the examples'
-    requirements met by the image's packages in a venv of the image's Python, each converging."""
-    p, t0 = platform, time.monotonic()
-    p.cli(
-        "submit", str(EXAMPLES / "torch_ddp"), "--name", "torch-image", "--framework", "torch",
-        "--entry", f"{PROOF} && torchrun train.py", "--trainers", "2", "--min-instance", "1",
-        "--max-instance", "2", "--cpu", "3", "--image", head_registry,
-    )  # fmt: skip
-    p.cli(
-        "submit", str(EXAMPLES / "fit_a_line"), "--name", "fit-image", "--framework", "paddle-ps",
-        "--entry", f"{PROOF} && python train.py", "--pservers", "2", "--trainers", "2", "--cpu", "5",
-        "--pscpu", "1", "--input", "pfs:data/fit-a-line", "--tasks-from-input", "--passes", str(PASSES),
-        "--image", head_registry,
-    )  # fmt: skip
-    for name in ("torch-image", "fit-image"):
-        job = wait_phase(p, name, ("Succeeded", "Failed"), timeout=JOB_TIMEOUT_S)
-        assert job["phase"] == "Succeeded", (name, job["message"], p.cli("logs", name)[-3000:])
-        assert "already satisfied" in p.cli("logs", name, "-w", "prepare")
-    where = _placement(p, "fit-image")
-    assert where["trainer-0"][0] != where["trainer-1"][0], where  # --cpu 5 of 8: one per host
-    for worker in ("pserver-0", "pserver-1", "trainer-0", "trainer-1"):
-        assert_ran_in_image(p.cli("logs", "fit-image", "-w", worker))
-    m = re.search(r"final loss ([0-9.]+)$", p.cli("logs", "fit-image", "-w", "trainer-0"), re.M)
-    assert m and float(m.group(1)) < 0.05, m
-    _placement(p, "torch-image")
-    for worker in ("trainer-0", "trainer-1"):
-        assert_ran_in_image(p.cli("logs", "torch-image", "-w", worker))
-    acc = re.findall(r"final accuracy ([0-9.]+)$", p.cli("logs", "torch-image"), re.M)
-    assert acc and float(acc[-1]) >= 0.97
-    print(f"in the image: fit_a_line loss {m.group(1)}, torch accuracy {acc[-1]}, {elapsed(t0)}")
 
 
 def _collective(p: BedPlatform, name: str, trainers: int) -> list[float]:

@@ -28,7 +28,7 @@ PROBE = """\
 import os, sys
 from pathlib import Path
 print("marker:", Path("/etc/paddlecloud-image").read_text().strip())
-print("prefix:", sys.prefix)
+print("prefix:", sys.base_prefix)
 print("node:", os.environ.get("SLURMD_NODENAME", "?"))
 """
 
@@ -103,3 +103,29 @@ def test_a_private_image_needs_its_owners_login(bed: Bed, backend: SlurmBackend,
     backend.start(job)
     last = _until_finished(backend, job.key)[-1]
     assert last.failure is None, last.failure
+
+
+def test_a_job_adopted_while_it_prepares_is_prepared_again_and_runs(
+    bed: Bed, backend: SlurmBackend, tmp_path: Path
+) -> None:
+    """The server stopped while it pulled a job's image (its record says Preparing, nothing runs):
+    the next server prepares it again and the job runs; before, it stayed Preparing for good."""
+    backend._prepare_async = lambda job, requirements: None  # type: ignore[method-assign]  # died first
+    job = _launch(tmp_path, bed.image, {"work.py": PROBE, "requirements.txt": "six\n"})
+    backend.start(job)
+    assert not backend.sync(job.key).workers or all(
+        w.state == "Pending" for w in backend.sync(job.key).workers
+    )
+    backend._jobs.clear()  # that server is gone
+    again = SlurmBackend(
+        SlurmSettings(root=backend.root, cleanup_grace=1, isolation="sandbox"), time.time, lambda: None
+    )
+    again.adopt(job)
+    try:
+        last = _until_finished(again, job.key)[-1]
+        assert last.failure is None, last.failure
+        out = b"".join(again.read_log(LogRequest(job.key, ("trainer-0",)))).decode()
+        assert "marker: built for the PaddleCloud image tests" in out, out
+    finally:
+        for key in list(again._jobs):
+            again.stop(key, 0)

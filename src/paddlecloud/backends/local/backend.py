@@ -74,7 +74,7 @@ from paddlecloud.backends.errors import BackendError, JobRejected, NotSupported
 from paddlecloud.backends.images import ImageError, ImageStore
 from paddlecloud.backends.jobdirs import drop_scratch, sweep_trash, walk_bytes
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
-from paddlecloud.backends.local.image_prep import ImageUnusable, image_worker_env, prepare_image
+from paddlecloud.backends.local.image_prep import ImageRuntimes, ImageUnusable, image_worker_env
 from paddlecloud.backends.local.isolation import Confiners, choose_all
 from paddlecloud.backends.local.jobstate import LocalConfig, LocalJob, image_record
 from paddlecloud.backends.local.keeper import Keeper
@@ -140,8 +140,9 @@ class LocalBackend:
         self._sandbox, self.isolation = self._confine.sandbox, self._confine.isolation
         self._keeper = Keeper(config.root, self._confine)
         self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
-        #: pulled and unpacked images, per digest
-        self._images = ImageStore(config.root / "images", frozenset(config.insecure_registries))
+        #: pulled and unpacked images, per digest, and the jobs' environments in them
+        images = ImageStore(config.root / "images", frozenset(config.insecure_registries))
+        self._runtimes = ImageRuntimes(images, self._envs, confined=self._sandbox is not None)
         self._collect()
         #: SampleSets: a JuiceFS mount per emulated node (``samplesets.py``)
         self.samplesets = LocalSampleSets(config.root / "samplesets", [n.name for n in self._nodes])
@@ -654,24 +655,17 @@ class LocalBackend:
         return self._sandbox.jail(job.launch, job.env_dir, shared=(job.dir / "contract",), image=job.image)
 
     def _prepare_image(self, job: LocalJob, requirements: str, prepare_log: Path) -> Path:
-        """Pull and check the job's image (``image_prep``), then its runtime environment in it
-        (``envs.py``); raises what fails the job."""
-        if self._sandbox is None:
-            raise ImageUnusable(
-                "running in an image needs the sandbox, and this server runs workers unconfined "
-                "(up --isolation none, or bubblewrap missing): submit without --image"
-            )
+        """Pull and check the job's image, then its runtime environment in it (``image_prep``);
+        raises what fails the job."""
 
         def say(event: BackendEvent) -> None:
             with job.lock:
                 job.events.append(event)
 
-        job.image, job.image_env = prepare_image(self._images, job.launch, say)
-        try:
-            return self._envs.ensure(requirements, prepare_log, job.launch.key, image=job.image)
-        except EnvBuildError as exc:
-            raise ImageUnusable(str(exc)) from None
+        made = self._runtimes.prepare(job.launch, requirements, prepare_log, say)
+        job.image, job.image_env = made.image, made.env
         self._record_launch(job)  # with its image, for a server that adopts the job
+        return made.venv
 
     def _spawn(self, job: LocalJob, workers: list[WorkerProc]) -> bool:
         """Start ``workers``; False if the OS refused one: the job then fails (``StartFailed``) and

@@ -22,14 +22,16 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from paddlecloud.backends.base import BackendEvent, JobLaunch
 from paddlecloud.backends.images import Image, ImageStore
+from paddlecloud.backends.local.envs import EnvBuildError, EnvCache
 from paddlecloud.backends.local.gpu_driver import DRIVER_DIR
 from paddlecloud.backends.local.sandbox import IMAGE_ROOT, SYSTEM_PATH, ImageRoot
 from paddlecloud.core.imageref import parse_image_ref
 
-__all__ = ["ImageUnusable", "PullReporter", "image_worker_env", "prepare_image"]
+__all__ = ["ImageRuntimes", "ImageUnusable", "PullReporter", "Runtime", "image_worker_env", "prepare_image"]
 
 _MIB = 2**20
 #: the least time between two "Pulling" events of one pull
@@ -101,6 +103,42 @@ def prepare_image(store: ImageStore, launch: JobLaunch, say: Say) -> tuple[Image
     took = time.monotonic() - started
     say(BackendEvent("Normal", "Pulled", f"{ref} is {image.digest[:19]}… (ready in {took:.1f} s)"))
     return ImageRoot(image.rootfs, python), image.env
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A job's image, pulled and checked, and its runtime environment in it."""
+
+    image: ImageRoot
+    #: the image's Env ("NAME=value" entries)
+    env: tuple[str, ...]
+    #: the venv the image's Python made, with the package's requirements (``envs.py``)
+    venv: Path
+
+
+@dataclass(frozen=True)
+class ImageRuntimes:
+    """What the local and Slurm backends prepare a job with an image with, the same way."""
+
+    store: ImageStore
+    envs: EnvCache
+    #: whether the backend runs workers in the sandbox (an image is the sandbox's system)
+    confined: bool
+
+    def prepare(self, launch: JobLaunch, requirements: str, log: Path, say: Say) -> Runtime:
+        """Pull ``launch.image`` and make its runtime environment (``log``: pip's words); raises
+        ImageError or ImageUnusable, which fail the job with their reason."""
+        if not self.confined:
+            raise ImageUnusable(
+                "running in an image needs the sandbox, and this server runs workers unconfined "
+                "(up --isolation none, or bubblewrap missing): submit without --image"
+            )
+        image, env = prepare_image(self.store, launch, say)
+        try:
+            venv = self.envs.ensure(requirements, log, launch.key, image=image)
+        except EnvBuildError as exc:
+            raise ImageUnusable(str(exc)) from None
+        return Runtime(image, env, venv)
 
 
 def image_worker_env(base: Mapping[str, str], image_env: tuple[str, ...]) -> dict[str, str]:

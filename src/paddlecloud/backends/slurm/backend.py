@@ -82,7 +82,7 @@ from paddlecloud.backends.errors import JobRejected, NotSupported
 from paddlecloud.backends.images import ImageError, ImageStore
 from paddlecloud.backends.jobdirs import drop_scratch, sweep_trash, walk_bytes
 from paddlecloud.backends.local.envs import EnvBuildError, EnvCache, install_runtime_shim
-from paddlecloud.backends.local.image_prep import ImageUnusable, prepare_image
+from paddlecloud.backends.local.image_prep import ImageRuntimes, ImageUnusable
 from paddlecloud.backends.local.logs import log_runs, read_logs
 from paddlecloud.backends.local.sandbox import (
     ConfinementError,
@@ -153,8 +153,6 @@ class SlurmBackend:
         self.root: Path = settings.root
         self.root.mkdir(parents=True, exist_ok=True)
         sweep_trash(self.root / "jobs")  # scratch an earlier server had not finished removing
-        #: pulled and unpacked images on the shared directory: pulled once for every node
-        self._images = ImageStore(self.root / "images", frozenset(settings.insecure_registries))
         self._pythonpath = install_runtime_shim(self.root / "pythonpath")
         #: probed on this host at start (IsolationError: ``sandbox`` asked for and bwrap cannot run);
         #: the nodes need bubblewrap too (docs/security.md)
@@ -165,6 +163,10 @@ class SlurmBackend:
         #: shared directory, built on this host, in the sandbox where there is one (pip runs a
         #: source package's build code)
         self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes, sandbox=self._sandbox)
+        #: pulled and unpacked images on the shared directory (pulled once for every node), and
+        #: the jobs' environments in them
+        images = ImageStore(self.root / "images", frozenset(settings.insecure_registries))
+        self._runtimes = ImageRuntimes(images, self._envs, confined=self._sandbox is not None)
         #: SampleSets: volume and admin mount here, node caches and mounts on the nodes (samplesets.py)
         self.samplesets = SlurmSampleSets(settings, self.root / "samplesets")
         #: a sandboxed job's workers get a network namespace per host (nodekeep.py), made on the
@@ -247,50 +249,15 @@ class SlurmBackend:
             doing = "pulling its image" if launch.image is not None else "building its environment"
             job.events.append(BackendEvent("Normal", "Preparing", f"{doing} (logs -w prepare)"))
             self._record(job)
-        prepare = self._prepare_image if launch.image is not None else self._prepare
-        threading.Thread(target=prepare, args=(job, requirements), name=f"prepare-{launch.key}").start()
+        self._prepare_async(job, requirements)
 
-    def _prepare_image(self, job: JobRecord, requirements: str) -> None:
-        """Pull and unpack the job's image on the shared directory (``local.image_prep``)."""
-
-        def say(event: BackendEvent) -> None:
-            with job.lock:
-                job.events.append(event)
-
-        try:
-            if self._sandbox is None:
-                raise ImageUnusable(
-                    "running in an image needs the sandbox, and this server runs workers unconfined "
-                    "(up --isolation none, or bubblewrap missing): submit without --image"
-                )
-            root, env = prepare_image(self._images, job.launch, say)
-            log_path = job.dir / "logs" / f"prepare.{len(log_runs(job.dir / 'logs', 'prepare'))}.log"
-            try:
-                venv = self._envs.ensure(requirements, log_path, holder=job.launch.key, image=root)
-            except EnvBuildError as exc:
-                raise ImageUnusable(str(exc)) from None
-        except ImageError as exc:
-            with job.lock:
-                self._fail(job, f"pulling {job.launch.image} failed: {exc}", str(exc.problem))
-        except ImageUnusable as exc:
-            with job.lock:
-                self._fail(job, str(exc), "ImageUnusable")
-        except Exception as exc:  # never leave a job Preparing forever: fail it with the cause
-            log.exception("pulling the image of %s failed", job.launch.key)
-            with job.lock:
-                self._fail(
-                    job, f"pulling {job.launch.image} failed: {type(exc).__name__}: {exc}", "StartFailed"
-                )
-        else:
-            with job.lock:
-                job.image_rootfs, job.image_python, job.image_env = str(root.rootfs), root.python, env
-                job.env_dir = str(venv)
-                if job.stage == Stage.PREPARING:
-                    job.events.append(BackendEvent("Normal", "Prepared", "image ready"))
-                    self._begin(job)
-                elif job.stage == Stage.DONE:  # stopped while it was pulled: no longer in use
-                    self._envs.release(requirements, job.launch.key, root)
-        self._wake()
+    def _prepare_async(self, job: JobRecord, requirements: str) -> None:
+        """Pull the job's image or build its environment in a thread of its own (``_begin`` at the
+        end); started again for a job adopted at Preparing (its environment and image are made once,
+        under their locks: what the last server finished is reused)."""
+        threading.Thread(
+            target=self._prepare, args=(job, requirements), name=f"prepare-{job.launch.key}"
+        ).start()
 
     def _fence_after(self) -> int:
         """Seconds a kept run may be cut off before it ends itself: before Slurm counts its node
@@ -311,21 +278,46 @@ class SlurmBackend:
         return capacity.store_node(launch, self._last_nodes, self._requested_by_us())
 
     def _prepare(self, job: JobRecord, requirements: str) -> None:
-        """Build the job's environment on the shared directory (the server's host runs pip)."""
+        """Build the job's environment on the shared directory (the server's host runs pip): in its
+        image when it has one, pulled there first (``local.image_prep``: once for every node)."""
+
+        def say(event: BackendEvent) -> None:
+            with job.lock:
+                job.events.append(event)
+
         log_path = job.dir / "logs" / f"prepare.{len(log_runs(job.dir / 'logs', 'prepare'))}.log"
+        made = None
         try:
-            env = self._envs.ensure(requirements, log_path, holder=job.launch.key)
+            if job.launch.image is not None:
+                made = self._runtimes.prepare(job.launch, requirements, log_path, say)
+                env = made.venv
+            else:
+                env = self._envs.ensure(requirements, log_path, holder=job.launch.key)
+        except ImageError as exc:
+            with job.lock:
+                self._fail(job, f"pulling {job.launch.image} failed: {exc}", str(exc.problem))
+        except ImageUnusable as exc:
+            with job.lock:
+                self._fail(job, str(exc), "ImageUnusable")
         except (EnvBuildError, OSError) as exc:
             with job.lock:
                 self._fail(job, f"building the environment failed: {exc}", "StartFailed")
+        except Exception as exc:  # never leave a job Preparing forever: fail it with the cause
+            log.exception("preparing %s failed", job.launch.key)
+            with job.lock:
+                self._fail(job, f"preparing the job failed: {type(exc).__name__}: {exc}", "StartFailed")
         else:
             with job.lock:
+                if made is not None:
+                    job.image_rootfs, job.image_python = str(made.image.rootfs), made.image.python
+                    job.image_env = made.env
                 job.env_dir = str(env)
                 if job.stage == Stage.PREPARING:
-                    job.events.append(BackendEvent("Normal", "Prepared", "environment ready"))
+                    ready = "image ready" if made is not None else "environment ready"
+                    job.events.append(BackendEvent("Normal", "Prepared", ready))
                     self._begin(job)
-                elif job.stage == Stage.DONE:  # stopped while it was built: no longer in use
-                    self._envs.release(requirements, job.launch.key)
+                elif job.stage == Stage.DONE:  # stopped while it was prepared: no longer in use
+                    self._envs.release(requirements, job.launch.key, job.image)
         self._wake()
 
     def _begin(self, job: JobRecord) -> None:
@@ -359,6 +351,8 @@ class SlurmBackend:
             if not job.vni or any(j.vni == job.vni for j in self._jobs.values()):  # an older record
                 job.vni = self._free_vni(launch.key)
             self._jobs[launch.key] = job
+        if job.stage == Stage.PREPARING:  # the last server stopped while it prepared the job
+            self._prepare_async(job, _requirements(jdir / "package"))
 
     def sync(self, key: str) -> JobStatus:
         job = self._get(key)
