@@ -9,7 +9,10 @@ The image is the test bed's (``scripts/ensure-registry.sh``): Debian 12 with pyt
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,8 +20,11 @@ import pytest
 from tests.registry_bed import Bed
 
 from paddlecloud.api.models import JobDetail
+from paddlecloud.backends.images import ImageStore
+from paddlecloud.backends.local.sandbox import Sandbox, WorkerDirs
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform
+from paddlecloud.core.imageref import parse_image_ref
 
 __all__: list[str] = []
 
@@ -195,3 +201,27 @@ def test_a_job_in_an_image_reads_nothing_of_the_data_dir_nor_other_users_files(
     assert seen[str(mine)] == "alice's own\n"  # her own home is there
     for path in (bobs, key, db):
         assert seen[str(path)].startswith("refused"), (path, seen[str(path)])
+
+
+def test_a_host_folder_under_opt_gets_its_mount_point_in_an_image(bed: Bed, tmp_path: Path) -> None:
+    """The image's /opt is bound entry by entry in a folder of the sandbox's own, so a platform
+    place of the host under /opt (a data dir, pip's wheels) is bound there too; before, bwrap could
+    not make its mount point in the image's read-only /opt and the job failed."""
+    image = ImageStore(tmp_path / "images").ensure(parse_image_ref(bed.image))
+    host = Path("/opt") / f"paddlecloud-test-{uuid.uuid4().hex[:8]}"
+    host.mkdir()
+    try:
+        (host / "f").write_text("from the host\n")
+        box = Sandbox(tmp_path, gpus=False)
+        assert box.probe() is None
+        cwd = tmp_path / "cwd"
+        cwd.mkdir()
+        dirs = WorkerDirs(cwd=cwd, status=cwd, tmp=tmp_path / "tmp", hostname="probe")
+        argv = ["/usr/bin/cat", str(host / "f"), "/etc/paddlecloud-image"]
+        binds = ["--ro-bind", str(host), str(host), "--bind", str(cwd), str(cwd)]
+        with box._command("alice", dirs, binds, [], argv, image.rootfs) as cmd:
+            r = subprocess.run(cmd.argv, pass_fds=cmd.fds, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("from the host\nbuilt for the PaddleCloud image tests"), r.stdout
+    finally:
+        shutil.rmtree(host)

@@ -121,6 +121,10 @@ BUILD_ENV = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY
 _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 #: what of an image's root a sandbox running in it sees (read-only), besides /etc
 IMAGE_ROOT = ("usr", "opt", *_MERGED_USR)
+#: an image's folders bound entry by entry in a folder of the sandbox's own: /etc, where the
+#: platform's files go beside the image's, and /opt, where a data dir or pip's wheels of the
+#: server's host may lie (a mount point cannot be made inside a read-only bind of the image's)
+_BY_ENTRY = ("opt", "etc")
 #: the /etc files a sandbox gets from the platform, never from an image
 _PLATFORM_ETC = frozenset({"passwd", "group", "hosts", "resolv.conf"})
 _PIP_PATH_KEYS = ("find-links", "index-url", "extra-index-url", "cert", "client-cert", "constraint")
@@ -389,20 +393,25 @@ def _entry_args(src: Path, dst: str) -> list[str]:
 
 def image_system_args(rootfs: Path, gpus: bool) -> list[str]:
     """The read-only system of a sandbox that runs in an image (``backends.images``): the image's
-    system folders (``IMAGE_ROOT``) in their places, its /etc entry by entry in a folder of the
-    sandbox's own (so the generated passwd, group and hosts and the host's resolv.conf go in beside
-    them), and the kernel's parts as for every sandbox. The rest of the image's root (var, home,
+    system folders (``IMAGE_ROOT``) in their places, its /etc and /opt entry by entry in folders of
+    the sandbox's own (so the generated passwd, group and hosts and the host's resolv.conf go in
+    beside them, and the platform's places under /opt get mount points), and the kernel's parts as
+    for every sandbox. The rest of the image's root (var, home,
     root, srv, ...) is not bound: the root stays bubblewrap's, where the platform's places (the
     data dir's folders, PFS) get their mount points, never in the shared unpacked image."""
     args: list[str] = []
     for name in IMAGE_ROOT:
-        args += _entry_args(rootfs / name, f"/{name}")
-    args += ["--dir", "/etc"]
-    etc = rootfs / "etc"
-    if etc.is_dir() and not etc.is_symlink():
-        for entry in sorted(etc.iterdir()):
-            if entry.name not in _PLATFORM_ETC:
-                args += _entry_args(entry, f"/etc/{entry.name}")
+        if name not in _BY_ENTRY:
+            args += _entry_args(rootfs / name, f"/{name}")
+    for name in _BY_ENTRY:
+        top = rootfs / name
+        if top.is_symlink():  # (an image whose /opt is a link: as it is, nothing can go beside it)
+            args += _entry_args(top, f"/{name}")
+            continue
+        args += ["--dir", f"/{name}"]
+        for entry in sorted(top.iterdir()) if top.is_dir() else ():
+            if not (name == "etc" and entry.name in _PLATFORM_ETC):
+                args += _entry_args(entry, f"/{name}/{entry.name}")
     args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
     if gpus:  # the host's driver libraries, as container runtimes bind them (``gpu_driver.py``)
         args += driver_binds()
