@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from paddlecloud.backends.local.envs import READY, EnvCache, dir_size
+from paddlecloud.backends.local.envs import READY, EnvCache
+from paddlecloud.backends.lru_dirs import dir_size
 from paddlecloud.client import Client
 from paddlecloud.controller import Platform
 from paddlecloud.core.phases import JobPhase

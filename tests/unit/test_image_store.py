@@ -127,3 +127,24 @@ def test_pull_progress_is_said_every_few_seconds_once_at_the_end_and_not_without
     unknown(0, 0)
     unknown(5 * mib, 0)  # a manifest list's pull: no size, no flood of "0 / 0 MiB"
     assert quiet == []
+
+
+def test_images_past_the_cap_are_evicted_least_recently_used_never_one_in_use(
+    bed: Bed, tmp_path: Path
+) -> None:
+    """A cap of 1 byte: two images both held by jobs stay (the store is over its cap); once both
+    are released, using one again evicts the other; a pull that fails holds nothing."""
+    store = ImageStore(tmp_path / "store", max_bytes=1)
+    auth = RegistryAuth(bed.private_registry, bed.user, bed.password)
+    first = store.ensure(parse_image_ref(bed.image), holder="alice/one")
+    second = store.ensure(parse_image_ref(bed.private_image), auth, holder="bob/two")
+    assert first.rootfs != second.rootfs  # one folder per (repository, digest)
+    assert first.rootfs.is_dir() and second.rootfs.is_dir()  # both in use: none evicted
+    store.release(first.rootfs, "alice/one")
+    store.release(second.rootfs, "bob/two")
+    again = store.ensure(parse_image_ref(bed.image), holder="alice/three")  # cached: no pull
+    assert again.rootfs == first.rootfs and (again.rootfs / "etc" / "paddlecloud-image").is_file()
+    assert not second.rootfs.exists()  # the least recently used one no job holds
+    with pytest.raises(ImageError):
+        store.ensure(parse_image_ref(bed.private_image), None, holder="carol/denied")
+    assert not list((tmp_path / "store" / "images").glob("*.pins/carol:denied"))

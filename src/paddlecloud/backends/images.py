@@ -8,6 +8,8 @@
              (a thread reports the blob bytes written so far against the manifest's total)
            umoci unpack --rootless ─▶ <root>/images/<digest>/bundle/rootfs (+ the image's config)
            done marker written last: an interrupted pull is started again, never half used
+        ─▶ pinned by the job (``holder``) until ``release``; past ``max_bytes`` the least recently
+           used images no job holds are evicted (``lru_dirs``)
 
 Tools, not hand-written code: Debian's skopeo speaks the registry protocol (token auth, manifest
 lists, digests checked as blobs arrive) and umoci applies OCI layers (whiteouts, ownership mapped for
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import hashlib
 import ipaddress
 import json
@@ -39,6 +40,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from paddlecloud.backends.lru_dirs import LruDirs, flock
 from paddlecloud.core.imageref import ImageRef
 
 __all__ = ["Image", "ImageError", "ImageProblem", "ImageStore", "RegistryAuth"]
@@ -171,11 +173,17 @@ class ImageStore:
     so an image is shared only by the pulls of one repository, each of which the registry allowed
     with its caller's own credentials (``manifest`` asks it every time, cached or not)."""
 
-    def __init__(self, root: Path, insecure: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, root: Path, insecure: frozenset[str] = frozenset(), max_bytes: int | None = None
+    ) -> None:
+        """``insecure``: registries reached over plain HTTP; ``max_bytes``: the cap on the unpacked
+        images' total size (``lru_dirs``: the least recently used ones no job uses are evicted
+        after a pull; None: no cap)."""
         self.root = root
         self.insecure = insecure
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._dirs = LruDirs(root / "images", "done", max_bytes)
 
     # -- the calls ----------------------------------------------------------------------------
 
@@ -254,19 +262,53 @@ class ImageStore:
         return (self._dir(ref, digest) / "done").exists()
 
     def ensure(
-        self, ref: ImageRef, auth: RegistryAuth | None = None, progress: Progress | None = None
-    ) -> Image:
+        self, ref: ImageRef, auth: RegistryAuth | None = None, progress: Progress | None = None,
+        holder: str = "",
+    ) -> Image:  # fmt: skip
         """The image unpacked on this machine, pulled first unless a pull of the same digest is
-        cached; concurrent calls for one digest pull it once (the others wait and reuse it)."""
+        cached; concurrent calls for one digest pull it once (the others wait and reuse it).
+        ``holder`` (a job's key) pins it until :meth:`release`: it is never evicted meanwhile."""
         digest, total = self.manifest(ref, auth)
         where = self._dir(ref, digest)
-        with self._lock(where.name):
-            where.parent.mkdir(parents=True, exist_ok=True)
-            with open(where.parent / f"{where.name}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # another process pulling the same image
+        if holder:
+            with self._dirs.lock():
+                self._dirs.pin_locked(where, holder)
+        try:
+            with self._lock(where.name), flock(where.parent / f"{where.name}.lock"):  # and other processes
                 if not self.cached(ref, digest):
                     self._pull(_Pull(ref, digest, total, auth), progress)
-        return self._image(ref, digest)
+                    self._dirs.measured(where)
+            image = self._image(ref, digest)
+        except BaseException:
+            if holder:
+                self.release(where / "bundle" / "rootfs", holder)
+            raise
+        with self._dirs.lock():
+            self._dirs.touch_locked(where)
+            self._dirs.evict_locked(keep=where)
+        return image
+
+    def _of(self, rootfs: Path) -> Path | None:
+        """The store's folder of an image by its unpacked root (None: not one of this store's)."""
+        where = rootfs.parent.parent
+        return where if where.parent == self.root / "images" and rootfs.name == "rootfs" else None
+
+    def pin(self, rootfs: Path, holder: str) -> None:
+        """Mark the image unpacked at ``rootfs`` as used by ``holder`` (idempotent; re-adoption)."""
+        where = self._of(rootfs)
+        if where is not None:
+            with self._dirs.lock():
+                self._dirs.pin_locked(where, holder)
+
+    def release(self, rootfs: Path, holder: str) -> None:
+        """``holder`` no longer uses the image unpacked at ``rootfs`` (idempotent); it becomes
+        evictable once no job holds it."""
+        where = self._of(rootfs)
+        if where is not None:
+            with self._dirs.lock():
+                self._dirs.unpin_locked(where, holder)
+                if self._dirs.ready(where):
+                    self._dirs.touch_locked(where)
 
     def _pull(self, pull: _Pull, progress: Progress | None) -> None:
         ref, digest, total, auth = pull.ref, pull.digest, pull.total, pull.auth

@@ -10,7 +10,14 @@ from __future__ import annotations
 from paddlecloud.core.imageref import ImageRefError, parse_image_ref
 from paddlecloud.core.quantity import QuantityError, parse_cpu, parse_memory
 
-__all__ = ["ISOLATION_MODES", "OptionError", "insecure_registries", "isolation_mode", "quantity"]
+__all__ = [
+    "ISOLATION_MODES",
+    "OptionError",
+    "cache_size",
+    "insecure_registries",
+    "isolation_mode",
+    "quantity",
+]
 
 #: ``up --isolation`` (``backends/local/sandbox.py``: ``choose``)
 ISOLATION_MODES = ("auto", "sandbox", "none")
@@ -58,3 +65,10 @@ def insecure_registries(values: object, option: str = "--insecure-registry") -> 
             )
         out.append(str(value))
     return tuple(out)
+
+
+def cache_size(value: object, default: int | None, option: str) -> int | None:
+    """A cache's cap: a memory quantity, "none" (no cap), or unset (``default``)."""
+    if value is None:
+        return default
+    return None if value == "none" else quantity("memory", value, option)

@@ -305,6 +305,13 @@ data_dir_option = click.option(
     "('none': no cap)",
 )
 @click.option(
+    "--image-cache-size",
+    default="50Gi",
+    show_default=True,
+    help="local and slurm: cap of the pulled and unpacked job images; least recently used ones no "
+    "job uses are evicted after a pull ('none': no cap)",
+)
+@click.option(
     "--forecast-interval",
     type=click.FloatRange(1, 3600),
     default=30.0,

@@ -141,7 +141,9 @@ class LocalBackend:
         self._keeper = Keeper(config.root, self._confine)
         self._envs = EnvCache(config.root / "envs", config.env_cache_bytes, sandbox=self._sandbox)
         #: pulled and unpacked images, per digest, and the jobs' environments in them
-        images = ImageStore(config.root / "images", frozenset(config.insecure_registries))
+        images = ImageStore(
+            config.root / "images", frozenset(config.insecure_registries), config.image_cache_bytes
+        )
         self._runtimes = ImageRuntimes(images, self._envs, confined=self._sandbox is not None)
         self._collect()
         #: SampleSets: a JuiceFS mount per emulated node (``samplesets.py``)
@@ -217,7 +219,9 @@ class LocalBackend:
                 self._attach_sampleset(job)
             except BackendError as exc:
                 log.warning("%s: SampleSet not mounted again: %s", launch.key, exc)
-            self._envs.pin(self._requirements(job), launch.key, job.image)  # in use until its processes end
+            self._runtimes.pin(
+                self._requirements(job), launch.key, job.image
+            )  # in use until its processes end
             job.env_dir = self._envs.path_for(self._requirements(job), job.image)
             job.prepared.set()
 
@@ -633,7 +637,9 @@ class LocalBackend:
             job.stage = Stage.DONE
             self._keeper.close_net(job.launch.key)
             self._ports.release(job.ports)
-            self._envs.release(self._requirements(job), job.launch.key, job.image)  # evictable from now on
+            self._runtimes.release(
+                self._requirements(job), job.launch.key, job.image
+            )  # evictable from now on
             self.samplesets.detach(job.launch.key)  # its mounts may be unmounted from now on
             if job.prepared.is_set():  # else the preparation drops it when it ends
                 drop_scratch(job.dir)  # retention: the copies and /tmp go now, logs stay
@@ -769,6 +775,6 @@ def create(setup: BackendSetup) -> LocalBackend:
         root=setup.cluster_dir, nodes=settings.nodes, env_cache_bytes=settings.env_cache_bytes,
         isolation=settings.isolation, pass_env=settings.pass_env, private=(setup.data_dir,),
         limits=settings.limits, cgroup_root=settings.cgroup_root,
-        insecure_registries=settings.insecure_registries,
+        insecure_registries=settings.insecure_registries, image_cache_bytes=settings.image_cache_bytes,
     )  # fmt: skip
     return LocalBackend(config, setup.now, setup.wake)

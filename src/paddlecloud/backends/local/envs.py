@@ -7,7 +7,7 @@ platform's own pip installs into it with ``pip --python``) and marks it ready; l
 same requirements reuse it at once. A file lock per key makes concurrent builds of the same content
 wait for one another, and a half built environment (crash, failed install) is removed and rebuilt.
 
-Files next to each environment (``<root>/``)::
+Files next to each environment (``<root>/``; the pins, sizes and eviction are ``backends.lru_dirs``')::
 
     <key>/                    the venv; <key>/.paddlecloud-ready marks it complete (mtime: last use)
     <key>.lock                held while it is being built
@@ -42,30 +42,27 @@ environment is the build's to write, so the ready mark is written without follow
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import paddlecloud.runtime as runtime_pkg
 from paddlecloud.backends.local.sandbox import Command, ImageRoot, Sandbox, pip_runner
+from paddlecloud.backends.lru_dirs import LruDirs, flock
 from paddlecloud.runtime import torchelastic
 
-__all__ = ["EnvBuildError", "EnvCache", "dir_size", "install_runtime_shim"]
+__all__ = ["EnvBuildError", "EnvCache", "install_runtime_shim"]
 
 READY = ".paddlecloud-ready"
 #: the ``paddlecloud/__init__.py`` of the runtime shim (``install_runtime_shim``)
 _SHIM_INIT = '"""PaddleCloud worker runtime (stdlib only)."""\n'
 #: the suffix of a shim file being written (renamed over the file once whole)
 _PART = ".part"
-_TRASH = ".evicted-"
 
 
 class EnvBuildError(RuntimeError):
@@ -90,29 +87,6 @@ def _tail(path: Path, n: int = 5) -> str:
     return " | ".join(ln.strip() for ln in lines[-n:] if ln.strip())
 
 
-def dir_size(path: Path) -> int:
-    """Bytes used by the files under ``path`` (links not followed, each inode counted once)."""
-    total, seen = 0, set()
-    for top, _dirs, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                st = os.lstat(os.path.join(top, name))
-                if (st.st_dev, st.st_ino) not in seen:
-                    seen.add((st.st_dev, st.st_ino))
-                    total += st.st_blocks * 512
-    return total
-
-
-@contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 class EnvCache:
     def __init__(
         self, root: Path, max_bytes: int | None = None, install_timeout: float = 1800.0,
@@ -121,12 +95,13 @@ class EnvCache:
         """``max_bytes``: the cap on the ready environments' total size (None: no cap); ``sandbox``:
         where pip runs (None: unconfined)."""
         self.root = root
-        self.max_bytes = max_bytes
         self.install_timeout = install_timeout
         self.sandbox = sandbox
-        root.mkdir(parents=True, exist_ok=True)
-        for leftover in root.glob(f"{_TRASH}*"):  # an eviction interrupted by a crash
-            shutil.rmtree(leftover, ignore_errors=True)
+        self._dirs = LruDirs(root, READY, max_bytes)
+
+    @property
+    def max_bytes(self) -> int | None:
+        return self._dirs.max_bytes
 
     def path_for(self, requirements: str, image: ImageRoot | None = None) -> Path:
         return self.root / _key(requirements, image)
@@ -139,14 +114,14 @@ class EnvCache:
         ``holder`` (a job's key) pins it until :meth:`release`: it is never evicted meanwhile.
         ``image``: the venv is made in that image, by its Python (see the module doc)."""
         target = self.path_for(requirements, image)
-        with self._cache_lock():
+        with self._dirs.lock():
             if holder:
-                self._pin(target, holder)
-            if self._ready(target):
-                self._touch(target)
+                self._dirs.pin_locked(target, holder)
+            if self._dirs.ready(target):
+                self._dirs.touch_locked(target)
                 return target
-        with _flock(self.root / f"{target.name}.lock"):
-            if not self._ready(target):
+        with flock(self.root / f"{target.name}.lock"):
+            if not self._dirs.ready(target):
                 try:
                     if target.exists():
                         shutil.rmtree(target)
@@ -155,13 +130,13 @@ class EnvCache:
                     else:
                         self._build_in_image(target, requirements, log, image)
                     _mark_ready(target, requirements)
-                    self._size_file(target).write_text(str(dir_size(target)))
+                    self._dirs.measured(target)
                 except BaseException:
                     shutil.rmtree(target, ignore_errors=True)
                     raise
-        with self._cache_lock():
-            self._touch(target)
-            over = self._evict(keep=target)
+        with self._dirs.lock():
+            self._dirs.touch_locked(target)
+            over = self._dirs.evict_locked(keep=target)
         if over:
             with open(log, "a") as out:
                 out.write(f"note: the environment cache holds {over} bytes more than its cap, all in use\n")
@@ -169,86 +144,20 @@ class EnvCache:
 
     def pin(self, requirements: str, holder: str, image: ImageRoot | None = None) -> None:
         """Mark the environment of ``requirements`` as used by ``holder`` (idempotent; re-adoption)."""
-        with self._cache_lock():
-            self._pin(self.path_for(requirements, image), holder)
+        with self._dirs.lock():
+            self._dirs.pin_locked(self.path_for(requirements, image), holder)
 
     def release(self, requirements: str, holder: str, image: ImageRoot | None = None) -> None:
         """``holder`` no longer uses the environment (idempotent); it becomes evictable once unpinned."""
         target = self.path_for(requirements, image)
-        with self._cache_lock():
-            self._pin_file(target, holder).unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                self._pins(target).rmdir()  # only when no other job holds it
-            if self._ready(target):
-                self._touch(target)
-
-    # -- bookkeeping (under .cache.lock) ----------------------------------------------------------
-
-    def _cache_lock(self) -> contextlib.AbstractContextManager[None]:
-        return _flock(self.root / ".cache.lock")
-
-    @staticmethod
-    def _ready(target: Path) -> bool:
-        return (target / READY).exists()
-
-    @staticmethod
-    def _pins(target: Path) -> Path:
-        return target.parent / f"{target.name}.pins"
-
-    @staticmethod
-    def _size_file(target: Path) -> Path:
-        return target.parent / f"{target.name}.size"
-
-    def _pin_file(self, target: Path, holder: str) -> Path:
-        return self._pins(target) / holder.replace("/", ":")
-
-    def _pin(self, target: Path, holder: str) -> None:
-        self._pins(target).mkdir(exist_ok=True)
-        self._pin_file(target, holder).touch()
-
-    @staticmethod
-    def _touch(target: Path) -> None:
-        with contextlib.suppress(OSError):
-            os.utime(target / READY)
-
-    def _size(self, target: Path) -> int:
-        try:
-            return int(self._size_file(target).read_text())
-        except (OSError, ValueError):
-            size = dir_size(target)
-            with contextlib.suppress(OSError):
-                self._size_file(target).write_text(str(size))
-            return size
+        with self._dirs.lock():
+            self._dirs.unpin_locked(target, holder)
+            if self._dirs.ready(target):
+                self._dirs.touch_locked(target)
 
     def entries(self) -> list[tuple[Path, int, float, bool]]:
         """Every ready environment: (path, size, last use, in use), least recently used first."""
-        out = []
-        for marker in self.root.glob(f"*/{READY}"):
-            target = marker.parent
-            with contextlib.suppress(OSError):
-                in_use = any(self._pins(target).iterdir()) if self._pins(target).exists() else False
-                out.append((target, self._size(target), marker.stat().st_mtime, in_use))
-        return sorted(out, key=lambda e: e[2])
-
-    def _evict(self, keep: Path) -> int:
-        """Evict least recently used, unpinned environments (never ``keep``, the one just built)
-        while the total passes the cap; returns how far over the cap the cache still is (0: within)."""
-        if self.max_bytes is None:
-            return 0
-        entries = self.entries()
-        total = sum(size for _, size, _, _ in entries)
-        for target, size, _, in_use in entries:
-            if total <= self.max_bytes:
-                break
-            if in_use or target == keep:
-                continue
-            trash = self.root / f"{_TRASH}{target.name}-{uuid.uuid4().hex[:8]}"
-            (target / READY).unlink(missing_ok=True)
-            target.rename(trash)
-            self._size_file(target).unlink(missing_ok=True)
-            shutil.rmtree(trash, ignore_errors=True)
-            total -= size
-        return max(total - self.max_bytes, 0)
+        return self._dirs.entries()
 
     # -- building -----------------------------------------------------------------------------------
 

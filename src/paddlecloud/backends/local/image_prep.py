@@ -98,7 +98,7 @@ def prepare_image(store: ImageStore, launch: JobLaunch, say: Say) -> tuple[Image
     ref = parse_image_ref(launch.image)
     started = time.monotonic()
     say(BackendEvent("Normal", "Pulling", f"Pulling {ref}"))
-    image = store.ensure(ref, launch.image_auth, PullReporter(str(ref), say))
+    image = store.ensure(ref, launch.image_auth, PullReporter(str(ref), say), holder=launch.key)
     python = find_python(image)
     took = time.monotonic() - started
     say(BackendEvent("Normal", "Pulled", f"{ref} is {image.digest[:19]}… (ready in {took:.1f} s)"))
@@ -139,6 +139,18 @@ class ImageRuntimes:
         except EnvBuildError as exc:
             raise ImageUnusable(str(exc)) from None
         return Runtime(image, env, venv)
+
+    def pin(self, requirements: str, holder: str, image: ImageRoot | None) -> None:
+        """A job adopted after a restart holds its environment and image again."""
+        self.envs.pin(requirements, holder, image)
+        if image is not None:
+            self.store.pin(image.rootfs, holder)
+
+    def release(self, requirements: str, holder: str, image: ImageRoot | None) -> None:
+        """The job no longer uses its environment (and image): evictable once nobody holds them."""
+        self.envs.release(requirements, holder, image)
+        if image is not None:
+            self.store.release(image.rootfs, holder)
 
 
 def image_worker_env(base: Mapping[str, str], image_env: tuple[str, ...]) -> dict[str, str]:

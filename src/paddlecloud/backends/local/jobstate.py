@@ -41,6 +41,8 @@ class LocalConfig:
     cgroup_root: str | None = None
     #: registries pulled from over plain HTTP (``up --insecure-registry``; loopback ones always are)
     insecure_registries: tuple[str, ...] = ()
+    #: cap of the unpacked images (``images.py``: least recently used, unused ones evicted); None: none
+    image_cache_bytes: int | None = None
 
 
 @dataclass

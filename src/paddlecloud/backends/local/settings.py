@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from paddlecloud.backends.local.isolation import RunLimits
 from paddlecloud.backends.local.nodes import NodeShape
-from paddlecloud.backends.options import insecure_registries, isolation_mode, quantity
+from paddlecloud.backends.options import cache_size, insecure_registries, isolation_mode, quantity
 
 __all__ = ["LocalSettings"]
 
@@ -33,11 +33,13 @@ class LocalSettings:
     cgroup_root: str | None = None
     #: registries pulled from over plain HTTP (``--insecure-registry``)
     insecure_registries: tuple[str, ...] = ()
+    #: cap of the pulled and unpacked images (``--image-cache-size``; None: no cap)
+    image_cache_bytes: int | None = 50 * 2**30
 
     #: the ``up`` options these settings are made from
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "nodes", "node_cpu", "node_memory", "node_gpu", "env_cache_size", "isolation", "pass_env",
-        "cgroup_root", "insecure_registry", *RunLimits.OPTIONS,
+        "cgroup_root", "insecure_registry", "image_cache_size", *RunLimits.OPTIONS,
     )  # fmt: skip
 
     @classmethod
@@ -60,4 +62,7 @@ class LocalSettings:
             limits=RunLimits.from_options(options),
             cgroup_root=options.get("cgroup_root") or None,
             insecure_registries=insecure_registries(options.get("insecure_registry")),
+            image_cache_bytes=cache_size(
+                options.get("image_cache_size"), cls.image_cache_bytes, "--image-cache-size"
+            ),
         )

@@ -165,7 +165,9 @@ class SlurmBackend:
         self._envs = EnvCache(self.root / "envs", settings.env_cache_bytes, sandbox=self._sandbox)
         #: pulled and unpacked images on the shared directory (pulled once for every node), and
         #: the jobs' environments in them
-        images = ImageStore(self.root / "images", frozenset(settings.insecure_registries))
+        images = ImageStore(
+            self.root / "images", frozenset(settings.insecure_registries), settings.image_cache_bytes
+        )
         self._runtimes = ImageRuntimes(images, self._envs, confined=self._sandbox is not None)
         #: SampleSets: volume and admin mount here, node caches and mounts on the nodes (samplesets.py)
         self.samplesets = SlurmSampleSets(settings, self.root / "samplesets")
@@ -317,7 +319,7 @@ class SlurmBackend:
                     job.events.append(BackendEvent("Normal", "Prepared", ready))
                     self._begin(job)
                 elif job.stage == Stage.DONE:  # stopped while it was prepared: no longer in use
-                    self._envs.release(requirements, job.launch.key, job.image)
+                    self._runtimes.release(requirements, job.launch.key, job.image)
         self._wake()
 
     def _begin(self, job: JobRecord) -> None:
@@ -454,7 +456,7 @@ class SlurmBackend:
 
     def _release_env(self, jdir: Path, key: str, job: JobRecord | None) -> None:
         """The job's environment (on the host's Python, or in its image) no longer used by it."""
-        self._envs.release(_requirements(jdir / "package"), key, job.image if job is not None else None)
+        self._runtimes.release(_requirements(jdir / "package"), key, job.image if job is not None else None)
 
     def confinement(self) -> Confinement:
         if self.isolation.sandboxed:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from paddlecloud.backends.local.isolation import RunLimits
-from paddlecloud.backends.options import OptionError, insecure_registries, isolation_mode
+from paddlecloud.backends.options import OptionError, cache_size, insecure_registries, isolation_mode
 
 __all__ = ["SlurmSettings"]
 
@@ -61,11 +61,14 @@ class SlurmSettings:
     fence_after_s: int | None = None
     #: registries pulled from over plain HTTP (``--insecure-registry``; loopback ones always are)
     insecure_registries: tuple[str, ...] = ()
+    #: cap of the pulled and unpacked images (``--image-cache-size``; None: no cap)
+    image_cache_bytes: int | None = 50 * 2**30
 
     #: the ``up`` options these settings are made from
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "slurm_partition", "slurm_account", "slurm_qos", "slurm_sbatch_arg", "isolation",
-        "slurm_node_cache", "slurm_ports", "slurm_fence_after", "insecure_registry", *RunLimits.OPTIONS,
+        "slurm_node_cache", "slurm_ports", "slurm_fence_after", "insecure_registry", "image_cache_size",
+        *RunLimits.OPTIONS,
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -109,6 +112,9 @@ class SlurmSettings:
             limits=RunLimits.from_options(options),
             fence_after_s=_fence_after(options.get("slurm_fence_after") or ""),
             insecure_registries=insecure_registries(options.get("insecure_registry")),
+            image_cache_bytes=cache_size(
+                options.get("image_cache_size"), cls.image_cache_bytes, "--image-cache-size"
+            ),
         )
 
 
