@@ -10,7 +10,7 @@
 #       PADDLECLOUD_PRIVATE_IMAGE     the same image on the private one
 #   eval "$(scripts/ensure-registry.sh train)"   # `start`, and the training image pushed to the open
 #       registry (built once per machine: a few minutes); prints also
-#       PADDLECLOUD_TRAIN_IMAGE       REGISTRY/paddlecloud-test/train:TRAIN_VERSION
+#       PADDLECLOUD_TRAIN_IMAGE       REGISTRY/paddlecloud-test/train:IMAGE_VERSION.TRAIN_VERSION
 #   scripts/ensure-registry.sh build    # only the cached images (no registry): where `start` cannot
 #                                       # reach the package mirrors (inside the hosts bed)
 #   scripts/ensure-registry.sh status   # exit 1 when a registry does not answer
@@ -112,8 +112,8 @@ build_image() {  # the base image's OCI layout in $cache/base-$IMAGE_VERSION (on
   touch "$layout/done"
 }
 
-build_train() {  # the training image's OCI layout in $cache/train-$TRAIN_VERSION (once)
-  local layout="$cache/train-$TRAIN_VERSION" work="$cache/train-work"
+build_train() {  # the training image's OCI layout in $cache/train-$IMAGE_VERSION.$TRAIN_VERSION (once)
+  local layout="$cache/train-$IMAGE_VERSION.$TRAIN_VERSION" work="$cache/train-work"
   [ -f "$layout/done" ] && return
   log "building the training image (torch, PaddlePaddle; once per machine)"
   rm -rf "$cache"/train-*
@@ -159,8 +159,6 @@ case "${1:-}" in
   start | train)
     bash "$here/ensure-system-packages.sh" images >&2
     mkdir -p "$dir" "$cache"
-    exec 9>>"$cache/.lock"
-    flock 9  # one build of the cached images at a time (two beds, on other ports, may start at once)
     config open "$port"
     config private "$((port + 1))" htpasswd
     if [ ! -s "$dir/private/htpasswd" ]; then
@@ -169,14 +167,17 @@ case "${1:-}" in
     fi
     start_one open "$port"
     start_one private "$((port + 1))" "$user:$password"
+    exec 9>>"$cache/.lock"
+    flock 9  # one build of the cached images at a time (two beds, on other ports, may start at once)
     build_image
+    if [ "$1" = train ]; then build_train; fi
+    flock -u 9
     push "$port"
     push "$((port + 1))" "$user:$password"
     exports
     if [ "$1" = train ]; then
-      build_train
-      push "$port" "" train "$TRAIN_VERSION"
-      echo "export PADDLECLOUD_TRAIN_IMAGE=$host:$port/paddlecloud-test/train:$TRAIN_VERSION"
+      push "$port" "" train "$IMAGE_VERSION.$TRAIN_VERSION"
+      echo "export PADDLECLOUD_TRAIN_IMAGE=$host:$port/paddlecloud-test/train:$IMAGE_VERSION.$TRAIN_VERSION"
     fi
     ;;
   build)

@@ -58,12 +58,13 @@ def test_the_examples_run_in_the_training_image(server: Server, train_image: str
         met = "torch==2.13.0" if name == "torch-image" else "paddlepaddle==2.6.2"
         satisfied = rf"already satisfied: {re.escape(met)} in /usr/local/lib/python3.11"
         assert re.search(satisfied, prepare), prepare[-3000:]
-    for rank in (0, 1):
-        text = _ran_in_the_image(server, "torch-image", f"trainer-{rank}")
-        assert re.search(rf"^rank {rank}/2 started", text, re.M), text[-2000:]
-    text = _ran_in_the_image(server, "torch-image", "trainer-0")
-    acc = re.search(r"^final accuracy ([0-9.]+)$", text, re.M)
-    assert acc and float(acc.group(1)) >= 0.97
+    texts = [_ran_in_the_image(server, "torch-image", f"trainer-{i}") for i in (0, 1)]
+    ranks = {m.group(1) for text in texts for m in re.finditer(r"^rank (\d)/2 started", text, re.M)}
+    assert ranks == {"0", "1"}, texts  # one world of both (which trainer is rank 0 is torchrun's choice)
+    acc = [
+        float(m.group(1)) for text in texts for m in re.finditer(r"^final accuracy ([0-9.]+)$", text, re.M)
+    ]
+    assert acc and max(acc) >= 0.97, acc
     for worker in ("pserver-0", "pserver-1", "trainer-1"):
         _ran_in_the_image(server, "fit-image", worker)
     loss = re.search(r"^final loss ([0-9.]+)$", _ran_in_the_image(server, "fit-image", "trainer-0"), re.M)

@@ -283,9 +283,7 @@ class ImageStore:
             if holder:
                 self.release(where / "bundle" / "rootfs", holder)
             raise
-        with self._dirs.lock():
-            self._dirs.touch_locked(where)
-            self._dirs.evict_locked(keep=where)
+        self._dirs.evict(keep=where)
         return image
 
     def _of(self, rootfs: Path) -> Path | None:

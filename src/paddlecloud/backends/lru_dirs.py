@@ -117,22 +117,32 @@ class LruDirs:
                 out.append((target, self._size(target), marker.stat().st_mtime, in_use))
         return sorted(out, key=lambda e: e[2])
 
-    def evict_locked(self, keep: Path) -> int:
-        """Evict least recently used, unpinned folders (never ``keep``, the one just made) while the
-        total passes the cap; returns how far over the cap the cache still is (0: within)."""
+    def evict(self, keep: Path) -> int:
+        """Touch ``keep`` (just used) and evict least recently used, unpinned folders (never
+        ``keep``) while the total passes the cap; returns how far over the cap the cache still is
+        (0: within). The folders are renamed away under the lock and deleted after it (gigabytes of
+        an image: a job's release waits on the lock meanwhile)."""
+        with self.lock():
+            self.touch_locked(keep)
+            over, trash = self._evict_locked(keep)
+        for folder in trash:
+            shutil.rmtree(folder, ignore_errors=True)
+        return over
+
+    def _evict_locked(self, keep: Path) -> tuple[int, list[Path]]:
         if self.max_bytes is None:
-            return 0
+            return 0, []
         entries = self.entries()
         total = sum(size for _, size, _, _ in entries)
+        trash: list[Path] = []
         for target, size, _, in_use in entries:
             if total <= self.max_bytes:
                 break
             if in_use or target == keep:
                 continue
-            trash = self.root / f"{_TRASH}{target.name}-{uuid.uuid4().hex[:8]}"
+            trash.append(self.root / f"{_TRASH}{target.name}-{uuid.uuid4().hex[:8]}")
             (target / self.mark).unlink(missing_ok=True)
-            target.rename(trash)
+            target.rename(trash[-1])
             self._size_file(target).unlink(missing_ok=True)
-            shutil.rmtree(trash, ignore_errors=True)
             total -= size
-        return max(total - self.max_bytes, 0)
+        return max(total - self.max_bytes, 0), trash

@@ -485,6 +485,7 @@ class LocalBackend:
             job.prepared.set()
             if job.stage == Stage.DONE:  # stopped while it prepared: what it made is scratch
                 drop_scratch(job.dir)
+                self._runtimes.release(self._requirements(job), job.launch.key, job.image)  # held now
             self._wake()
 
     def _advance(self, job: LocalJob) -> None:

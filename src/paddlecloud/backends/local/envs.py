@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import IO
 
 import paddlecloud.runtime as runtime_pkg
-from paddlecloud.backends.local.sandbox import Command, ImageRoot, Sandbox, pip_runner
+from paddlecloud.backends.local.sandbox import IMAGE_PIP, Command, ImageRoot, Sandbox
 from paddlecloud.backends.lru_dirs import LruDirs, flock
 from paddlecloud.runtime import torchelastic
 
@@ -134,9 +134,7 @@ class EnvCache:
                 except BaseException:
                     shutil.rmtree(target, ignore_errors=True)
                     raise
-        with self._dirs.lock():
-            self._dirs.touch_locked(target)
-            over = self._dirs.evict_locked(keep=target)
+        over = self._dirs.evict(keep=target)
         if over:
             with open(log, "a") as out:
                 out.write(f"note: the environment cache holds {over} bytes more than its cap, all in use\n")
@@ -190,17 +188,20 @@ class EnvCache:
             raise EnvBuildError("an environment in an image is made in the sandbox, and this server has none")
         log.parent.mkdir(parents=True, exist_ok=True)
         target.mkdir(parents=True)
+        # written now, into the new empty folder: once the image's code has run, the server
+        # writes nothing in the folder by name (a link there would lead anywhere on the host)
+        _write_new(target / "requirements.txt", requirements)
         tmp = self.root / f"{target.name}.tmp"
         venv = [image.python, "-m", "venv", "--without-pip", "--system-site-packages", str(target)]
         pip = [
-            str(target / "bin" / "python"), str(pip_runner()), "install", "--disable-pip-version-check",
-            "--no-input", "-r", str(target / "requirements.txt"),
+            str(target / "bin" / "python"), f"{IMAGE_PIP}/__pip-runner__.py", "install",
+            "--disable-pip-version-check", "--no-input", "-r", str(target / "requirements.txt"),
         ]  # fmt: skip
         try:
             with open(log, "ab") as out:
-                with self.sandbox.build(target, tmp, venv, image) as confined:
+                with self.sandbox.build(target, tmp, venv, image, pip=False) as confined:
                     try:
-                        self._run(confined, out, log, self.sandbox.build_env(image))
+                        self._run(confined, out, log, self.sandbox.build_env(pip=False))
                     except EnvBuildError as exc:
                         raise EnvBuildError(
                             f"{image.python} of the image could not make a virtual environment "
@@ -208,12 +209,11 @@ class EnvCache:
                         ) from None
                 if not requirements.strip():
                     return
-                (target / "requirements.txt").write_text(requirements)
                 out.write(f"installing requirements.txt with the image's {image.python}\n".encode())
                 out.flush()
                 with self.sandbox.build(target, tmp, pip, image) as confined:
                     try:
-                        self._run(confined, out, log, self.sandbox.build_env(image))
+                        self._run(confined, out, log, self.sandbox.build_env())
                     except EnvBuildError as exc:
                         raise EnvBuildError(
                             f"the image's Python ({image.python}) could not install requirements.txt: "
@@ -233,6 +233,13 @@ class EnvCache:
             raise EnvBuildError(f"building the environment took over {self.install_timeout:.0f} s") from None
         if proc.returncode != 0:
             raise EnvBuildError(f"installing requirements.txt failed (exit {proc.returncode}): {_tail(log)}")
+
+
+def _write_new(path: Path, text: str) -> None:
+    """``path`` made with ``text`` (never through a link, never over a file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def _mark_ready(target: Path, requirements: str) -> None:

@@ -81,7 +81,8 @@ def find_python(image: Image) -> str:
     for folder in path.split(os.pathsep):
         top = folder.strip("/").split("/")[0]
         if (
-            folder.startswith("/")
+            ".." not in folder.split("/")  # never a look outside the image's root
+            and folder.startswith("/")
             and top in IMAGE_ROOT
             and os.path.lexists(image.rootfs / folder.lstrip("/") / "python3")
         ):
@@ -99,7 +100,11 @@ def prepare_image(store: ImageStore, launch: JobLaunch, say: Say) -> tuple[Image
     started = time.monotonic()
     say(BackendEvent("Normal", "Pulling", f"Pulling {ref}"))
     image = store.ensure(ref, launch.image_auth, PullReporter(str(ref), say), holder=launch.key)
-    python = find_python(image)
+    try:
+        python = find_python(image)
+    except ImageUnusable:
+        store.release(image.rootfs, launch.key)
+        raise
     took = time.monotonic() - started
     say(BackendEvent("Normal", "Pulled", f"{ref} is {image.digest[:19]}… (ready in {took:.1f} s)"))
     return ImageRoot(image.rootfs, python), image.env
@@ -133,11 +138,15 @@ class ImageRuntimes:
                 "running in an image needs the sandbox, and this server runs workers unconfined "
                 "(up --isolation none, or bubblewrap missing): submit without --image"
             )
-        image, env = prepare_image(self.store, launch, say)
+        image, env = prepare_image(self.store, launch, say)  # pinned by the job from here
         try:
             venv = self.envs.ensure(requirements, log, launch.key, image=image)
         except EnvBuildError as exc:
+            self.release(requirements, launch.key, image)  # the job fails: it holds neither any more
             raise ImageUnusable(str(exc)) from None
+        except BaseException:
+            self.release(requirements, launch.key, image)
+            raise
         return Runtime(image, env, venv)
 
     def pin(self, requirements: str, holder: str, image: ImageRoot | None) -> None:

@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # only a type here: the Slurm node-side jail imports this mod
 
 __all__ = [
     "API_SOCKET",
+    "IMAGE_PIP",
     "ISOLATION_MODES",
     "SANDBOX_UID",
     "Command",
@@ -87,6 +88,8 @@ __all__ = [
 SANDBOX_UID = 1000
 #: where a sandboxed worker finds the run's API socket (``PADDLECLOUD_API_SOCKET``)
 API_SOCKET = "/run/paddlecloud/api.sock"
+#: where a build in an image sees the platform's pip package (``Sandbox.build``)
+IMAGE_PIP = "/run/paddlecloud/pip/pip"
 #: what ``PATH`` holds after the job's environment inside a sandbox
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: the files and folders of /etc that programs read (libc, DNS, TLS, time zone, alternatives):
@@ -346,18 +349,6 @@ def _pip_places(files: list[Path], environ: Mapping[str, str]) -> list[Path]:
 # -- the sandbox ---------------------------------------------------------------------------------
 
 
-def _moved_places(places: Sequence[Path]) -> dict[Path, Path]:
-    """pip's local places (a ``find-links`` folder) that lie where an image's system is bound
-    read-only (``/opt/wheels``: no mount point can be made there), and where a build in an image
-    sees them instead: under ``/run/paddlecloud/pip`` (the variables naming them are rewritten;
-    a configuration file naming one makes pip skip it, with a warning in the build's log)."""
-    return {
-        p: Path("/run/paddlecloud/pip") / p.relative_to("/")
-        for p in places
-        if p.is_absolute() and len(p.parts) > 1 and p.parts[1] in IMAGE_ROOT
-    }
-
-
 def pip_runner() -> Path:
     """The platform's pip as a script any Python 3 runs (pip's ``__pip-runner__.py``: what ``pip
     --python`` starts), for environments made in an image by the image's Python."""
@@ -589,16 +580,20 @@ class Sandbox:
 
     @contextlib.contextmanager
     def build(
-        self, target: Path, tmp: Path, argv: list[str], image: ImageRoot | None = None
+        self, target: Path, tmp: Path, argv: list[str], image: ImageRoot | None = None, pip: bool = True
     ) -> Iterator[Command]:
         """pip building ``target`` (read-write) in a sandbox; see the module doc. In ``image``: the
-        image's system instead of the host's, and of the platform only pip's own files."""
-        files, _ = _pip_config(os.environ)
-        own = Path(sys.prefix) if image is None else pip_runner().parent
-        places = _pip_places(files, os.environ)
-        moved = _moved_places(places) if image is not None else {}
-        ro = [*files, *places, own]
-        binds = [a for p in dict.fromkeys(ro) for a in ("--ro-bind", str(p), str(moved.get(p, p)))]
+        image's system instead of the host's, and of the platform only pip's own package (at
+        ``IMAGE_PIP``: never inside the image's read-only folders); ``pip`` False: not even that, nor
+        pip's configuration (the image's venv step runs the image's code, which must not read the
+        server's index credentials)."""
+        files, _ = _pip_config(os.environ) if pip else ([], {})
+        ro = [(p, p) for p in (*files, *_pip_places(files, os.environ))]
+        if image is None:
+            ro.append((Path(sys.prefix), Path(sys.prefix)))
+        elif pip:
+            ro.append((pip_runner().parent, Path(IMAGE_PIP)))
+        binds = [a for src, dst in dict.fromkeys(ro) for a in ("--ro-bind", str(src), str(dst))]
         binds += ["--bind", str(target), str(target), "--die-with-parent"]  # a killed build ends whole
         dirs = WorkerDirs(cwd=target, status=target, tmp=tmp, hostname="paddlecloud-build")
         rootfs = image.rootfs if image is not None else None
@@ -606,17 +601,13 @@ class Sandbox:
             yield cmd
 
     @staticmethod
-    def build_env(image: ImageRoot | None = None) -> dict[str, str]:
-        """The environment of an environment build: pip's settings, proxies, locale; no more. In an
-        image, pip's local places under the image's system folders where ``build`` binds them."""
-        files, extra = _pip_config(os.environ)
-        env = {**_build_env(os.environ), **extra}
-        if image is not None:
-            for place, there in _moved_places(_pip_places(files, os.environ)).items():
-                for k, v in env.items():
-                    if k.startswith("PIP_"):
-                        env[k] = " ".join(str(there) if w == str(place) else w for w in v.split())
-        return env
+    def build_env(pip: bool = True) -> dict[str, str]:
+        """The environment of an environment build: pip's settings, proxies, locale; no more (no
+        pip settings with ``pip`` False)."""
+        if not pip:
+            return {k: v for k, v in _build_env(os.environ).items() if not k.startswith("PIP_")}
+        _, extra = _pip_config(os.environ)
+        return {**_build_env(os.environ), **extra}
 
 
 @dataclass(frozen=True)
