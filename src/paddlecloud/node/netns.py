@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import time
@@ -55,7 +56,10 @@ __all__ = [
     "name_for",
     "probe",
     "remove",
+    "remove_when_unused",
 ]
+
+log = logging.getLogger(__name__)
 
 #: where ``ip netns`` keeps named namespaces
 NETNS_DIR = Path("/run/netns")
@@ -211,6 +215,20 @@ def remove(name: str, *, if_unused: bool = False) -> bool:
             return False
         _run("ip", "netns", "delete", name)
         return True
+
+
+def remove_when_unused(name: str, wait_s: float = 30.0) -> None:
+    """Remove the namespace once no process is left in it, waiting at most ``wait_s`` (a job's
+    processes may still be ending); a failure is logged, never raised (run in a thread of its own)."""
+    deadline = time.monotonic() + wait_s
+    while exists(name) and time.monotonic() < deadline:
+        try:
+            if remove(name, if_unused=True):
+                return
+        except NetnsError as exc:
+            log.warning("removing the network namespace %s failed: %s", name, exc)
+            return
+        time.sleep(0.5)
 
 
 def collect(prefix: str, older_than: float = 60.0) -> int:

@@ -532,7 +532,9 @@ class SlurmBackend:
         drop_scratch(job.dir)
         name = self._scripts.netns(job)
         if name and netns.exists(name):  # its processes may still be ending: wait for them aside
-            threading.Thread(target=_release_netns, args=(name,), name=f"netns-{name}", daemon=True).start()
+            threading.Thread(
+                target=netns.remove_when_unused, args=(name,), name=f"netns-{name}", daemon=True
+            ).start()
 
     def _seen(self, job: JobRecord) -> list[Seen]:
         """The workers as the start sequence sees them (``backends.start_sequence``); whether a
@@ -784,19 +786,6 @@ def _requirements(package: Path) -> str:
     except OSError:
         return ""
     return text if any(ln.strip() and not ln.strip().startswith("#") for ln in text.splitlines()) else ""
-
-
-def _release_netns(name: str, wait_s: float = 30.0) -> None:
-    """Remove the job's namespace on this host once no process is left in it (bounded)."""
-    deadline = time.monotonic() + wait_s
-    while netns.exists(name) and time.monotonic() < deadline:
-        try:
-            if netns.remove(name, if_unused=True):
-                return
-        except netns.NetnsError as exc:
-            log.warning("removing the network namespace %s failed: %s", name, exc)
-            return
-        time.sleep(0.5)
 
 
 def create(setup: BackendSetup) -> SlurmBackend:
