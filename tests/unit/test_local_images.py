@@ -33,6 +33,9 @@ Drive = Callable[..., JobDetail]
 
 pytestmark = pytest.mark.timeout(300)
 
+#: the longest a job in an image may take here: a pull and unpack, a venv, pip (a loaded machine)
+IMAGE_JOB_S = 180
+
 PROBE = {
     "probe.py": """\
 import json, os, sys
@@ -68,7 +71,7 @@ def test_each_worker_runs_in_the_image(
 ) -> None:
     pkg = make_package(PROBE)
     _submit(alice, pkg, "inimage", bed.image)
-    job = drive(alice, "inimage", {"Succeeded", "Failed"})
+    job = drive(alice, "inimage", {"Succeeded", "Failed"}, timeout=IMAGE_JOB_S)
     assert job.phase == "Succeeded", (job.message, alice.logs("inimage", worker="trainer-0"))
     for i in range(2):
         seen = json.loads((Path(job.output_dir) / f"seen-{i}.json").read_text())
@@ -89,9 +92,9 @@ def test_the_second_job_on_an_image_pulls_nothing(
 ) -> None:
     pkg = make_package(PROBE)
     _submit(alice, pkg, "first", bed.image, trainers=1)
-    assert drive(alice, "first", {"Succeeded", "Failed"}).phase == "Succeeded"
+    assert drive(alice, "first", {"Succeeded", "Failed"}, timeout=IMAGE_JOB_S).phase == "Succeeded"
     _submit(alice, pkg, "second", bed.image, trainers=1)
-    job = drive(alice, "second", {"Succeeded", "Failed"})
+    job = drive(alice, "second", {"Succeeded", "Failed"}, timeout=IMAGE_JOB_S)
     assert job.phase == "Succeeded", job.message
     said = [e.message for e in alice.job("second").events]
     assert not any("MiB)" in m for m in said), said  # no pull progress: the digest was cached
@@ -111,7 +114,7 @@ def test_an_image_that_cannot_be_pulled_fails_the_job_at_preparing(
 ) -> None:  # fmt: skip
     ref = image.format(registry=bed.registry, private=bed.private_image)
     _submit(alice, make_package(PROBE), "nopull", ref, trainers=1)
-    job = drive(alice, "nopull", {"Succeeded", "Failed"})
+    job = drive(alice, "nopull", {"Succeeded", "Failed"}, timeout=IMAGE_JOB_S)
     assert (job.phase, job.reason) == ("Failed", reason), job.message
     assert says in job.message and bed.password not in job.message
 
@@ -132,14 +135,14 @@ def test_requirements_are_installed_by_the_images_python_once_per_image_and_cont
     bed: Bed, platform: Platform, alice: Client, make_package: MakePackage, drive: Drive
 ) -> None:
     _submit(alice, make_package(SIX), "withreq", bed.image, trainers=1)
-    job = drive(alice, "withreq", {"Succeeded", "Failed"})
+    job = drive(alice, "withreq", {"Succeeded", "Failed"}, timeout=IMAGE_JOB_S)
     assert job.phase == "Succeeded", (job.message, "".join(alice.logs("withreq", worker="prepare")))
     where, base = (Path(job.output_dir) / "six.txt").read_text().split()
     assert base == "/usr" and "/lib/python3.11/site-packages/six.py" in where  # in the job's venv
     built = "".join(alice.logs("withreq", worker="prepare"))
     assert "installing requirements.txt with the image's /usr/bin/python3" in built, built
     _submit(alice, make_package(SIX), "again", bed.image, trainers=1)
-    job = drive(alice, "again", {"Succeeded", "Failed"})
+    job = drive(alice, "again", {"Succeeded", "Failed"}, timeout=IMAGE_JOB_S)
     assert job.phase == "Succeeded", job.message
     assert (Path(job.output_dir) / "six.txt").read_text().split()[0] == where  # the same environment
     assert "installing" not in "".join(alice.logs("again", worker="prepare"))  # nothing built again
@@ -150,7 +153,7 @@ def test_requirements_the_images_python_cannot_install_fail_at_preparing_with_wh
 ) -> None:
     reqs = {**PROBE, "requirements.txt": "paddlecloud-no-such-package-exists==0.0.1\n"}
     _submit(alice, make_package(reqs), "badreq", bed.image, trainers=1)
-    job = drive(alice, "badreq", {"Succeeded", "Failed"})
+    job = drive(alice, "badreq", {"Succeeded", "Failed"}, timeout=IMAGE_JOB_S)
     assert (job.phase, job.reason) == ("Failed", "ImageUnusable"), job.message
     assert "the image's Python (/usr/bin/python3) could not install requirements.txt" in job.message
     assert "use an image whose Python can" in job.message
@@ -195,7 +198,7 @@ def test_a_job_in_an_image_reads_nothing_of_the_data_dir_nor_other_users_files(
     body = {"name": "reads", "entry": "python reads.py", "image": bed.image,
             "env": {"TARGETS": json.dumps(targets)}, "trainers": {"count": 1, "cpu": "250m"}}  # fmt: skip
     alice.submit(body, package_dir=make_package(READS))
-    job = drive(alice, "reads", {"Succeeded", "Failed"})
+    job = drive(alice, "reads", {"Succeeded", "Failed"}, timeout=IMAGE_JOB_S)
     assert job.phase == "Succeeded", job.message
     seen = json.loads((Path(job.output_dir) / "reads.json").read_text())
     assert seen[str(mine)] == "alice's own\n"  # her own home is there

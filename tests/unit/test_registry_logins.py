@@ -72,10 +72,10 @@ def test_a_private_image_pulls_with_its_owners_login_only(
     alice.registry_login(bed.private_registry, bed.user, bed.password)
     pkg = make_package(ENV_DUMP)
     _submit(bob, pkg, "bobs", bed.private_image)  # bob gave no credentials: alice's are not his
-    job = drive(bob, "bobs", {"Succeeded", "Failed"})
+    job = drive(bob, "bobs", {"Succeeded", "Failed"}, timeout=180)
     assert (job.phase, job.reason) == ("Failed", "ImageUnauthorized"), job.message
     _submit(alice, pkg, "alices", bed.private_image)
-    job = drive(alice, "alices", {"Succeeded", "Failed"})
+    job = drive(alice, "alices", {"Succeeded", "Failed"}, timeout=180)
     assert job.phase == "Succeeded", job.message
     env = json.loads((Path(job.output_dir) / "env.json").read_text())
     assert not [k for k, v in env.items() if bed.password in v]  # not in the worker's environment

@@ -144,8 +144,9 @@ def test_a_node_without_bubblewrap_fails_the_worker_with_the_reason(node: dict[s
 
 def test_the_node_side_imports_only_the_sandbox() -> None:
     """Each worker start pays for the jail's imports: not the backends' contract, Pydantic, ...;
-    only the sandbox, the backends' error classes (standard library only: ``IsolationError``) and
-    the node's keeping of the run (``nodekeep``: ``paddlecloud.node``)."""
+    only the sandbox (and the GPU driver's binds it makes for runs in an image: ``gpu_driver``), the
+    backends' error classes (standard library only: ``IsolationError``) and the node's keeping of
+    the run (``nodekeep``: ``paddlecloud.node``)."""
     code = (
         "import sys, paddlecloud.backends.slurm.jail\n"
         "print(sorted(m for m in sys.modules if 'pydantic' in m or m.startswith('paddlecloud.backends.')))"
@@ -154,7 +155,8 @@ def test_the_node_side_imports_only_the_sandbox() -> None:
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == str(
-        ["paddlecloud.backends.errors", "paddlecloud.backends.local", "paddlecloud.backends.local.sandbox",
+        ["paddlecloud.backends.errors", "paddlecloud.backends.local", "paddlecloud.backends.local.gpu_driver",
+         "paddlecloud.backends.local.sandbox",
          "paddlecloud.backends.options",
          "paddlecloud.backends.slurm", "paddlecloud.backends.slurm.jail",
          "paddlecloud.backends.slurm.nodekeep"]
