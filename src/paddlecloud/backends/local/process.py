@@ -61,6 +61,7 @@ __all__ = [
     "RunPlan",
     "WorkerProc",
     "kill_leftovers",
+    "start_ticks",
     "stop_group",
     "tagged_pids",
     "watch_exit",
@@ -68,6 +69,17 @@ __all__ = [
 
 #: the variable that marks every process of one run of a worker (see the module's doc)
 RUN_TAG = "PADDLECLOUD_RUN_TAG"
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/PID/stat``);
+    None where it cannot be read (gone, not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat.rsplit(b")", 1)[1].split()[19])  # after the name, which may hold anything
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,9 @@ class WorkerProc:
     restart: int = 0
     pid: int | None = None
     create_time: float | None = None
+    #: the process's start in clock ticks since boot (``/proc/PID/stat``): what tells a re-used pid,
+    #: whatever the wall clock did since (``create_time`` moves when a VM's clock is stepped)
+    start_ticks: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
     exit_code: int | None = None
@@ -197,12 +212,14 @@ class WorkerProc:
             self.create_time = psutil.Process(self.pid).create_time()
         except psutil.Error:
             self.create_time = None
+        self.start_ticks = start_ticks(self.pid)
         self.started_at = now
         write_json_atomic(
             str(self.pid_file),
             {
                 "pid": self.pid,
                 "create_time": self.create_time,
+                "start_ticks": self.start_ticks,
                 "started_at": now,
                 "restart": self.restart,
                 "tag": self.tag,
@@ -260,8 +277,8 @@ class WorkerProc:
         """The same worker's run ``run``, to be spawned at ``restart_at``, with its own log file."""
         return replace(
             self, restart=run, log_path=self.log_path.parent / f"{self.name}.{run}.log",
-            pid=None, create_time=None, started_at=None, finished_at=None, exit_code=None, signal=None,
-            stopped=False, restart_at=restart_at, popen=None, tag=None, cgroup=None,
+            pid=None, create_time=None, start_ticks=None, started_at=None, finished_at=None, exit_code=None,
+            signal=None, stopped=False, restart_at=restart_at, popen=None, tag=None, cgroup=None,
             reason=WorkerReason.NONE, message="",
         )  # fmt: skip
 
@@ -273,6 +290,8 @@ class WorkerProc:
             return False
         self.pid = int(data["pid"])
         self.create_time = data.get("create_time")
+        ticks = data.get("start_ticks")
+        self.start_ticks = ticks if isinstance(ticks, int) and not isinstance(ticks, bool) else None
         self.started_at = data.get("started_at")
         self.restart = int(data.get("restart", 0))
         self.tag = data.get("tag")
@@ -291,8 +310,11 @@ class WorkerProc:
             return self.popen.poll() is None
         try:
             proc = psutil.Process(self.pid)
-            if self.create_time is not None and abs(proc.create_time() - self.create_time) > 1.0:
-                return False  # the pid was re-used by another process
+            if self.start_ticks is not None:
+                if start_ticks(self.pid) != self.start_ticks:
+                    return False  # the pid was re-used by another process
+            elif self.create_time is not None and abs(proc.create_time() - self.create_time) > 1.0:
+                return False  # (a run recorded by an earlier version: its wall-clock start time)
             return bool(proc.status() != psutil.STATUS_ZOMBIE)
         except psutil.Error:
             return False
