@@ -18,11 +18,14 @@ from paddlecloud.backends.slurm import SlurmBackend, SlurmSettings
 from paddlecloud.core.resources import Resources
 from paddlecloud.scheduler import WorkerPlacement
 from tests.e2e.juicefs_fixtures import tar_package
-from tests.registry_bed import Bed, start_bed, stop_bed
+from tests.registry_bed import Bed, Place, start_bed, stop_bed
 
 MI = 2**20
 
 pytestmark = pytest.mark.timeout(300)
+
+# a bed of this lane's own: tests/unit runs its bed (the default place) in another lane at once
+PLACE = Place(port=5020, state=Path("/tmp/paddlecloud-registry-slurm"))
 
 PROBE = """\
 import os, sys
@@ -35,8 +38,8 @@ print("node:", os.environ.get("SLURMD_NODENAME", "?"))
 
 @pytest.fixture(scope="module")
 def bed() -> Iterator[Bed]:
-    yield start_bed()
-    stop_bed()
+    yield start_bed(PLACE)
+    stop_bed(PLACE)
 
 
 @pytest.fixture
